@@ -1,0 +1,64 @@
+"""The exception tree, and the exit code each branch maps to.
+
+    SynthgenError                  anything a user can cause or fix; printed as one line
+    ├── UsageError            (2)  bad arguments, unknown dataset, bad budget file
+    ├── InputFileError        (2)  a malformed prompt line: "file:line: what is wrong"
+    ├── TokenizerError        (2)  tokenizer missing or unusable
+    ├── ServerError           (3)  server unreachable at start, gone for too long, bad API key
+    │   └── AuthError         (3)  401 from the server
+    ├── RunLockedError        (4)  another run holds a dataset's lock
+    └── StoreWriteError       (5)  an output file could not be written (disk full, permissions)
+
+Foreign exceptions (httpx, OSError, transformers) are translated into these where they are
+caught, with ``raise ... from exc``; nothing matches on the text of an error.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILURES = 1  # the run finished, but some prompts failed (see errors.jsonl); rerun retries them
+EXIT_USAGE = 2
+EXIT_SERVER = 3
+EXIT_LOCKED = 4
+EXIT_WRITE = 5
+EXIT_SIGINT = 130  # 128 + SIGINT: stopped by Ctrl-C; rerun to resume
+EXIT_SIGTERM = 143  # 128 + SIGTERM: stopped by kill/timeout; rerun to resume
+
+
+class SynthgenError(Exception):
+    """Base of every error a user can cause; its message is a single line naming the fix."""
+
+    exit_code = EXIT_USAGE
+
+
+class UsageError(SynthgenError):
+    exit_code = EXIT_USAGE
+
+
+class InputFileError(SynthgenError):
+    exit_code = EXIT_USAGE
+
+    def __init__(self, path, line: int | None, problem: str):
+        self.path, self.line, self.problem = str(path), line, problem
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {problem}")
+
+
+class TokenizerError(SynthgenError):
+    exit_code = EXIT_USAGE
+
+
+class ServerError(SynthgenError):
+    exit_code = EXIT_SERVER
+
+
+class AuthError(ServerError):
+    exit_code = EXIT_SERVER
+
+
+class RunLockedError(SynthgenError):
+    exit_code = EXIT_LOCKED
+
+
+class StoreWriteError(SynthgenError):
+    exit_code = EXIT_WRITE

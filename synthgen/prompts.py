@@ -1,0 +1,234 @@
+"""Finding datasets and reading their prompt lines.
+
+Layout: ``<prompts_dir>/<partition>/<dataset>.jsonl``. One JSON object per line, in any of:
+
+    {"id": ..., "messages": [{"role": ..., "content": ...}, ...]}
+    {"id": ..., "conversations": [{"from": "system|human|gpt", "value": ...}, ...]}
+    {"id": ..., "conversations": [{"role": ..., "content": ...}, ...]}
+    {"id": ..., "prompt": "...", "system": "..." (optional)}
+
+A conversation that ends with assistant turns is cut back to the turn before them (it is
+regenerated). A missing id becomes a stable hash of the messages. Files are streamed twice:
+``scan_dataset`` validates every line and keeps only the ids (so a bad line stops the run
+before any request), and ``iter_prompts`` yields the wanted prompts lazily.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from .errors import InputFileError, UsageError
+
+ROLE_ALIASES = {
+    "system": "system",
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "gpt": "assistant",
+    "tool": "tool",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetSource:
+    name: str
+    partition: str
+    path: Path
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    id: str
+    dataset: str
+    messages: tuple[dict, ...]
+    line: int
+
+
+@dataclass(slots=True)
+class DatasetIndex:
+    """What one validation pass learned about a dataset file; ids only, in file order."""
+
+    source: DatasetSource
+    ids: list[str] = field(default_factory=list)
+    lines: int = 0
+    duplicates: int = 0
+    bad_lines: int = 0
+    first_bad: list[str] = field(default_factory=list)  # a few messages, for the warning
+
+
+class BadLine(ValueError):
+    """One line's problem, without the location (the caller adds file:line)."""
+
+
+def discover(prompts_dir: Path, partition: str, names: Iterable[str] = ()) -> list[DatasetSource]:
+    """The datasets a run covers, in a stable order (partition, then file name)."""
+    prompts_dir = Path(prompts_dir)
+    if not prompts_dir.is_dir():
+        raise UsageError(f"{prompts_dir}: prompts directory not found; pass --prompts-dir DIR")
+    if partition == "all":
+        folders = sorted(p for p in prompts_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+    else:
+        folder = prompts_dir / partition
+        if not folder.is_dir():
+            known = ", ".join(sorted(p.name for p in prompts_dir.iterdir() if p.is_dir())) or "none"
+            raise UsageError(f"{folder}: no such partition (partitions here: {known}, or 'all')")
+        folders = [folder]
+    sources: dict[str, DatasetSource] = {}
+    for folder in folders:
+        for path in sorted(folder.glob("*.jsonl")):
+            name = path.stem
+            if name in sources:
+                raise UsageError(
+                    f"{path}: dataset '{name}' also exists as {sources[name].path}; "
+                    "dataset names must be unique across partitions (their outputs share outputs/<dataset>/)"
+                )
+            sources[name] = DatasetSource(name, folder.name, path)
+    wanted = list(dict.fromkeys(names))
+    if wanted:
+        unknown = [n for n in wanted if n not in sources]
+        if unknown:
+            known = ", ".join(sources) or "none"
+            raise UsageError(f"unknown dataset {', '.join(unknown)} in partition '{partition}' (known: {known})")
+        return [sources[n] for n in wanted]
+    if not sources:
+        raise UsageError(f"no *.jsonl datasets under {prompts_dir}/{partition if partition != 'all' else '*'}")
+    return list(sources.values())
+
+
+def _text(value, what: str) -> str:
+    """Message content as a string: plain text, or a list of OpenAI-style text parts."""
+    if isinstance(value, list):
+        parts = []
+        for part in value:
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                raise BadLine(f"{what} has a content part that is not text; only text prompts are supported")
+            parts.append(part["text"])
+        value = "".join(parts)
+    if not isinstance(value, str):
+        raise BadLine(f"{what} is {type(value).__name__}, expected a string")
+    if not value.strip():
+        raise BadLine(f"{what} is empty")
+    return value
+
+
+def _messages(record: dict) -> list[dict]:
+    if "messages" in record:
+        raw, key = record["messages"], "messages"
+    elif "conversations" in record:
+        raw, key = record["conversations"], "conversations"
+    elif "prompt" in record:
+        messages = []
+        if record.get("system") is not None:
+            messages.append({"role": "system", "content": _text(record["system"], "'system'")})
+        messages.append({"role": "user", "content": _text(record["prompt"], "'prompt'")})
+        return messages
+    else:
+        raise BadLine("no 'messages', 'conversations' or 'prompt' field")
+    if not isinstance(raw, list) or not raw:
+        raise BadLine(f"'{key}' must be a non-empty list of messages")
+    messages = []
+    for i, message in enumerate(raw):
+        where = f"{key}[{i}]"
+        if not isinstance(message, dict):
+            raise BadLine(f"{where} is {type(message).__name__}, expected an object")
+        role_key, content_key = ("from", "value") if "from" in message else ("role", "content")
+        role = message.get(role_key)
+        if not isinstance(role, str) or role.lower() not in ROLE_ALIASES:
+            raise BadLine(f"{where} has unknown role {role!r} (expected one of {', '.join(ROLE_ALIASES)})")
+        content = _text(message.get(content_key), f"{where} content")
+        messages.append({"role": ROLE_ALIASES[role.lower()], "content": content})
+    # A conversation that ends with the answer is regenerated from the turn before it.
+    while messages and messages[-1]["role"] == "assistant":
+        messages.pop()
+    if not any(m["role"] == "user" for m in messages):
+        raise BadLine(f"'{key}' has no user turn to answer")
+    return messages
+
+
+def stable_id(messages: list[dict]) -> str:
+    digest = hashlib.sha256(orjson.dumps(messages, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return f"auto-{digest[:20]}"
+
+
+def parse_line(line: bytes) -> tuple[str, list[dict]] | None:
+    """(id, messages) for one line, None for a blank line; raises BadLine."""
+    if not line.strip():
+        return None
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise BadLine(f"not valid JSON ({exc})") from exc
+    if not isinstance(record, dict):
+        raise BadLine(f"expected a JSON object, got {type(record).__name__}")
+    messages = _messages(record)
+    rid = record.get("id")
+    if rid is None:
+        rid = stable_id(messages)
+    elif isinstance(rid, bool) or not isinstance(rid, (str, int)):
+        raise BadLine(f"'id' is {type(rid).__name__}, expected a string or integer")
+    rid = str(rid)
+    if not rid.strip():
+        raise BadLine("'id' is empty")
+    return rid, messages
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    try:
+        with open(path, "rb") as fh:
+            yield from enumerate(fh, start=1)
+    except OSError as exc:
+        raise InputFileError(path, None, f"cannot read ({exc.strerror})") from exc
+
+
+def scan_dataset(source: DatasetSource, skip_bad_lines: bool = False) -> DatasetIndex:
+    """Validate every line; keep the unique ids in file order (first occurrence wins)."""
+    index = DatasetIndex(source)
+    seen: set[str] = set()
+    for lineno, line in _lines(source.path):
+        index.lines = lineno
+        try:
+            parsed = parse_line(line)
+        except BadLine as exc:
+            if not skip_bad_lines:
+                fix = "fix or remove the line, or pass --skip-bad-lines"
+                raise InputFileError(source.path, lineno, f"{exc}; {fix}") from None
+            index.bad_lines += 1
+            if len(index.first_bad) < 3:
+                index.first_bad.append(f"{source.path}:{lineno}: {exc}")
+            continue
+        if parsed is None:
+            continue
+        rid = parsed[0]
+        if rid in seen:
+            index.duplicates += 1
+            continue
+        seen.add(rid)
+        index.ids.append(rid)
+    return index
+
+
+def iter_prompts(source: DatasetSource, wanted: set[str]) -> Iterator[Prompt]:
+    """Stream the prompts whose ids are in ``wanted``, first occurrence only, in file order.
+
+    Lines that failed validation were either fatal already or are being skipped, so they are
+    passed over here without a second report.
+    """
+    remaining = set(wanted)
+    for lineno, line in _lines(source.path):
+        if not remaining:
+            return
+        try:
+            parsed = parse_line(line)
+        except BadLine:
+            continue
+        if parsed is None:
+            continue
+        rid, messages = parsed
+        if rid in remaining:
+            remaining.discard(rid)
+            yield Prompt(rid, source.name, tuple(messages), lineno)
