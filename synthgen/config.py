@@ -1,0 +1,117 @@
+"""The one configuration object of a run, validated once, with derived defaults in one place.
+
+Usage::
+
+    config = RunConfig(partition="short", server_url="http://127.0.0.1:30000", max_tokens=32768)
+    config.validate()          # raises UsageError with a one-line fix
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import UsageError
+from .selection import SAMPLE_MODES
+
+
+@dataclass
+class RunConfig:
+    # --- what to run -----------------------------------------------------------------------
+    partition: str = "short"
+    datasets: tuple[str, ...] = ()  # empty: every dataset of the partition
+    prompts_dir: Path = Path("prompts")
+    output_dir: Path = Path("outputs")
+    skip_bad_lines: bool = False
+
+    # --- how many of each dataset ------------------------------------------------------------
+    max_samples: int | None = None  # overrides the budget file for every dataset
+    budget: dict[str, int] = field(default_factory=dict)  # dataset -> max_samples, from --budget
+    budget_path: Path | None = None
+    max_tokens_per_dataset: int | None = None  # precise output-token cap per dataset
+    sample: str = "first"  # first | random
+    seed: int = 0
+
+    # --- server --------------------------------------------------------------------------------
+    server_url: str = "http://127.0.0.1:30000"
+    api_key: str | None = field(default=None, repr=False)  # never printed
+
+    # --- model and template --------------------------------------------------------------------
+    tokenizer: str | None = None  # None: the server's /model_info tokenizer_path
+    trust_remote_code: bool = False
+    chat_template_kwargs: dict = field(default_factory=dict)
+    think_start: str = "<think>"
+    think_end: str = "</think>"
+
+    # --- sampling (only what the user sets is sent, so the model's preferred params apply) -----
+    max_tokens: int = 32768
+    max_seq_len: int | None = None  # None: the server's max_model_len from /v1/models
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+
+    # --- execution -------------------------------------------------------------------------------
+    concurrency: int = 64
+    request_timeout: float = 3600.0  # one generation may take many minutes
+    connect_timeout: float = 10.0
+    max_attempts: int = 5  # per prompt, per run; outage retries do not count
+    backoff_base: float = 1.0
+    backoff_max: float = 60.0
+    server_wait: float = 600.0  # give up after this long of continuous outage
+    drain_timeout: float = 30.0  # grace for in-flight requests after SIGTERM/SIGINT
+    status_interval: float = 10.0  # seconds between status lines when stderr is not a TTY
+    log_file: Path | None = None
+    dry_run: bool = False
+
+    def validate(self) -> RunConfig:
+        positive = {
+            "--max-tokens": self.max_tokens,
+            "--concurrency": self.concurrency,
+            "--max-attempts": self.max_attempts,
+            "--request-timeout": self.request_timeout,
+            "--status-interval": self.status_interval,
+        }
+        for flag, value in positive.items():
+            if value is None or value <= 0 or (isinstance(value, float) and not math.isfinite(value)):
+                raise UsageError(f"{flag} must be a positive number, got {value}")
+        optional = {"--max-seq-len": self.max_seq_len, "--max-tokens-per-dataset": self.max_tokens_per_dataset}
+        for flag, value in optional.items():
+            if value is not None and value <= 0:
+                raise UsageError(f"{flag} must be a positive number, got {value}")
+        if self.max_samples is not None and self.max_samples < 0:
+            raise UsageError(f"--max-samples must be 0 or more, got {self.max_samples}")
+        for flag, value in {"--server-wait": self.server_wait, "--drain-timeout": self.drain_timeout}.items():
+            if value < 0:
+                raise UsageError(f"{flag} must be 0 or more, got {value}")
+        if self.sample not in SAMPLE_MODES:
+            raise UsageError(f"--sample must be one of {', '.join(SAMPLE_MODES)}")
+        if self.temperature is not None and not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise UsageError(f"--temperature must be 0 or more, got {self.temperature}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise UsageError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if self.top_k is not None and not (self.top_k == -1 or self.top_k >= 1):
+            raise UsageError(f"--top-k must be -1 or at least 1, got {self.top_k}")
+        if not self.think_start or not self.think_end:
+            raise UsageError("--think-start and --think-end must not be empty")
+        if not self.server_url.startswith(("http://", "https://")):
+            raise UsageError(f"--server-url must start with http:// or https://, got {self.server_url!r}")
+        return self
+
+    def cap_for(self, dataset: str) -> int | None:
+        """The sample cap of one dataset: --max-samples wins over the budget file."""
+        if self.max_samples is not None:
+            return self.max_samples
+        if self.budget_path is not None:
+            if dataset not in self.budget:
+                raise UsageError(
+                    f"{self.budget_path}: no entry for dataset '{dataset}'; "
+                    "rerun compute_budget.py for it, or pass --max-samples N"
+                )
+            return self.budget[dataset]
+        return None
+
+    def sampling_params(self) -> dict:
+        """The user-chosen sampling keys, by SGLang's names; max_new_tokens is set per request."""
+        chosen = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
+        return {k: v for k, v in chosen.items() if v is not None}
