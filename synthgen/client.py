@@ -1,0 +1,221 @@
+"""The SGLang HTTP client: payloads, responses, and error classification.
+
+httpx exceptions and HTTP statuses are translated here, and only here, into:
+
+    Transient(outage=True)    connection refused/reset, timeouts, 502/503/504: the server may
+                              be down; the runner checks /health and waits for it
+    Transient(outage=False)   other 5xx, and 200 responses whose finish_reason is "abort"
+    Rejected                  any other 4xx: this prompt's permanent failure
+    AuthError                 401/403: the whole run stops
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import httpx
+import orjson
+
+from .errors import AuthError, ServerError
+
+OUTAGE_STATUSES = frozenset({502, 503, 504})
+
+
+class RequestFailure(Exception):
+    """One attempt at one prompt failed; ``kind`` is a short machine-readable label."""
+
+    def __init__(self, kind: str, message: str, status: int | None = None):
+        super().__init__(message)
+        self.kind, self.message, self.status = kind, message, status
+
+
+class Transient(RequestFailure):
+    def __init__(self, kind: str, message: str, status: int | None = None, outage: bool = False):
+        super().__init__(kind, message, status)
+        self.outage = outage
+
+
+class Rejected(RequestFailure):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    text: str
+    output_ids: list[int] | None  # absent before SGLang 0.5
+    finish_reason: dict
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int | None
+    server_latency: float | None
+    request_id: str | None
+
+    @property
+    def finish_type(self) -> str:
+        return self.finish_reason.get("type", "")
+
+
+def build_payload(input_ids: list[int], max_new_tokens: int, sampling: dict, rid: str | None = None) -> dict:
+    """One prompt per request, as token ids, with only keys SGLang (and its router) accept.
+
+    ``skip_special_tokens`` is off so think tags that are special tokens stay in the text.
+    """
+    params = {"max_new_tokens": int(max_new_tokens), "skip_special_tokens": False, **sampling}
+    payload = {"input_ids": input_ids, "sampling_params": params}
+    if rid is not None:
+        payload["rid"] = rid
+    return payload
+
+
+def new_rid() -> str:
+    """A fresh request id per attempt: SGLang rejects a rid that is still in flight."""
+    return f"synthgen-{uuid.uuid4().hex}"
+
+
+def error_message(body: bytes) -> str:
+    """The human part of any SGLang/router error body shape (see sglang_api.md §1.4)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body.decode(errors="replace").strip()[:500] or "(empty body)"
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, str):
+            return err[:500]
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err["message"][:500]
+        if isinstance(data.get("message"), str):
+            return data["message"][:500]
+    return body.decode(errors="replace").strip()[:500]
+
+
+def parse_generation(status: int, body: bytes) -> Generation:
+    """Turn one /generate answer into a Generation or raise the matching RequestFailure."""
+    if status in (401, 403):
+        raise AuthError(
+            f"the server refused the API key (HTTP {status}: {error_message(body)}); "
+            "set SGLANG_API_KEY or pass --api-key with the key the server was started with"
+        )
+    if status >= 500:
+        message = f"HTTP {status}: {error_message(body)}"
+        raise Transient(f"http_{status}", message, status, outage=status in OUTAGE_STATUSES)
+    if status != 200:
+        raise Rejected(f"http_{status}", f"HTTP {status}: {error_message(body)}", status)
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise Transient("bad_response", f"response is not JSON: {body[:200]!r}", status) from None
+    if isinstance(data, list) and len(data) == 1:
+        data = data[0]
+    meta = data.get("meta_info") if isinstance(data, dict) else None
+    if not isinstance(meta, dict) or not isinstance(data.get("text"), str):
+        raise Transient("bad_response", f"response has no text/meta_info: {body[:200]!r}", status)
+    finish = meta.get("finish_reason") or {}
+    if isinstance(finish, str):  # very old servers sent a bare string
+        finish = {"type": finish}
+    if finish.get("type") == "abort":
+        code = finish.get("status_code")
+        raise Transient(
+            "abort",
+            f"server aborted the request: {finish.get('message') or 'Aborted'}",
+            code if isinstance(code, int) else None,
+            outage=isinstance(code, int) and code in OUTAGE_STATUSES,
+        )
+    output_ids = data.get("output_ids")
+    completion = meta.get("completion_tokens")
+    if not isinstance(completion, int):
+        completion = len(output_ids) if isinstance(output_ids, list) else 0
+    return Generation(
+        text=data["text"],
+        output_ids=output_ids if isinstance(output_ids, list) else None,
+        finish_reason=finish,
+        prompt_tokens=int(meta.get("prompt_tokens") or 0),
+        completion_tokens=completion,
+        cached_tokens=meta.get("cached_tokens") if isinstance(meta.get("cached_tokens"), int) else None,
+        server_latency=meta.get("e2e_latency") if isinstance(meta.get("e2e_latency"), (int, float)) else None,
+        request_id=meta.get("id") if isinstance(meta.get("id"), str) else None,
+    )
+
+
+class SGLangClient:
+    """One AsyncClient for the whole run, sized for ``concurrency`` long generations."""
+
+    def __init__(self, base_url: str, api_key: str | None, concurrency: int,
+                 request_timeout: float, connect_timeout: float = 10.0):
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # httpx's defaults (5 s read timeout, 100 connections) would time out every long
+        # generation and queue requests beyond 100; the runner's semaphore bounds in-flight
+        # work, so the pool only needs a little headroom for health checks.
+        self.http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(connect=connect_timeout, read=request_timeout, write=60.0, pool=None),
+            limits=httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4),
+            trust_env=False,  # an http_proxy meant for the internet must not swallow a local server
+        )
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def generate(self, payload: dict) -> Generation:
+        try:
+            response = await self.http.post("/generate", content=orjson.dumps(payload),
+                                            headers={"Content-Type": "application/json"})
+        except httpx.TimeoutException as exc:
+            raise Transient("timeout", f"{type(exc).__name__}: no answer in time", outage=True) from exc
+        except httpx.TransportError as exc:
+            raise Transient("connection", f"{type(exc).__name__}: {exc or 'connection lost'}", outage=True) from exc
+        return parse_generation(response.status_code, response.content)
+
+    async def healthy(self) -> bool:
+        try:
+            response = await self.http.get("/health", timeout=httpx.Timeout(30.0))
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    async def _get_json(self, path: str) -> dict | None:
+        """GET a JSON endpoint: None on 404, ServerError when the server cannot be reached."""
+        try:
+            response = await self.http.get(path, timeout=httpx.Timeout(30.0))
+        except httpx.HTTPError as exc:
+            raise ServerError(
+                f"cannot reach the SGLang server at {self.base_url} ({type(exc).__name__}); "
+                "start the server or pass --server-url URL"
+            ) from exc
+        if response.status_code in (401, 403):
+            parse_generation(response.status_code, response.content)  # raises AuthError
+        if response.status_code != 200:
+            return None
+        try:
+            data = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            return None
+        return data if isinstance(data, dict) else None
+
+    async def model_info(self) -> dict:
+        """/model_info (SGLang >= 0.5.2x), falling back to the deprecated /get_model_info."""
+        for path in ("/model_info", "/get_model_info"):
+            info = await self._get_json(path)
+            if info is not None:
+                return info
+        raise ServerError(
+            f"{self.base_url} answered neither /model_info nor /get_model_info; is it an SGLang server? "
+            "Check --server-url"
+        )
+
+    async def context_length(self) -> int | None:
+        models = await self._get_json("/v1/models")
+        for card in (models or {}).get("data") or []:
+            if isinstance(card, dict) and isinstance(card.get("max_model_len"), int):
+                return card["max_model_len"]
+        return None
+
+    async def server_info(self) -> dict:
+        for path in ("/server_info", "/get_server_info"):
+            info = await self._get_json(path)
+            if info is not None:
+                return info
+        return {}
