@@ -9,8 +9,8 @@ Layout: ``<prompts_dir>/<partition>/<dataset>.jsonl``. One JSON object per line,
 
 A conversation that ends with assistant turns is cut back to the turn before them (it is
 regenerated). A missing id becomes a stable hash of the messages. Files are streamed twice:
-``scan_dataset`` validates every line and keeps only the ids (so a bad line stops the run
-before any request), and ``iter_prompts`` yields the wanted prompts lazily.
+``scan_dataset`` validates every line and keeps only ids and byte offsets (so a bad line
+stops the run before any request), and ``PromptReader`` reads the chosen prompts lazily.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ class DatasetIndex:
 
     source: DatasetSource
     ids: list[str] = field(default_factory=list)
+    offsets: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (byte offset, line number)
     lines: int = 0
     duplicates: int = 0
     bad_lines: int = 0
@@ -188,9 +189,11 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
 def scan_dataset(source: DatasetSource, skip_bad_lines: bool = False) -> DatasetIndex:
     """Validate every line; keep the unique ids in file order (first occurrence wins)."""
     index = DatasetIndex(source)
-    seen: set[str] = set()
+    seen = index.offsets
+    offset = 0
     for lineno, line in _lines(source.path):
         index.lines = lineno
+        start, offset = offset, offset + len(line)
         try:
             parsed = parse_line(line)
         except BadLine as exc:
@@ -207,28 +210,37 @@ def scan_dataset(source: DatasetSource, skip_bad_lines: bool = False) -> Dataset
         if rid in seen:
             index.duplicates += 1
             continue
-        seen.add(rid)
+        seen[rid] = (start, lineno)
         index.ids.append(rid)
     return index
 
 
-def iter_prompts(source: DatasetSource, wanted: set[str]) -> Iterator[Prompt]:
-    """Stream the prompts whose ids are in ``wanted``, first occurrence only, in file order.
+class PromptReader:
+    """Reads single prompts by the byte offsets a scan recorded, in whatever order a run picks."""
 
-    Lines that failed validation were either fatal already or are being skipped, so they are
-    passed over here without a second report.
-    """
-    remaining = set(wanted)
-    for lineno, line in _lines(source.path):
-        if not remaining:
-            return
+    def __init__(self, index: DatasetIndex):
+        self.index = index
+        self._fh = None
+
+    def read(self, prompt_id: str) -> Prompt:
+        offset, lineno = self.index.offsets[prompt_id]
+        path = self.index.source.path
+        try:
+            if self._fh is None:
+                self._fh = open(path, "rb")
+            self._fh.seek(offset)
+            line = self._fh.readline()
+        except OSError as exc:
+            raise InputFileError(path, lineno, f"cannot read ({exc.strerror})") from exc
         try:
             parsed = parse_line(line)
-        except BadLine:
-            continue
-        if parsed is None:
-            continue
-        rid, messages = parsed
-        if rid in remaining:
-            remaining.discard(rid)
-            yield Prompt(rid, source.name, tuple(messages), lineno)
+        except BadLine as exc:
+            raise InputFileError(path, lineno, f"changed while the run was reading it ({exc})") from None
+        if parsed is None or parsed[0] != prompt_id:
+            raise InputFileError(path, lineno, "changed while the run was reading it; rerun to rescan")
+        return Prompt(prompt_id, self.index.source.name, tuple(parsed[1]), lineno)
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None

@@ -1,0 +1,219 @@
+"""Progress on stderr (a tqdm bar on a TTY, newline-terminated status lines otherwise), the
+optional --log-file, and the end-of-run summary.
+
+The bar advances when a request *finishes*. Under nohup there is no TTY, so no ``\\r``
+redraws reach the log: a status line every ``interval`` seconds with done/total, output
+tok/s over the last minute and since the start, in-flight requests, failures and ETA.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TextIO
+
+from .errors import StoreWriteError
+
+WINDOW = 60.0  # seconds of history behind the "recent" rate
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None or seconds != seconds or seconds == float("inf"):
+        return "?"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+@dataclass
+class DatasetStats:
+    name: str
+    target: int = 0  # prompts the dataset's output should hold when complete
+    already_done: int = 0  # found in raw_responses.jsonl at start
+    pending: int = 0  # taken by this run
+    done: int = 0
+    skipped: int = 0
+    failed: int = 0
+    completion_tokens: int = 0  # this run
+    first_start: float | None = None
+    last_finish: float | None = None
+    token_budget: int | None = None
+    budget_tokens_done: int = 0  # earlier runs included
+    budget_stopped: bool = False
+
+    @property
+    def wall(self) -> float:
+        if self.first_start is None or self.last_finish is None:
+            return 0.0
+        return max(self.last_finish - self.first_start, 0.0)
+
+
+class Progress:
+    def __init__(self, total: int, stream: TextIO | None = None, interval: float = 10.0,
+                 log_file: Path | None = None, tty: bool | None = None):
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.total = total
+        self.interval = interval
+        self.done = self.failed = self.skipped = 0
+        self.tokens = 0
+        self.in_flight = 0
+        self.started = time.monotonic()
+        self._recent: deque[tuple[float, int, int]] = deque()  # (time, tokens, prompts)
+        self._log = None
+        if log_file is not None:
+            try:
+                self._log = open(log_file, "a", encoding="utf-8", buffering=1)
+            except OSError as exc:
+                raise StoreWriteError(f"{log_file}: cannot open the log file ({exc.strerror})") from exc
+        self._bar = None
+        if self.tty and total:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, file=self.stream, unit="prompt", dynamic_ncols=True,
+                             mininterval=1.0, smoothing=0.1)
+
+    # --- events ----------------------------------------------------------------------------------
+    def finished(self, completion_tokens: int) -> None:
+        self.done += 1
+        self.tokens += completion_tokens
+        self._recent.append((time.monotonic(), completion_tokens, 1))
+        self._advance()
+
+    def failed_one(self) -> None:
+        self.failed += 1
+        self._advance()
+
+    def skipped_one(self) -> None:
+        self.skipped += 1
+        self._advance()
+
+    def _advance(self) -> None:
+        if self._bar is not None:
+            self._bar.update(1)
+            self._bar.set_postfix_str(self._postfix(), refresh=False)
+
+    def message(self, text: str) -> None:
+        """An event line (outage, recovery, warning) on stderr and in the log file."""
+        line = f"{self._stamp()} {text}"
+        if self._bar is not None:
+            self._bar.write(line, file=self.stream)
+        else:
+            print(line, file=self.stream, flush=True)
+        self._to_log(line)
+
+    # --- figures -----------------------------------------------------------------------------------
+    def rates(self) -> tuple[float, float]:
+        """(recent, lifetime) output tokens per second."""
+        now = time.monotonic()
+        while self._recent and now - self._recent[0][0] > WINDOW:
+            self._recent.popleft()
+        elapsed = max(now - self.started, 1e-9)
+        window = min(WINDOW, elapsed)
+        recent = sum(t for _, t, _ in self._recent) / window
+        return recent, self.tokens / elapsed
+
+    def eta(self) -> float | None:
+        now = time.monotonic()
+        remaining = self.total - self.done - self.failed - self.skipped
+        if remaining <= 0:
+            return 0.0
+        window = min(WINDOW, max(now - self.started, 1e-9))
+        recent_prompts = sum(p for _, _, p in self._recent)
+        if recent_prompts:
+            return remaining / (recent_prompts / window)
+        if self.done:
+            return remaining / (self.done / (now - self.started))
+        return None
+
+    def _postfix(self) -> str:
+        recent, _ = self.rates()
+        return f"tok/s {recent:,.0f} | in-flight {self.in_flight} | failed {self.failed}"
+
+    def status_line(self) -> str:
+        recent, lifetime = self.rates()
+        processed = self.done + self.failed + self.skipped
+        pct = 100.0 * processed / self.total if self.total else 100.0
+        return (
+            f"{self._stamp()} done {self.done}/{self.total} ({pct:.1f}%) | "
+            f"out tok/s 1m {recent:,.0f} avg {lifetime:,.0f} | in-flight {self.in_flight} | "
+            f"failed {self.failed} | skipped {self.skipped} | ETA {fmt_duration(self.eta())}"
+        )
+
+    def tick(self) -> None:
+        """Periodic: a status line where there is no bar; the log file always gets one."""
+        line = self.status_line()
+        if self._bar is None:
+            print(line, file=self.stream, flush=True)
+        else:
+            self._bar.set_postfix_str(self._postfix())
+        self._to_log(line)
+
+    def print_block(self, text: str) -> None:
+        """Multi-line output (plan, summary) to stderr and the log."""
+        if self._bar is not None:
+            self._bar.clear()
+        print(text, file=self.stream, flush=True)
+        if self._log is not None:
+            self._to_log(text)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    @staticmethod
+    def _stamp() -> str:
+        return datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+
+    def _to_log(self, line: str) -> None:
+        if self._log is None:
+            return
+        try:
+            self._log.write(line + "\n")
+        except OSError:
+            pass  # the log is a convenience; a full disk is caught where results are written
+
+
+def summary_table(stats: list[DatasetStats], wall: float) -> str:
+    header = ("dataset", "done", "total", "this run", "skipped", "failed", "out tokens", "tok/s", "wall")
+    rows = []
+    for s in stats:
+        complete = s.already_done + s.done
+        rate = s.completion_tokens / s.wall if s.wall > 0 else 0.0
+        rows.append((s.name, f"{complete:,}", f"{s.target:,}", f"{s.done:,}", f"{s.skipped:,}",
+                     f"{s.failed:,}", f"{s.completion_tokens:,}", f"{rate:,.0f}", fmt_duration(s.wall)))
+    total_tokens = sum(s.completion_tokens for s in stats)
+    rows.append(("TOTAL", f"{sum(s.already_done + s.done for s in stats):,}", f"{sum(s.target for s in stats):,}",
+                 f"{sum(s.done for s in stats):,}", f"{sum(s.skipped for s in stats):,}",
+                 f"{sum(s.failed for s in stats):,}", f"{total_tokens:,}",
+                 f"{total_tokens / wall if wall > 0 else 0:,.0f}", fmt_duration(wall)))
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    def fmt(row) -> str:
+        cells = zip(row, widths, strict=True)
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(cells))
+
+    lines = [fmt(r) for r in [header, *rows]]
+    lines.insert(1, "-" * len(lines[0]))
+    lines.insert(len(lines) - 1, "-" * len(lines[0]))
+    notes = []
+    for s in stats:
+        if s.token_budget is not None:
+            over = s.budget_tokens_done - s.token_budget
+            state = f"overshot by {over:,}" if over > 0 else f"{-over:,} under"
+            reached = "reached" if s.budget_stopped else "not reached"
+            notes.append(f"{s.name}: token budget {s.token_budget:,} {reached}; "
+                         f"{s.budget_tokens_done:,} output tokens in total ({state})")
+    return "\n".join(lines + notes)
