@@ -76,6 +76,11 @@ class Progress:
             except OSError as exc:
                 raise StoreWriteError(f"{log_file}: cannot open the log file ({exc.strerror})") from exc
         self._bar = None
+
+    def start(self, total: int) -> None:
+        """Begin counting: the bar (on a TTY) and the rates start now."""
+        self.total = total
+        self.started = time.monotonic()
         if self.tty and total:
             from tqdm import tqdm
 

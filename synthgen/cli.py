@@ -1,0 +1,203 @@
+"""Command line of run_inference.py: arguments -> RunConfig -> Runner -> exit code."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import orjson
+
+from . import __version__
+from .budget import parse_count
+from .config import RunConfig
+from .errors import EXIT_SIGINT, SynthgenError, UsageError
+from .runner import Runner
+from .selection import SAMPLE_MODES
+
+PROG = "run_inference.py"
+
+EXAMPLES = """\
+examples:
+  # every dataset of the 'short' partition, 64 requests in flight
+  python run_inference.py --partition short --max-tokens 32768 --concurrency 64
+
+  # cap each dataset to its first 2,636 prompts; rerun the same command to resume
+  python run_inference.py --partition long --max-samples 2636
+
+  # per-dataset caps from compute_budget.py, unattended, with a log file
+  nohup python run_inference.py --partition all --budget budget.json \\
+        --log-file outputs/run.log > outputs/nohup.out 2>&1 &
+
+  # stop each dataset at 10M output tokens (earlier runs included)
+  python run_inference.py --partition short --max-tokens-per-dataset 10M
+
+  # Kimi-K2.5 with thinking on; see what would be sent without sending anything
+  python run_inference.py --partition short --dataset glaive \\
+        --chat-template-kwargs '{"thinking": true}' --dry-run
+
+exit codes:
+  0 done   1 some prompts failed (errors.jsonl; rerun retries)   2 bad arguments or input
+  3 server unreachable / gave up / API key refused   4 dataset locked by another run
+  5 write error (disk full, permissions)   130/143 stopped by SIGINT/SIGTERM (rerun resumes)
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Generate reasoning + answer for every prompt of the selected datasets through an SGLang "
+        "server's /generate endpoint. Results are appended to outputs/<dataset>/raw_responses.jsonl; "
+        "a rerun skips the ids already there.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g = p.add_argument_group("input and output")
+    g.add_argument("--partition", default="all",
+                   help="partition folder under --prompts-dir (e.g. short, long), or 'all' (default: all)")
+    g.add_argument("--dataset", action="append", default=[], metavar="NAME",
+                   help="only this dataset (file stem); repeatable (default: every dataset of the partition)")
+    g.add_argument("--prompts-dir", type=Path, default=Path("prompts"), help="default: prompts")
+    g.add_argument("--output-dir", type=Path, default=Path("outputs"), help="default: outputs")
+    g.add_argument("--skip-bad-lines", action="store_true",
+                   help="count and skip malformed prompt lines instead of stopping before the run")
+
+    g = p.add_argument_group("how many prompts")
+    g.add_argument("--max-samples", type=int, metavar="N",
+                   help="cap every dataset to N prompts (first N in file order, or see --sample); completed ids "
+                        "count toward N. Overrides --budget")
+    g.add_argument("--budget", type=Path, metavar="FILE",
+                   help="per-dataset max_samples from compute_budget.py --out FILE")
+    g.add_argument("--max-tokens-per-dataset", metavar="N",
+                   help="stop launching a dataset's prompts once its output tokens (earlier runs included) plus the "
+                        "expected tokens of its in-flight requests reach N (accepts 10M, 2.5B, 500K)")
+    g.add_argument("--sample", choices=SAMPLE_MODES, default="first",
+                   help="first: file order (default); random: by a stable hash of (seed, id)")
+    g.add_argument("--seed", type=int, default=0, help="seed of --sample random (default: 0)")
+
+    g = p.add_argument_group("server")
+    g.add_argument("--server-url", default="http://127.0.0.1:30000", help="default: http://127.0.0.1:30000")
+    g.add_argument("--api-key", default=None,
+                   help="sent as 'Authorization: Bearer'; default: $SGLANG_API_KEY. Never printed")
+    g.add_argument("--concurrency", type=int, default=64,
+                   help="requests in flight, all datasets together (default: 64)")
+    g.add_argument("--request-timeout", type=float, default=3600.0,
+                   help="seconds to wait for one generation (default: 3600)")
+    g.add_argument("--max-attempts", type=int, default=5,
+                   help="attempts per prompt for retryable errors; outage time does not count (default: 5)")
+    g.add_argument("--server-wait", type=float, default=600.0,
+                   help="seconds of continuous outage before giving up (default: 600)")
+    g.add_argument("--drain-timeout", type=float, default=30.0,
+                   help="seconds in-flight requests get to finish after SIGTERM/SIGINT (default: 30)")
+
+    g = p.add_argument_group("model and template")
+    g.add_argument("--tokenizer", help="tokenizer path or name (default: the tokenizer_path the server reports)")
+    g.add_argument("--trust-remote-code", action="store_true", help="allow the tokenizer's own code")
+    g.add_argument("--chat-template-kwargs", default="{}", metavar="JSON",
+                   help='extra chat template variables, e.g. \'{"thinking": true}\' or \'{"enable_thinking": true}\'')
+    g.add_argument("--think-start", default="<think>", help="opening reasoning tag (default: <think>)")
+    g.add_argument("--think-end", default="</think>", help="closing reasoning tag (default: </think>)")
+
+    g = p.add_argument_group("sampling")
+    g.add_argument("--max-tokens", type=int, default=32768,
+                   help="max_new_tokens per request, reduced to fit --max-seq-len (default: 32768)")
+    g.add_argument("--max-seq-len", type=int,
+                   help="prompt + completion limit (default: the server's max_model_len from /v1/models)")
+    g.add_argument("--temperature", type=float, help="default: the model's preferred value on the server")
+    g.add_argument("--top-p", type=float, help="default: the server's")
+    g.add_argument("--top-k", type=int, help="default: the server's")
+
+    g = p.add_argument_group("running")
+    g.add_argument("--dry-run", action="store_true",
+                   help="load, select and tokenize a sample; print the plan and the first request; send nothing")
+    g.add_argument("--log-file", type=Path, help="also append status lines and events to this file")
+    g.add_argument("--status-interval", type=float, default=10.0,
+                   help="seconds between status lines when stderr is not a terminal (default: 10)")
+    g.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    g.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return p
+
+
+def load_budget(path: Path) -> dict[str, int]:
+    """dataset -> max_samples from a compute_budget.py plan file."""
+    try:
+        data = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise UsageError(f"{path}: budget file not found; create it with compute_budget.py --out {path}") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the budget file ({exc.strerror})") from None
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc}); recreate it with compute_budget.py --out {path}") from None
+    datasets = data.get("datasets") if isinstance(data, dict) else None
+    if not isinstance(datasets, dict):
+        raise UsageError(f"{path}: no 'datasets' object; recreate it with compute_budget.py --out {path}")
+    caps = {}
+    for name, entry in datasets.items():
+        value = entry.get("max_samples") if isinstance(entry, dict) else None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise UsageError(f"{path}: dataset '{name}' has no valid max_samples (a whole number, 0 or more)")
+        caps[name] = value
+    return caps
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    try:
+        template_kwargs = orjson.loads(args.chat_template_kwargs)
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"--chat-template-kwargs is not valid JSON ({exc}); e.g. '{{\"thinking\": true}}'") from None
+    if not isinstance(template_kwargs, dict):
+        raise UsageError("--chat-template-kwargs must be a JSON object, e.g. '{\"thinking\": true}'")
+    token_cap = None
+    if args.max_tokens_per_dataset is not None:
+        token_cap = parse_count(args.max_tokens_per_dataset, "--max-tokens-per-dataset")
+    return RunConfig(
+        partition=args.partition,
+        datasets=tuple(args.dataset),
+        prompts_dir=args.prompts_dir,
+        output_dir=args.output_dir,
+        skip_bad_lines=args.skip_bad_lines,
+        max_samples=args.max_samples,
+        budget=load_budget(args.budget) if args.budget else {},
+        budget_path=args.budget,
+        max_tokens_per_dataset=token_cap,
+        sample=args.sample,
+        seed=args.seed,
+        server_url=args.server_url,
+        api_key=args.api_key if args.api_key is not None else os.environ.get("SGLANG_API_KEY") or None,
+        tokenizer=args.tokenizer,
+        trust_remote_code=args.trust_remote_code,
+        chat_template_kwargs=template_kwargs,
+        think_start=args.think_start,
+        think_end=args.think_end,
+        max_tokens=args.max_tokens,
+        max_seq_len=args.max_seq_len,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        concurrency=args.concurrency,
+        request_timeout=args.request_timeout,
+        max_attempts=args.max_attempts,
+        server_wait=args.server_wait,
+        drain_timeout=args.drain_timeout,
+        status_interval=args.status_interval,
+        log_file=args.log_file,
+        dry_run=args.dry_run,
+    ).validate()
+
+
+def main(argv: list[str] | None = None, stream=None, tty: bool | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    stream = stream or sys.stderr
+    try:
+        config = config_from_args(args)
+        return asyncio.run(Runner(config, stream, tty).run())
+    except SynthgenError as exc:
+        if args.debug:
+            raise
+        print(f"{PROG}: error: {exc}", file=stream, flush=True)
+        return exc.exit_code
+    except KeyboardInterrupt:  # Ctrl-C before the run installed its own handler: nothing was written
+        print(f"{PROG}: interrupted", file=stream, flush=True)
+        return EXIT_SIGINT
