@@ -1,0 +1,105 @@
+"""Result files: torn-line repair, whole-line appends that never leave half a record, the lock."""
+
+import os
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from synthgen.errors import RunLockedError, StoreWriteError
+from synthgen.store import DatasetStore
+
+
+def row(i, tokens=10):
+    return orjson.dumps({"id": f"p{i}", "completion_tokens": tokens}) + b"\n"
+
+
+def make(tmp_path, content: bytes) -> DatasetStore:
+    store = DatasetStore(tmp_path, "ds")
+    store.dir.mkdir(parents=True, exist_ok=True)
+    store.results_path.write_bytes(content)
+    return store
+
+
+def test_a_torn_last_line_is_moved_aside_before_anything_is_appended(tmp_path):
+    store = make(tmp_path, row(1) + row(2) + b'{"id": "p3", "content": "half')
+    state = store.recover()
+    assert state.done == {"p1", "p2"} and "torn" in state.repaired
+    store.append_result({"id": "p3"})
+    store.close()
+    lines = store.results_path.read_bytes().splitlines()
+    assert [orjson.loads(x)["id"] for x in lines] == ["p1", "p2", "p3"]
+    assert (store.dir / "raw_responses.jsonl.torn").read_bytes() == b'{"id": "p3", "content": "half\n'
+
+
+def test_a_complete_last_record_without_newline_is_kept(tmp_path):
+    store = make(tmp_path, row(1) + row(2).rstrip(b"\n"))
+    state = store.recover()
+    assert state.done == {"p1", "p2"} and state.completion_tokens == 20
+    store.append_result({"id": "p3"})
+    store.close()
+    assert len(store.results_path.read_bytes().splitlines()) == 3
+
+
+def test_dry_run_recovery_changes_nothing(tmp_path):
+    content = row(1) + b'{"id": "p2", "con'
+    store = make(tmp_path, content)
+    assert store.recover(repair=False).done == {"p1"}
+    assert store.results_path.read_bytes() == content
+
+
+def test_unreadable_middle_lines_are_reported_not_fatal(tmp_path):
+    store = make(tmp_path, row(1) + b"garbage\n" + row(2))
+    state = store.recover()
+    assert state.done == {"p1", "p2"} and state.bad_lines == [2]
+
+
+def test_a_failed_write_is_cut_back_and_reported(tmp_path, monkeypatch):
+    store = make(tmp_path, row(1))
+    store.recover()
+    real_write = os.write
+
+    def short_then_fail(fd, data):
+        if len(data) > 5:
+            return real_write(fd, bytes(data[:5]))  # a partial write, then the disk is full
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", short_then_fail)
+    with pytest.raises(StoreWriteError, match="write failed \\(disk full\\); everything before this record is intact"):
+        store.append_result({"id": "p2", "content": "x" * 100})
+    monkeypatch.undo()
+    store.close()
+    assert store.results_path.read_bytes() == row(1)
+
+
+def test_error_rows_of_completed_prompts_are_dropped(tmp_path):
+    store = make(tmp_path, row(1))
+    store.errors_path.write_bytes(b'{"id": "p1", "error": "x"}\n{"id": "p9", "error": "y"}\n')
+    store.compact_errors({"p1"})
+    assert [orjson.loads(x)["id"] for x in store.errors_path.read_bytes().splitlines()] == ["p9"]
+
+
+def test_a_second_process_is_refused_with_the_holder_pid(tmp_path):
+    store = DatasetStore(tmp_path, "ds")
+    store.lock()
+    code = (
+        "import sys; from synthgen.store import DatasetStore; from synthgen.errors import RunLockedError\n"
+        f"try: DatasetStore({str(tmp_path)!r}, 'ds').lock()\n"
+        "except RunLockedError as e: print(e); sys.exit(4)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 4
+    assert f"another run (pid {os.getpid()}) is writing dataset 'ds'" in result.stdout
+    store.close()
+    again = DatasetStore(tmp_path, "ds")
+    again.lock()  # released on close
+    again.close()
+
+
+def test_the_lock_is_refused_within_one_process_too(tmp_path):
+    first = DatasetStore(tmp_path, "ds")
+    first.lock()
+    with pytest.raises(RunLockedError):
+        DatasetStore(tmp_path, "ds").lock()
+    first.close()
