@@ -30,8 +30,13 @@ def load_tokenizer(name_or_path: str, trust_remote_code: bool = False):
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    if name_or_path.startswith(("/", "./", "../", "~")) and not Path(name_or_path).expanduser().is_dir():
+        raise TokenizerError(
+            f"tokenizer folder {name_or_path} not found; pass --tokenizer PATH to a folder with tokenizer files "
+            "(default: the tokenizer_path the server reports)"
+        )
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(name_or_path), trust_remote_code=trust_remote_code)
     except Exception as exc:  # transformers raises OSError, ValueError, ImportError... for one cause
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TokenizerError(
