@@ -1,0 +1,171 @@
+"""Tiny chat tokenizers built offline at test time.
+
+This module owns the test tokenizers: a byte-level BPE trained in well under a second on Python
+standard-library sources (always on disk, so nothing comes from a hub), saved as a Hugging Face
+tokenizer directory with a chat template and a ``config.json`` carrying the model vocab size.
+
+Two chat styles mirror the two reasoning conventions a client has to handle:
+
+- ``chatml`` (Qwen3-like): the generation prompt is ``<|im_start|>assistant\\n`` and the model
+  writes both ``<think>`` and ``</think>``.
+- ``kimi`` (Kimi-K2.5-like): the generation prompt already ends with ``<think>`` (or with
+  ``<think></think>`` when the template kwarg ``thinking`` is false), so the model writes only
+  ``</think>``.
+
+``think_special=False`` keeps ``<think>``/``</think>`` single tokens but not special ones, so
+``skip_special_tokens`` leaves them in decoded text. ``bos=True`` makes the tokenizer behave like
+Llama: the template starts with ``{{ bos_token }}`` *and* encoding adds BOS, which is what makes a
+doubled BOS possible when a client tokenizes a rendered template as text.
+
+Building is cached per output directory: a finished build leaves a stamp file recording its
+arguments, and a directory with a matching stamp is reused as is.
+"""
+
+from __future__ import annotations
+
+import json
+import sysconfig
+from pathlib import Path
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+BOS = "<|endoftext|>"
+EOS = "<|im_end|>"
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+KIMI_ROLE_TOKENS = ["<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>"]
+
+STYLES = ("chatml", "kimi")
+BPE_VOCAB_SIZE = 2048
+# The standard library sources are sorted so the corpus (and thus every token id) is the same on
+# every run on a given Python install; 40 files (~1 MB) train in a fraction of a second.
+CORPUS_FILES = 40
+MAX_POSITION_EMBEDDINGS = 4096
+STAMP_FILE = "tiny_tokenizer_build.json"
+
+CHATML_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{ '<|im_start|>assistant\\n' }}"
+    # Qwen3 disables thinking by pre-filling an empty think block.
+    "{%- if enable_thinking is defined and enable_thinking is false -%}"
+    "{{ '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif -%}"
+    "{%- endif -%}"
+)
+
+KIMI_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'system' -%}{{ '<|im_system|>system<|im_middle|>' }}"
+    "{%- elif message['role'] == 'user' -%}{{ '<|im_user|>user<|im_middle|>' }}"
+    "{%- else -%}{{ '<|im_assistant|>' + message['role'] + '<|im_middle|>' }}"
+    "{%- endif -%}"
+    "{{ message['content'] + '<|im_end|>' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{ '<|im_assistant|>assistant<|im_middle|>' }}"
+    # Kimi-K2.5 pre-fills the opening tag: thinking is on unless the kwarg says false.
+    "{%- if thinking is defined and thinking is false -%}{{ '<think></think>' }}"
+    "{%- else -%}{{ '<think>' }}"
+    "{%- endif -%}"
+    "{%- endif -%}"
+)
+
+
+def build_tokenizer(out_dir: Path, style: str = "chatml", think_special: bool = True, bos: bool = False) -> Path:
+    """Build (or reuse) a tiny chat tokenizer in ``out_dir`` and return ``out_dir``.
+
+    The directory loads with ``transformers.AutoTokenizer.from_pretrained(out_dir)`` offline and
+    holds a ``config.json`` with ``vocab_size`` (tokenizer length rounded up to a multiple of 64,
+    as real checkpoints pad their embedding tables), ``max_position_embeddings`` and ``model_type``.
+    """
+    if style not in STYLES:
+        raise ValueError(f"unknown style {style!r}; expected one of {STYLES}")
+    out_dir = Path(out_dir)
+    build_args = {"style": style, "think_special": think_special, "bos": bos}
+    stamp = out_dir / STAMP_FILE
+    if stamp.exists() and json.loads(stamp.read_text()) == build_args:
+        return out_dir
+
+    # transformers is imported here, not at module level, so the simulator's import of this
+    # module's constants stays cheap and free of its start-up warning.
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = _train_bpe(style, think_special)
+    if bos:
+        bos_id = tokenizer.token_to_id(BOS)
+        tokenizer.post_processor = processors.Sequence(
+            [
+                processors.ByteLevel(trim_offsets=False),
+                processors.TemplateProcessing(
+                    single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, bos_id)]
+                ),
+            ]
+        )
+    extra_special = ["<|im_start|>"]
+    if think_special:
+        extra_special += [THINK_OPEN, THINK_CLOSE]
+    if style == "kimi":
+        extra_special += KIMI_ROLE_TOKENS
+    hf_tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=BOS,
+        extra_special_tokens=extra_special,
+        model_max_length=MAX_POSITION_EMBEDDINGS,
+    )
+    template = CHATML_TEMPLATE if style == "chatml" else KIMI_TEMPLATE
+    hf_tokenizer.chat_template = ("{{ bos_token }}" if bos else "") + template
+    out_dir.mkdir(parents=True, exist_ok=True)
+    hf_tokenizer.save_pretrained(out_dir)
+    config = {
+        "vocab_size": (len(hf_tokenizer) + 63) // 64 * 64,
+        "max_position_embeddings": MAX_POSITION_EMBEDDINGS,
+        "model_type": "qwen2",
+    }
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    # Written last: its presence means every other file of the build is complete.
+    stamp.write_text(json.dumps(build_args) + "\n")
+    return out_dir
+
+
+def build_all(root: Path) -> dict[str, Path]:
+    """Build the three variants tests usually need, in subfolders of ``root``."""
+    root = Path(root)
+    return {
+        "chatml": build_tokenizer(root / "chatml", style="chatml"),
+        "kimi": build_tokenizer(root / "kimi", style="kimi"),
+        "chatml-nonspecial": build_tokenizer(root / "chatml-nonspecial", style="chatml", think_special=False),
+    }
+
+
+def _train_bpe(style: str, think_special: bool) -> Tokenizer:
+    special = [BOS, "<|im_start|>", EOS]
+    if think_special:
+        special += [THINK_OPEN, THINK_CLOSE]
+    if style == "kimi":
+        special += KIMI_ROLE_TOKENS
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=BPE_VOCAB_SIZE,
+        special_tokens=special,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_corpus(), trainer=trainer)
+    if not think_special:
+        # Ordinary added tokens: still matched as one token on encode, kept by skip_special_tokens.
+        tokenizer.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in (THINK_OPEN, THINK_CLOSE)])
+    return tokenizer
+
+
+def _corpus():
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for path in sorted(stdlib.glob("*.py"))[:CORPUS_FILES]:
+        yield path.read_text(encoding="utf-8", errors="ignore")
