@@ -1,0 +1,195 @@
+"""Start, stop and query ``tests/sglang_sim.py`` processes from tests.
+
+This module owns the simulator's process lifecycle as seen by a test: ``start_sim`` launches
+``python tests/sglang_sim.py`` with the current interpreter, waits for its ``SIM READY`` line and
+returns a ``Sim`` handle. The handle carries an httpx client bound to the simulator's URL, wraps
+the ``/sim/*`` control endpoints, stops or kills the process (by its own pid only) and can restart
+it on the same port, as a server restart test needs. A ``Sim`` is a context manager that stops
+the process on exit.
+
+Usage::
+
+    with start_sim(tokenizer_dir, "--context-length", "256") as sim:
+        sim.client.post("/generate", json={"input_ids": [1, 2, 3]})
+        sim.configure(rate_503=0.5)
+        wait_until(lambda: sim.stats()["in_flight"] == 0)
+
+The simulator's stderr goes to an anonymous temporary file (``sim.log_text()`` reads it), so a
+chatty server can never block on a full pipe.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+
+SIM_SCRIPT = Path(__file__).with_name("sglang_sim.py")
+HOST = "127.0.0.1"
+# Generous: a loaded CI machine can take seconds to start Python and load the tokenizer.
+READY_TIMEOUT = 60.0
+STOP_TIMEOUT = 15.0
+CLIENT_TIMEOUT = 60.0
+
+T = TypeVar("T")
+
+
+class SimStartError(RuntimeError):
+    """The simulator exited or stayed silent instead of announcing that it listens."""
+
+
+class Sim:
+    """A running simulator process; build it with ``start_sim``."""
+
+    def __init__(self, tokenizer_dir: Path, args: list[str], env: dict[str, str] | None):
+        self.tokenizer_dir = Path(tokenizer_dir)
+        self.args = list(args)
+        self.env = None if env is None else {**os.environ, **env}
+        self._log = tempfile.TemporaryFile()
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+        self._launch(port=None)
+        # Shared and kept alive: a fresh httpx client per request costs ~25 ms building its SSL context.
+        self.client = httpx.Client(base_url=self.url, timeout=CLIENT_TIMEOUT)
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    # -- querying
+
+    def stats(self) -> dict:
+        """``GET /sim/stats``: generate_requests, completed, in_flight, by_outcome, prompt_counts."""
+        return self._control("GET", "/sim/stats")
+
+    def configure(self, **changes) -> dict:
+        """``POST /sim/config`` (rate_503, rate_drop, rate_abort, rate_slow, slow_seconds,
+        token_delay, fail_first_n); returns the whole new fault configuration."""
+        return self._control("POST", "/sim/config", json=changes)
+
+    def reset(self) -> None:
+        """``POST /sim/reset``: zero the statistics and restore the start-up fault settings."""
+        self._control("POST", "/sim/reset")
+
+    def log_text(self) -> str:
+        """Everything the simulator wrote to stderr so far."""
+        fd = self._log.fileno()
+        # pread leaves the offset the child shares with us untouched.
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
+
+    # -- lifecycle
+
+    def stop(self) -> int:
+        """SIGTERM, then SIGKILL if it does not exit in time; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.wait()
+
+    def kill(self) -> int:
+        """SIGKILL, as a crashed server would vanish; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        return self.proc.wait()
+
+    def wait_exit(self, timeout: float = STOP_TIMEOUT) -> int:
+        """Wait for the process to exit on its own (e.g. after a crash); returns the exit code."""
+        return self.proc.wait(timeout)
+
+    def restart(self) -> None:
+        """Stop the server and start a fresh one with the same arguments on the same port."""
+        self.stop()
+        self.proc.stdout.close()
+        self._launch(port=self.port)
+
+    def close(self) -> None:
+        """Stop the process and release the handle's resources."""
+        self.stop()
+        self.proc.stdout.close()
+        self.client.close()
+        self._log.close()
+
+    def __enter__(self) -> Sim:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # -- internals
+
+    def _launch(self, port: int | None) -> None:
+        command = [sys.executable, str(SIM_SCRIPT), "--tokenizer-dir", str(self.tokenizer_dir)]
+        # A later --port wins over one in args, which is how a restart pins the old port.
+        pinned = [] if port is None else ["--port", str(port)]
+        self.proc = subprocess.Popen(
+            [*command, *self.args, *pinned],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=self.env,
+        )
+        line = self._read_ready_line()
+        if not line.startswith("SIM READY port="):
+            self.kill()
+            raise SimStartError(f"simulator did not start: {line!r}\n{self.log_text()}")
+        self.port = int(line.split()[2].removeprefix("port="))
+
+    def _read_ready_line(self) -> str:
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + READY_TIMEOUT
+        received = b""
+        while b"\n" not in received:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                break
+            chunk = os.read(fd, 4096)
+            if not chunk:  # the process exited
+                break
+            received += chunk
+        return received.decode(errors="replace").strip()
+
+    def _control(self, method: str, path: str, json: dict | None = None) -> dict:
+        response = self.client.request(method, path, json=json)
+        response.raise_for_status()
+        return response.json()
+
+
+def start_sim(tokenizer_dir: Path, *args: str, env: dict[str, str] | None = None) -> Sim:
+    """Start ``tests/sglang_sim.py --tokenizer-dir DIR *args`` and wait until it listens.
+
+    ``args`` are further simulator options as strings (``"--api-key", "k"``). ``env``, if given,
+    is added to the current environment. Raises ``SimStartError`` with the simulator's stderr if
+    it does not announce readiness within ``READY_TIMEOUT`` seconds.
+    """
+    return Sim(tokenizer_dir, list(args), env)
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.01, what: str = "") -> T:
+    """Poll ``predicate`` until it returns something truthy, and return that.
+
+    For event-based waits in tests (``wait_until(lambda: sim.stats()["in_flight"] == 1)``): the
+    timeout is a generous safety net, never what decides the outcome.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {timeout} s: {what or predicate}")
+        time.sleep(interval)
