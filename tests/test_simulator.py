@@ -1,0 +1,607 @@
+"""Tests of the SGLang simulator itself, over real HTTP, against sglang_api.md.
+
+Every expectation here is written from the protocol reference, not read back from the
+simulator's code, so a drift between the two shows up as a failure. Waits on in-flight requests
+poll ``/sim/stats`` and end by an explicit ``/abort_request``; no outcome depends on timing.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import cache
+from pathlib import Path
+
+import httpx
+import pytest
+from sglang_sim import prompt_sha1
+from simharness import Sim, start_sim, wait_until
+from tiny_tokenizers import build_all, build_tokenizer
+from transformers import AutoTokenizer
+
+CONTEXT = 4096
+MAX_REQ_INPUT_LEN = CONTEXT - 1 - 5
+HELLO = "hello world"
+REASONING = f"Reasoning about: {HELLO}"
+ANSWER = f"Answer: {HELLO}"
+# Any ordinary token id: long prompts are made of it.
+FILLER_ID = 100
+CONTRACT_KEYS = (
+    "`max_new_tokens`, `stop`, `stop_token_ids`, `stop_regex`, `temperature`, `top_p`, `top_k`, "
+    "`min_p`, `frequency_penalty`, `presence_penalty`, `repetition_penalty`, `min_new_tokens`, "
+    "`n`, `json_schema`, `regex`, `ebnf`, `structural_tag`, `ignore_eos`, `skip_special_tokens`, "
+    "`spaces_between_special_tokens`, `no_stop_trim`, `stream_interval`, `logit_bias`, "
+    "`sampling_seed`, `custom_params`, `beam_width`, `watermark`, `choice`"
+)
+QUEUE_FULL = {
+    "object": "error",
+    "message": "The request queue is full.",
+    "type": "503",
+    "param": None,
+    "code": 503,
+}
+ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures and helpers
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dirs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tokenizers")
+    dirs = build_all(root)
+    dirs["chatml-bos"] = build_tokenizer(root / "chatml-bos", bos=True)
+    return dirs
+
+
+@pytest.fixture(scope="module")
+def shared_sim(tokenizer_dirs):
+    with start_sim(tokenizer_dirs["chatml"]) as sim:
+        yield sim
+
+
+@pytest.fixture
+def sim(shared_sim: Sim) -> Sim:
+    """The default simulator (0.5.23, chatml, reasoning on) with fresh stats and no faults."""
+    shared_sim.reset()
+    return shared_sim
+
+
+@pytest.fixture(scope="module")
+def sim_0_5_14(tokenizer_dirs):
+    with start_sim(tokenizer_dirs["chatml"], "--version", "0.5.14") as sim:
+        yield sim
+
+
+@pytest.fixture
+def background():
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        yield pool
+
+
+@cache
+def hf_tokenizer(tokenizer_dir: Path):
+    return AutoTokenizer.from_pretrained(tokenizer_dir)
+
+
+def chat_ids(tokenizer_dir: Path, user: str = HELLO, **template_kwargs) -> list[int]:
+    rendered = hf_tokenizer(tokenizer_dir).apply_chat_template(
+        [{"role": "user", "content": user}], add_generation_prompt=True, **template_kwargs
+    )
+    return rendered["input_ids"]
+
+
+def token_id(tokenizer_dir: Path, token: str) -> int:
+    return hf_tokenizer(tokenizer_dir).convert_tokens_to_ids(token)
+
+
+def generate(sim: Sim, payload: dict, headers: dict | None = None) -> httpx.Response:
+    return sim.client.post("/generate", json=payload, headers=headers)
+
+
+def error_message(response: httpx.Response) -> str:
+    assert response.status_code == 400, response.text
+    return response.json()["error"]["message"]
+
+
+def start_blocked_request(sim: Sim, pool: ThreadPoolExecutor, payload: dict) -> Future:
+    """Send ``payload`` from a thread and return once the simulator holds it in flight."""
+    before = sim.stats()["in_flight"]
+    future = pool.submit(generate, sim, payload)
+    wait_until(lambda: sim.stats()["in_flight"] > before or future.done(), what="in flight")
+    assert not future.done(), future.result().text
+    return future
+
+
+def abort(sim: Sim, rid: str = "", abort_all: bool = False) -> None:
+    response = sim.client.post("/abort_request", json={"rid": rid, "abort_all": abort_all})
+    assert response.status_code == 200
+
+
+# ---------------------------------------------------------------------------------------------
+# /generate: response shape and the fake model
+
+
+def test_single_generate_returns_text_output_ids_and_meta_info(sim, tokenizer_dirs):
+    ids = chat_ids(tokenizer_dirs["chatml"])
+    response = generate(sim, {"input_ids": ids, "rid": "r1", "sampling_params": {"max_new_tokens": 200}})
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+    assert set(body) == {"text", "output_ids", "meta_info"}
+    meta = body["meta_info"]
+    assert list(meta) == [
+        "id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions",
+        "reasoning_tokens", "completion_tokens", "cached_tokens", "e2e_latency",
+        "response_sent_to_client_ts",
+    ]  # fmt: skip
+    eos = token_id(tokenizer_dirs["chatml"], "<|im_end|>")
+    assert meta["id"] == "r1"
+    assert meta["finish_reason"] == {"type": "stop", "matched": eos}
+    assert meta["prompt_tokens"] == len(ids)
+    assert meta["completion_tokens"] == len(body["output_ids"])
+    assert body["output_ids"][-1] == eos
+    assert (meta["weight_version"], meta["num_retractions"], meta["reasoning_tokens"]) == (
+        "default", 0, 0,
+    )  # fmt: skip
+
+
+def test_generate_also_answers_put(sim, tokenizer_dirs):
+    response = sim.client.put("/generate", json={"input_ids": chat_ids(tokenizer_dirs["chatml"])})
+    assert response.status_code == 200
+
+
+def test_chatml_output_contains_both_think_tags_when_special_tokens_are_kept(sim, tokenizer_dirs):
+    ids = chat_ids(tokenizer_dirs["chatml"])
+    body = generate(sim, {"input_ids": ids, "sampling_params": {"skip_special_tokens": False}}).json()
+    assert body["text"] == f"<think>{REASONING}</think>{ANSWER}"
+
+
+def test_default_skip_special_tokens_strips_special_think_tags_from_text(sim, tokenizer_dirs):
+    directory = tokenizer_dirs["chatml"]
+    body = generate(sim, {"input_ids": chat_ids(directory)}).json()
+    assert body["text"] == REASONING + ANSWER
+    assert token_id(directory, "<think>") in body["output_ids"]
+    assert token_id(directory, "</think>") in body["output_ids"]
+
+
+def test_kimi_output_contains_only_the_closing_think_tag(tokenizer_dirs):
+    directory = tokenizer_dirs["kimi"]
+    with start_sim(directory) as sim:
+        body = generate(
+            sim,
+            {"input_ids": chat_ids(directory), "sampling_params": {"skip_special_tokens": False}},
+        ).json()
+        assert body["text"] == f"{REASONING}</think>{ANSWER}"
+        thinking_off = chat_ids(directory, thinking=False)
+        body = generate(sim, {"input_ids": thinking_off}).json()
+        assert body["text"] == ANSWER
+
+
+def test_chatml_prompt_with_thinking_disabled_gets_only_the_answer(sim, tokenizer_dirs):
+    ids = chat_ids(tokenizer_dirs["chatml"], enable_thinking=False)
+    assert generate(sim, {"input_ids": ids}).json()["text"] == ANSWER
+
+
+def test_non_special_think_tags_survive_default_decoding(tokenizer_dirs):
+    directory = tokenizer_dirs["chatml-nonspecial"]
+    with start_sim(directory) as sim:
+        body = generate(sim, {"input_ids": chat_ids(directory)}).json()
+    assert body["text"] == f"<think>{REASONING}</think>{ANSWER}"
+
+
+def test_no_reasoning_mode_writes_only_the_answer(tokenizer_dirs):
+    directory = tokenizer_dirs["chatml"]
+    with start_sim(directory, "--no-reasoning") as sim:
+        body = generate(sim, {"input_ids": chat_ids(directory)}).json()
+    assert body["text"] == ANSWER
+
+
+def test_text_input_gets_bos_added_so_a_rendered_template_has_two(tokenizer_dirs):
+    directory = tokenizer_dirs["chatml-bos"]
+    ids = chat_ids(directory)
+    tokenizer = hf_tokenizer(directory)
+    assert ids[0] == tokenizer.bos_token_id
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": HELLO}], add_generation_prompt=True, tokenize=False
+    )
+    with start_sim(directory) as sim:
+        as_ids = generate(sim, {"input_ids": ids}).json()["meta_info"]["prompt_tokens"]
+        as_text = generate(sim, {"text": rendered}).json()["meta_info"]["prompt_tokens"]
+    assert (as_ids, as_text) == (len(ids), len(ids) + 1)
+
+
+def test_output_longer_than_max_new_tokens_finishes_with_length(sim, tokenizer_dirs):
+    ids = chat_ids(tokenizer_dirs["chatml"])
+    body = generate(sim, {"input_ids": ids, "sampling_params": {"max_new_tokens": 5}}).json()
+    assert body["meta_info"]["finish_reason"] == {"type": "length", "length": 5}
+    assert len(body["output_ids"]) == body["meta_info"]["completion_tokens"] == 5
+
+
+def test_omitted_max_new_tokens_defaults_to_128(sim, tokenizer_dirs):
+    ids = chat_ids(tokenizer_dirs["chatml"], user="word " * 200)
+    body = generate(sim, {"input_ids": ids}).json()
+    assert body["meta_info"]["finish_reason"] == {"type": "length", "length": 128}
+
+
+def test_batch_input_returns_a_list_in_prompt_order(sim, tokenizer_dirs):
+    directory = tokenizer_dirs["chatml"]
+    users = ["first prompt", "second prompt", "third prompt"]
+    payload = {"input_ids": [chat_ids(directory, u) for u in users], "rid": "batch"}
+    body = generate(sim, payload).json()
+    assert [item["text"] for item in body] == [f"Reasoning about: {u}Answer: {u}" for u in users]
+    assert [item["meta_info"]["id"] for item in body] == ["batch_0", "batch_1", "batch_2"]
+
+
+def test_n_greater_than_one_returns_samples_grouped_by_prompt_with_fresh_ids(sim, tokenizer_dirs):
+    directory = tokenizer_dirs["chatml"]
+    payload = {
+        "input_ids": [chat_ids(directory, "one"), chat_ids(directory, "two")],
+        "rid": "mine",
+        "sampling_params": {"n": 2},
+    }
+    body = generate(sim, payload).json()
+    assert [item["text"] for item in body] == ["Reasoning about: oneAnswer: one"] * 2 + [
+        "Reasoning about: twoAnswer: two"
+    ] * 2
+    ids = [item["meta_info"]["id"] for item in body]
+    assert len(set(ids)) == 4 and not any(i.startswith("mine") for i in ids)
+    single = generate(sim, {"input_ids": chat_ids(directory), "sampling_params": {"n": 3}}).json()
+    assert isinstance(single, list) and len(single) == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# /generate: validation
+
+
+def test_input_of_context_length_is_rejected_by_the_tokenizer_check(sim):
+    response = generate(sim, {"input_ids": [FILLER_ID] * CONTEXT})
+    assert error_message(response) == (
+        f"The input ({CONTEXT} tokens) is longer than the model's context length ({CONTEXT} tokens)."
+    )
+
+
+def test_explicit_max_new_tokens_beyond_the_context_is_rejected(sim):
+    payload = {"input_ids": [FILLER_ID] * 4000, "sampling_params": {"max_new_tokens": 200}}
+    assert error_message(generate(sim, payload)) == (
+        f"Requested token count exceeds the model's maximum context length of {CONTEXT} tokens. "
+        "You requested a total of 4200 tokens: 4000 tokens from the input messages and 200 tokens "
+        "for the completion. Please reduce the number of tokens in the input messages or the "
+        "completion to fit within the limit."
+    )
+
+
+def test_input_just_below_the_context_fails_the_scheduler_check(sim):
+    payload = {
+        "input_ids": [FILLER_ID] * MAX_REQ_INPUT_LEN,
+        "sampling_params": {"max_new_tokens": 1},
+    }
+    assert error_message(generate(sim, payload)) == (
+        f"Input length ({MAX_REQ_INPUT_LEN} tokens) exceeds the maximum allowed length "
+        f"({MAX_REQ_INPUT_LEN} tokens). Use a shorter input or enable --allow-auto-truncate."
+    )
+
+
+def test_omitted_max_new_tokens_is_clamped_silently_to_what_fits(sim):
+    n_input = MAX_REQ_INPUT_LEN - 1
+    body = generate(sim, {"input_ids": [FILLER_ID] * n_input}).json()
+    fits = CONTEXT - 1 - n_input - 1
+    assert body["meta_info"]["finish_reason"] == {"type": "length", "length": fits}
+
+
+def test_unknown_sampling_key_gets_400_with_string_error_on_0_5_23(sim):
+    response = generate(sim, {"input_ids": [1, 2], "sampling_params": {"seed": 1}})
+    assert response.status_code == 400
+    assert response.json() == {"error": f"unknown field `seed`, expected one of {CONTRACT_KEYS}"}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_new_tokens", "5", 'invalid type: string "5", expected i64'),
+        ("max_new_tokens", 1.0, "invalid type: floating point `1.0`, expected i64"),
+    ],
+)
+def test_wrongly_typed_sampling_value_gets_400_invalid_type_on_0_5_23(sim, field, value, message):
+    response = generate(sim, {"input_ids": [1, 2], "sampling_params": {field: value}})
+    assert response.status_code == 400
+    assert response.json() == {"error": message}
+
+
+def test_non_boolean_stream_gets_400_invalid_type_on_0_5_23(sim):
+    response = generate(sim, {"input_ids": [1, 2], "stream": "yes"})
+    assert response.json() == {"error": 'invalid type: string "yes", expected a boolean'}
+
+
+def test_integer_temperature_and_unknown_top_level_keys_are_accepted(sim):
+    payload = {"input_ids": [1, 2], "foo": 1, "sampling_params": {"temperature": 0}}
+    assert generate(sim, payload).status_code == 200
+
+
+def test_unknown_sampling_key_gets_plain_500_on_0_5_14(sim_0_5_14):
+    response = generate(sim_0_5_14, {"input_ids": [1, 2], "sampling_params": {"seed": 1}})
+    assert response.status_code == 500
+    assert response.text == "Internal Server Error"
+
+
+def test_0_5_14_answers_without_reasoning_tokens_in_meta_info(sim_0_5_14, tokenizer_dirs):
+    body = generate(sim_0_5_14, {"input_ids": chat_ids(tokenizer_dirs["chatml"])}).json()
+    assert "reasoning_tokens" not in body["meta_info"]
+    assert body["meta_info"]["num_retractions"] == 0
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"input_ids": []}, "input_ids cannot be empty."),
+        ({"input_ids": [[1], []]}, "input_ids cannot be empty."),
+        ({}, "Either text, input_ids or input_embeds should be provided."),
+        (
+            {"text": "hi", "input_ids": [1]},
+            "Either text, input_ids or input_embeds should be provided.",
+        ),
+        (
+            {"input_ids": [[1], [2]], "rid": ["a"]},
+            "The specified rids length mismatch with the batch_size for batch processing.",
+        ),
+        (
+            {"input_ids": [[1], [2]], "rid": ["a", "a"]},
+            "Duplicate request IDs detected within the request: ['a']",
+        ),
+        ({"input_ids": [1], "sampling_params": {"top_p": 0}}, "top_p must be in (0, 1], got 0."),
+        (
+            {"input_ids": [1], "sampling_params": {"temperature": -1}},
+            "temperature must be non-negative, got -1.",
+        ),
+        (
+            {"input_ids": [1], "sampling_params": {"top_k": 0}},
+            "top_k must be -1 (disable), or at least 1, got 0.",
+        ),
+        (
+            {"input_ids": [1], "sampling_params": {"max_new_tokens": -1}},
+            "max_new_tokens must be at least 0, got -1.",
+        ),
+    ],
+)
+def test_invalid_requests_get_400_with_an_error_object(sim, payload, message):
+    assert error_message(generate(sim, payload)) == message
+
+
+def test_rid_already_in_flight_is_rejected(sim, tokenizer_dirs, background):
+    sim.configure(token_delay=600)
+    ids = chat_ids(tokenizer_dirs["chatml"])
+    first = start_blocked_request(sim, background, {"input_ids": ids, "rid": "dup"})
+    assert error_message(generate(sim, {"input_ids": ids, "rid": "dup"})) == ("Duplicate request ID detected: dup")
+    abort(sim, "dup")
+    assert first.result(timeout=60).status_code == 200
+
+
+# ---------------------------------------------------------------------------------------------
+# Aborts and faults
+
+
+def test_abort_request_ends_an_in_flight_request_with_200_and_partial_output(sim, tokenizer_dirs, background):
+    sim.configure(token_delay=600)
+    ids = chat_ids(tokenizer_dirs["chatml"])
+    pending = start_blocked_request(sim, background, {"input_ids": ids, "rid": "job-7"})
+    abort(sim, "job-7")
+    response = pending.result(timeout=60)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["meta_info"]["finish_reason"] == ABORTED
+    assert 0 < len(body["output_ids"]) < 10
+    assert sim.stats()["by_outcome"] == {"aborted": 1}
+
+
+def test_abort_request_matches_rids_by_prefix(sim, tokenizer_dirs, background):
+    sim.configure(token_delay=600)
+    ids = chat_ids(tokenizer_dirs["chatml"])
+    pending = start_blocked_request(sim, background, {"input_ids": [ids, ids], "rid": "job"})
+    abort(sim, "job")
+    body = pending.result(timeout=60).json()
+    assert [item["meta_info"]["finish_reason"] for item in body] == [ABORTED, ABORTED]
+
+
+def test_abort_all_ends_every_in_flight_request(sim, tokenizer_dirs, background):
+    sim.configure(token_delay=600)
+    ids = chat_ids(tokenizer_dirs["chatml"])
+    first = start_blocked_request(sim, background, {"input_ids": ids})
+    second = start_blocked_request(sim, background, {"input_ids": ids})
+    abort(sim, abort_all=True)
+    for pending in (first, second):
+        assert pending.result(timeout=60).json()["meta_info"]["finish_reason"] == ABORTED
+
+
+def test_fail_first_n_answers_503_queue_full_then_recovers(sim):
+    sim.configure(fail_first_n=2)
+    responses = [generate(sim, {"input_ids": [1, 2, 3]}) for _ in range(3)]
+    assert [r.status_code for r in responses] == [503, 503, 200]
+    assert responses[0].json() == QUEUE_FULL
+
+
+def test_rate_503_answers_queue_full(sim):
+    sim.configure(rate_503=1)
+    response = generate(sim, {"input_ids": [1, 2, 3]})
+    assert (response.status_code, response.json()) == (503, QUEUE_FULL)
+
+
+def test_rate_drop_closes_the_connection_without_a_response(sim):
+    sim.configure(rate_drop=1)
+    with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+        generate(sim, {"input_ids": [1, 2, 3]})
+    assert sim.stats()["by_outcome"] == {"dropped": 1}
+
+
+def test_rate_abort_returns_200_with_abort_finish_and_partial_output(sim, tokenizer_dirs):
+    sim.configure(rate_abort=1)
+    ids = chat_ids(tokenizer_dirs["chatml"])
+    body = generate(sim, {"input_ids": ids}).json()
+    assert body["meta_info"]["finish_reason"] == ABORTED
+    sim.configure(rate_abort=0)
+    full = generate(sim, {"input_ids": ids}).json()
+    assert 0 < len(body["output_ids"]) < len(full["output_ids"])
+    assert full["output_ids"][: len(body["output_ids"])] == body["output_ids"]
+
+
+def test_rate_slow_holds_the_request_until_it_is_aborted(sim, tokenizer_dirs, background):
+    sim.configure(rate_slow=1, slow_seconds=600)
+    pending = start_blocked_request(sim, background, {"input_ids": chat_ids(tokenizer_dirs["chatml"])})
+    abort(sim, abort_all=True)
+    body = pending.result(timeout=60).json()
+    assert body["meta_info"]["finish_reason"] == ABORTED
+    assert body["output_ids"] == []
+
+
+def test_fault_decisions_repeat_for_the_same_seed_and_prompts(sim):
+    sim.configure(rate_503=0.5)
+    prompts = [[1, i] for i in range(40)]
+
+    def outcomes():
+        return [generate(sim, {"input_ids": p}).status_code for p in prompts]
+
+    first = outcomes()
+    assert {200, 503} <= set(first)
+    sim.reset()
+    sim.configure(rate_503=0.5)
+    assert outcomes() == first
+
+
+def test_out_of_vocabulary_id_crashes_the_server(tokenizer_dirs):
+    with start_sim(tokenizer_dirs["chatml"]) as sim:
+        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError, httpx.ConnectError)):
+            generate(sim, {"input_ids": [1, 2048]})
+        assert sim.wait_exit() == 1
+        assert "IndexError: index out of range in self" in sim.log_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# Other endpoints, auth and the harness
+
+
+def test_api_key_guards_everything_but_health(tokenizer_dirs):
+    with start_sim(tokenizer_dirs["chatml"], "--api-key", "sekrit") as sim:
+        payload = {"input_ids": [1, 2]}
+        for headers in (None, {"Authorization": "Bearer wrong"}):
+            response = generate(sim, payload, headers)
+            assert (response.status_code, response.json()) == (401, {"error": "Unauthorized"})
+        assert sim.client.get("/v1/models").status_code == 401
+        assert generate(sim, payload, {"Authorization": "Bearer sekrit"}).status_code == 200
+        for path in ("/health", "/health_generate"):
+            response = sim.client.get(path)
+            assert (response.status_code, response.content) == (200, b"")
+
+
+def test_model_info_reports_paths_and_the_0_5_23_key_set(sim, tokenizer_dirs):
+    info = sim.client.get("/model_info").json()
+    assert sim.client.get("/get_model_info").json() == info
+    assert set(info) == {
+        "model_path", "served_model_name", "tokenizer_path", "is_generation",
+        "preferred_sampling_params", "weight_version", "load_format", "reasoning_parser",
+        "tool_call_parser", "disaggregation_mode", "has_image_understanding",
+        "has_audio_understanding", "model_type", "architectures",
+    }  # fmt: skip
+    assert info["tokenizer_path"] == str(tokenizer_dirs["chatml"])
+    assert info["preferred_sampling_params"] is None and info["reasoning_parser"] is None
+
+
+def test_model_info_is_404_on_0_5_14_and_get_model_info_has_the_s14_keys(sim_0_5_14):
+    assert sim_0_5_14.client.get("/model_info").status_code == 404
+    info = sim_0_5_14.client.get("/get_model_info").json()
+    assert set(info) == {
+        "model_path", "tokenizer_path", "is_generation", "preferred_sampling_params",
+        "weight_version", "has_image_understanding", "has_audio_understanding", "model_type",
+        "architectures",
+    }  # fmt: skip
+
+
+def test_tokenizer_path_report_and_served_model_name_are_what_info_endpoints_show(tokenizer_dirs):
+    args = ("--tokenizer-path-report", "org/model", "--served-model-name", "tiny")
+    with start_sim(tokenizer_dirs["chatml"], *args) as sim:
+        info = sim.client.get("/model_info").json()
+        models = sim.client.get("/v1/models").json()
+    assert (info["model_path"], info["tokenizer_path"], info["served_model_name"]) == (
+        "org/model", "org/model", "tiny",
+    )  # fmt: skip
+    assert models["data"][0]["id"] == "tiny"
+
+
+def test_v1_models_and_server_info_report_the_context_length(sim):
+    card = sim.client.get("/v1/models").json()["data"][0]
+    assert card["max_model_len"] == CONTEXT
+    assert (card["object"], card["owned_by"]) == ("model", "sglang")
+    info = sim.client.get("/server_info").json()
+    assert (info["context_length"], info["max_req_input_len"]) == (CONTEXT, MAX_REQ_INPUT_LEN)
+    assert sim.client.get("/get_server_info").json()["version"] == "0.5.23"
+
+
+def test_flush_cache_answers_200_text(sim):
+    response = sim.client.post("/flush_cache")
+    assert response.status_code == 200
+    assert response.text.startswith("Cache flushed.")
+
+
+def test_sim_stats_count_requests_outcomes_and_prompts(sim):
+    generate(sim, {"input_ids": [1, 2, 3]})
+    generate(sim, {"input_ids": [[1, 2, 3], [4, 5]]})
+    generate(sim, {"input_ids": []})
+    assert sim.stats() == {
+        "generate_requests": 3,
+        "completed": 2,
+        "in_flight": 0,
+        "by_outcome": {"ok": 2, "http_400": 1},
+        "prompt_counts": {prompt_sha1([1, 2, 3]): 2, prompt_sha1([4, 5]): 1},
+    }
+
+
+def test_request_log_gets_one_json_line_per_generate_request(tokenizer_dirs, tmp_path):
+    log_file = tmp_path / "requests.jsonl"
+    with start_sim(tokenizer_dirs["chatml"], "--request-log", str(log_file)) as sim:
+        generate(sim, {"input_ids": [1, 2, 3], "rid": "a"})
+        generate(sim, {"input_ids": [1, 2, 3], "sampling_params": {"top_p": 2}})
+    lines = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert [(x["prompt_sha1"], x["rid"], x["outcome"]) for x in lines] == [
+        ([prompt_sha1([1, 2, 3])], "a", "ok"),
+        ([], None, "http_400"),
+    ]
+
+
+def test_concurrent_requests_are_all_answered_and_counted(sim, background):
+    prompts = [[1, 2, i] for i in range(32)]
+    responses = list(background.map(lambda p: generate(sim, {"input_ids": p}), prompts))
+    assert [r.status_code for r in responses] == [200] * 32
+    stats = sim.stats()
+    assert (stats["completed"], stats["in_flight"], len(stats["prompt_counts"])) == (32, 0, 32)
+
+
+def test_keep_alive_serves_several_requests_on_one_connection(sim):
+    connection = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=60)
+    try:
+        sockets = []
+        for method, path, body in [
+            ("POST", "/generate", b'{"input_ids": [1, 2]}'),
+            ("GET", "/health", None),
+            ("POST", "/generate", b'{"input_ids": []}'),
+        ]:
+            connection.request(method, path, body=body)
+            response = connection.getresponse()
+            assert int(response.headers["Content-Length"]) == len(response.read())
+            sockets.append(connection.sock)
+        assert sockets[0] is not None and sockets.count(sockets[0]) == 3
+    finally:
+        connection.close()
+
+
+def test_restart_brings_the_server_back_on_the_same_port(tokenizer_dirs):
+    with start_sim(tokenizer_dirs["chatml"]) as sim:
+        url, old_pid = sim.url, sim.pid
+        sim.restart()
+        assert (sim.url, sim.client.get("/health").status_code) == (url, 200)
+        assert sim.pid != old_pid
+
+
+def test_sigterm_stops_the_server_cleanly(tokenizer_dirs):
+    sim = start_sim(tokenizer_dirs["chatml"])
+    assert sim.stop() == 0
+    sim.close()
