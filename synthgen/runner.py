@@ -195,10 +195,11 @@ class Runner:
             if store is not None:
                 store.lock()
                 state = store.recover(repair=True)
-                store.compact_errors(state.done)
             else:
                 state = DatasetStore(cfg.output_dir, source.name).recover(repair=False)
             selection = select(index.ids, state.done, caps[source.name], cfg.sample, cfg.seed)
+            if store is not None:
+                store.compact_errors(state.done | set(selection.pending))
             stats = DatasetStats(source.name, target=selection.target, already_done=selection.already_done,
                                  pending=len(selection.pending), token_budget=cfg.max_tokens_per_dataset)
             plan = DatasetPlan(index, selection, state, store, stats, tokens_done=state.completion_tokens)
@@ -251,7 +252,7 @@ class Runner:
             if ctx.context_len is None:
                 ctx.notes.append("the server reports no max_model_len at /v1/models; "
                                  "pass --max-seq-len to check prompt lengths before sending")
-        if info:
+        if info and cfg.max_seq_len is None:  # an explicit --max-seq-len is the user's word on lengths
             server_info = await client.server_info()
             value = server_info.get("max_req_input_len")
             if isinstance(value, int) and value > 0:

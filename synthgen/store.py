@@ -1,7 +1,7 @@
 """Result files of one dataset: the resume scan, torn-line repair, whole-line appends, the lock.
 
     outputs/<dataset>/raw_responses.jsonl   one line per completed prompt (the training data)
-    outputs/<dataset>/errors.jsonl          one line per failed or skipped prompt of the latest runs
+    outputs/<dataset>/errors.jsonl          the latest failure or skip of each prompt not yet done
     outputs/<dataset>/.lock                 held (flock) by the run writing this dataset
 
 Every record is one ``os.write`` of a whole line on an O_APPEND descriptor, made from the
@@ -156,11 +156,16 @@ class DatasetStore:
         if isinstance(tokens, int):
             state.completion_tokens += tokens
 
-    def compact_errors(self, done: set[str]) -> None:
-        """Drop error rows of prompts that have since completed (atomic rewrite)."""
+    def compact_errors(self, drop: set[str]) -> None:
+        """Rewrite errors.jsonl (atomically) without the rows of ``drop``, the prompts that are
+        done or that this run tries again, keeping one row, the latest, per remaining prompt."""
         if not self.errors_path.exists():
             return
-        keep = [row for row in iter_rows(self.errors_path) if row.get("id") not in done]
+        latest: dict = {}
+        for row in iter_rows(self.errors_path):
+            latest.pop(row.get("id"), None)  # re-insert so the order follows the latest attempt
+            latest[row.get("id")] = row
+        keep = [row for key, row in latest.items() if key not in drop]
         tmp = self.errors_path.with_suffix(".jsonl.tmp")
         try:
             with open(tmp, "wb") as fh:

@@ -73,11 +73,13 @@ def test_a_failed_write_is_cut_back_and_reported(tmp_path, monkeypatch):
     assert store.results_path.read_bytes() == row(1)
 
 
-def test_error_rows_of_completed_prompts_are_dropped(tmp_path):
+def test_error_rows_keep_the_latest_per_prompt_and_drop_completed_ones(tmp_path):
     store = make(tmp_path, row(1))
-    store.errors_path.write_bytes(b'{"id": "p1", "error": "x"}\n{"id": "p9", "error": "y"}\n')
+    store.errors_path.write_bytes(b'{"id": "p1", "error": "x"}\n{"id": "p9", "error": "old"}\n'
+                                  b'{"id": "p8", "error": "z"}\n{"id": "p9", "error": "new"}\n')
     store.compact_errors({"p1"})
-    assert [orjson.loads(x)["id"] for x in store.errors_path.read_bytes().splitlines()] == ["p9"]
+    rows = [orjson.loads(x) for x in store.errors_path.read_bytes().splitlines()]
+    assert rows == [{"id": "p8", "error": "z"}, {"id": "p9", "error": "new"}]
 
 
 def test_a_second_process_is_refused_with_the_holder_pid(tmp_path):

@@ -1,0 +1,33 @@
+"""Shared fixtures: tokenizers built at test time, simulator processes, scratch workspaces."""
+
+from __future__ import annotations
+
+import pytest
+from simharness import start_sim
+from tiny_tokenizers import build_all
+from workspace import Workspace
+
+
+@pytest.fixture(scope="session")
+def tokenizers(tmp_path_factory) -> dict:
+    return build_all(tmp_path_factory.mktemp("tokenizers"))
+
+
+@pytest.fixture
+def make_sim(tokenizers):
+    """make_sim(style="chatml", *sim_args) starts a simulator; all are stopped after the test."""
+    sims = []
+
+    def make(style: str = "chatml", *args: str):
+        sim = start_sim(tokenizers[style], *args)
+        sims.append(sim)
+        return sim
+
+    yield make
+    for sim in sims:
+        sim.close()
+
+
+@pytest.fixture
+def ws(tmp_path) -> Workspace:
+    return Workspace(tmp_path)
