@@ -157,7 +157,7 @@ class ServerHealth:
                 self.progress.message(f"GIVE UP: {self.gone}")
                 self.up.set()  # release the waiters so they see ``gone``
                 return
-            delay = min(delay * 2, 15.0)
+            delay = min(delay * 2, 5.0)
 
     async def wait_up(self) -> None:
         await self.up.wait()
@@ -259,7 +259,10 @@ class Runner:
                 limit = value if ctx.context_len is None else min(value, ctx.context_len - SCHEDULER_RESERVED)
                 ctx.max_input_len = limit
         tokenizer = templating.load_tokenizer(ctx.tokenizer_path, cfg.trust_remote_code)
-        ctx.vocab_size = templating.model_vocab_size(ctx.tokenizer_path)
+        # The served model's own config is the truth; a --tokenizer folder's config is the fallback.
+        model_path = info.get("model_path")
+        ctx.vocab_size = (templating.model_vocab_size(model_path) if model_path else None) or \
+            templating.model_vocab_size(ctx.tokenizer_path)
         self._renderer = templating.ChatRenderer(tokenizer, cfg.chat_template_kwargs, cfg.think_start)
 
     # ------------------------------------------------------------------ preparing one prompt
