@@ -87,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds to wait for one generation (default: 3600)")
     g.add_argument("--max-attempts", type=int, default=5,
                    help="attempts per prompt for retryable errors; outage time does not count (default: 5)")
+    g.add_argument("--retry-backoff", type=float, default=1.0, metavar="SECONDS",
+                   help="first retry delay; doubles per attempt up to 60 s, with jitter (default: 1)")
     g.add_argument("--server-wait", type=float, default=600.0,
                    help="seconds of continuous outage before giving up (default: 600)")
     g.add_argument("--drain-timeout", type=float, default=30.0,
@@ -179,6 +181,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         concurrency=args.concurrency,
         request_timeout=args.request_timeout,
         max_attempts=args.max_attempts,
+        backoff_base=args.retry_backoff,
         server_wait=args.server_wait,
         drain_timeout=args.drain_timeout,
         status_interval=args.status_interval,

@@ -71,6 +71,7 @@ class RunConfig:
             "--max-attempts": self.max_attempts,
             "--request-timeout": self.request_timeout,
             "--status-interval": self.status_interval,
+            "--retry-backoff": self.backoff_base,
         }
         for flag, value in positive.items():
             if value is None or value <= 0 or (isinstance(value, float) and not math.isfinite(value)):

@@ -140,7 +140,8 @@ def _messages(record: dict) -> list[dict]:
         role_key, content_key = ("from", "value") if "from" in message else ("role", "content")
         role = message.get(role_key)
         if not isinstance(role, str) or role.lower() not in ROLE_ALIASES:
-            raise BadLine(f"{where} has unknown role {role!r} (expected one of {', '.join(ROLE_ALIASES)})")
+            shown = repr(role) if len(repr(role)) <= 40 else repr(role)[:37] + "..."
+            raise BadLine(f"{where} has unknown role {shown} (expected one of {', '.join(ROLE_ALIASES)})")
         content = _text(message.get(content_key), f"{where} content")
         messages.append({"role": ROLE_ALIASES[role.lower()], "content": content})
     # A conversation that ends with the answer is regenerated from the turn before it.
@@ -170,6 +171,8 @@ def parse_line(line: bytes) -> tuple[str, list[dict]] | None:
     rid = record.get("id")
     if rid is None:
         rid = stable_id(messages)
+    elif isinstance(rid, float):
+        raise BadLine("'id' is a number that is not a 64-bit integer; write it as a string")
     elif isinstance(rid, bool) or not isinstance(rid, (str, int)):
         raise BadLine(f"'id' is {type(rid).__name__}, expected a string or integer")
     rid = str(rid)

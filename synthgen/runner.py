@@ -352,7 +352,10 @@ class Runner:
         cfg = self.config
         self.progress.start(sum(len(p.selection.pending) for p in self.plans))
         health = ServerHealth(client, cfg.server_wait, self.progress)
-        queue: asyncio.Queue = asyncio.Queue(maxsize=cfg.concurrency * 2)
+        # Prepared prompts wait in an unbounded queue, but the producer holds a slot for each,
+        # so at most 2 x concurrency are tokenized ahead; the end-of-work sentinels never block.
+        queue: asyncio.Queue = asyncio.Queue()
+        slots = asyncio.Semaphore(cfg.concurrency * 2)
         loop = asyncio.get_running_loop()
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
         sampling = cfg.sampling_params()
@@ -364,10 +367,12 @@ class Runner:
                         return
                     if plan.budget_closed:
                         break
+                    await slots.acquire()
                     item = await loop.run_in_executor(executor, self.prepare, plan, prompt_id)
                     if isinstance(item, WorkItem):
-                        await queue.put(item)
+                        queue.put_nowait(item)
                     else:
+                        slots.release()
                         prompt, kind, reason = item
                         self._record_error(plan, prompt.id, "skipped", kind, reason, attempts=0)
 
@@ -394,6 +399,7 @@ class Runner:
                 item = await queue.get()
                 if item is None or self.stopping.is_set():
                     return
+                slots.release()
                 plan = item.plan
                 if plan.budget_closed or not budget_allows(plan):
                     continue
@@ -412,19 +418,15 @@ class Runner:
         stop_waiter = asyncio.create_task(self.stopping.wait())
         try:
             # Feed until the producer is done, then tell every worker to finish.
-            done, _ = await asyncio.wait({producer, stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
-            if producer in done:
-                producer.result()  # re-raise an input error from the producer
-                for _ in self._workers:
-                    await queue.put(None)
-            else:
+            await asyncio.wait({producer, stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if self.stopping.is_set():
                 producer.cancel()
                 with contextlib.suppress(asyncio.CancelledError, SynthgenError):
                     await producer
-                while not queue.empty():
-                    queue.get_nowait()
-                for _ in self._workers:
-                    queue.put_nowait(None)
+            else:
+                producer.result()  # re-raise an input error from the producer
+            for _ in self._workers:
+                queue.put_nowait(None)
             results = await asyncio.gather(*self._workers, return_exceptions=True)
             for result in results:
                 if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):

@@ -294,7 +294,6 @@ def test_a_20_mb_invalid_line_is_a_short_file_line_error(line):
     assert len(problem) < 300, problem[:300]
 
 
-@pytest.mark.xfail(strict=True, reason="the unknown-role message quotes the whole role value, however long")
 def test_a_huge_wrong_value_is_not_copied_whole_into_the_error():
     line = orjson.dumps({"id": "x", "messages": [{"role": "u" * 1_000_000, "content": "q"}]})
     problem = check_rejected(line + b"\n", 1)
@@ -303,7 +302,7 @@ def test_a_huge_wrong_value_is_not_copied_whole_into_the_error():
 
 @pytest.mark.parametrize("line, problem", [
     ({"id": ["a"], "prompt": "q"}, "'id' is list, expected a string or integer"),
-    ({"id": 1.5, "prompt": "q"}, "'id' is float, expected a string or integer"),
+    ({"id": 1.5, "prompt": "q"}, "'id' is a number that is not a 64-bit integer; write it as a string"),
     ({"id": True, "prompt": "q"}, "'id' is bool, expected a string or integer"),
     ({"id": {}, "prompt": "q"}, "'id' is dict, expected a string or integer"),
     ({"id": " ", "prompt": "q"}, "'id' is empty"),
