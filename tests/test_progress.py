@@ -1,0 +1,55 @@
+"""Progress: a tqdm bar that advances on completion on a TTY; plain status lines otherwise."""
+
+import io
+
+from synthgen.cli import main
+from synthgen.progress import DatasetStats, Progress, fmt_duration, summary_table
+
+
+def test_a_tty_gets_a_bar_that_counts_finished_prompts(ws, make_sim, monkeypatch):
+    sim = make_sim("chatml")
+    ws.dataset("short", "d", 6)
+    monkeypatch.chdir(ws.root)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = io.StringIO()
+    code = main(["--server-url", sim.url, "--max-tokens", "64", "--concurrency", "2"], stream=out, tty=True)
+    assert code == 0
+    text = out.getvalue()
+    assert "\r" in text and "6/6" in text and "prompt" in text and "tok/s" in text
+
+
+def test_status_lines_are_newline_terminated_and_carry_every_figure():
+    out = io.StringIO()
+    progress = Progress(0, out, tty=False)
+    progress.start(10)
+    progress.in_flight = 3
+    progress.finished(120)
+    progress.failed_one()
+    progress.tick()
+    line = out.getvalue()
+    assert line.endswith("\n") and "\r" not in line
+    assert "done 1/10 (20.0%)" in line and "in-flight 3" in line and "failed 1" in line and "ETA " in line
+
+
+def test_the_bar_does_not_move_when_a_request_is_sent_only_when_it_finishes():
+    out = io.StringIO()
+    progress = Progress(0, out, tty=True)
+    progress.start(4)
+    progress.in_flight = 4
+    assert progress._bar.n == 0
+    progress.finished(10)
+    assert progress._bar.n == 1
+    progress.close()
+
+
+def test_summary_reports_the_token_budget_overshoot():
+    s = DatasetStats("d", target=10, done=4, completion_tokens=450, token_budget=400, budget_tokens_done=450,
+                     budget_stopped=True, first_start=0.0, last_finish=10.0)
+    table = summary_table([s], 10.0)
+    assert "d: token budget 400 reached; 450 output tokens in total (overshot by 50)" in table
+    assert table.splitlines()[0].split() == ["dataset", "done", "total", "this", "run", "skipped", "failed", "out",
+                                             "tokens", "tok/s", "wall"]
+
+
+def test_durations_are_human_readable():
+    assert [fmt_duration(x) for x in (5, 125, 7325, None)] == ["5s", "2m05s", "2h02m", "?"]
