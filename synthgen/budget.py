@@ -229,6 +229,11 @@ class Plan:
         return generation_hours(self.generation_tokens, self.throughput)
 
 
+def fmt_hours(hours: float) -> str:
+    """Hours with one decimal; under six minutes, minutes, so a small plan does not read 0.0 h."""
+    return f"{hours:,.1f} h" if hours >= 0.1 else f"{hours * 60:.1f} min"
+
+
 def generation_hours(tokens: int, throughput: Sequence[Fraction]) -> tuple[float, ...]:
     return tuple(float(Fraction(tokens) / Fraction(rate) / 3600) for rate in throughput)
 
@@ -284,9 +289,8 @@ def format_table(plan: Plan) -> str:
     lines = [f"Budget: {plan.tokens_per_dataset:,} output tokens per dataset", ""]
     lines += [line(header), rule, *(line(r) for r in rows), rule, line(total), ""]
 
-    at = ", ".join(
-        f"{hours:,.1f} h at {fmt_number(rate)} tok/s" for hours, rate in zip(plan.hours(), plan.throughput, strict=True)
-    )
+    times = zip(plan.hours(), plan.throughput, strict=True)
+    at = ", ".join(f"{fmt_hours(hours)} at {fmt_number(rate)} tok/s" for hours, rate in times)
     width = len(f"{max(plan.generation_tokens, plan.fixed_tokens):,}")
     lines.append(f"To generate: {plan.generation_tokens:>{width},} tokens -> {at}")
     if any(d.fixed for d in plan.datasets):
