@@ -67,6 +67,7 @@ class Progress:
         self.done = self.failed = self.skipped = 0
         self.tokens = 0
         self.in_flight = 0
+        self.outage_since: float | None = None  # set while the server is down
         self.started = time.monotonic()
         self._recent: deque[tuple[float, int, int]] = deque()  # (time, tokens, prompts)
         self._log = None
@@ -152,6 +153,8 @@ class Progress:
             f"{self._stamp()} done {self.done}/{self.total} ({pct:.1f}%) | "
             f"out tok/s 1m {recent:,.0f} avg {lifetime:,.0f} | in-flight {self.in_flight} | "
             f"failed {self.failed} | skipped {self.skipped} | ETA {fmt_duration(self.eta())}"
+            + (f" | SERVER DOWN {fmt_duration(time.monotonic() - self.outage_since)}"
+               if self.outage_since is not None else "")
         )
 
     def tick(self) -> None:

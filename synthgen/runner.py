@@ -133,6 +133,7 @@ class ServerHealth:
                 return False
             self.up.clear()
             self.outages += 1
+            self.progress.outage_since = time.monotonic()
             self.progress.message(f"OUTAGE: server {self.client.base_url} is not healthy ({reason}); "
                                   f"waiting up to {fmt_duration(self.server_wait)} for it to come back")
             self._poller = asyncio.create_task(self._poll())
@@ -146,6 +147,7 @@ class ServerHealth:
             if await self.client.healthy():
                 self.progress.message(f"RECOVERED: server is healthy again after "
                                       f"{fmt_duration(time.monotonic() - started)} of outage; resuming")
+                self.progress.outage_since = None
                 self.up.set()
                 return
             if time.monotonic() - started >= self.server_wait:
