@@ -4,7 +4,8 @@ httpx exceptions and HTTP statuses are translated here, and only here, into:
 
     Transient(outage=True)    connection refused/reset, timeouts, 502/503/504: the server may
                               be down; the runner checks /health and waits for it
-    Transient(outage=False)   other 5xx, and 200 responses whose finish_reason is "abort"
+    Transient(outage=False)   other 5xx, 408/429 (router queue), and 200 responses whose
+                              finish_reason is "abort"
     Rejected                  any other 4xx: this prompt's permanent failure
     AuthError                 401/403: the whole run stops
 """
@@ -20,6 +21,7 @@ import orjson
 from .errors import AuthError, ServerError
 
 OUTAGE_STATUSES = frozenset({502, 503, 504})
+RETRYABLE_4XX = frozenset({408, 429})  # sglang-router's queue timeout and rate limiter
 
 
 class RequestFailure(Exception):
@@ -97,7 +99,7 @@ def parse_generation(status: int, body: bytes) -> Generation:
             f"the server refused the API key (HTTP {status}: {error_message(body)}); "
             "set SGLANG_API_KEY or pass --api-key with the key the server was started with"
         )
-    if status >= 500:
+    if status >= 500 or status in RETRYABLE_4XX:
         message = f"HTTP {status}: {error_message(body)}"
         raise Transient(f"http_{status}", message, status, outage=status in OUTAGE_STATUSES)
     if status != 200:

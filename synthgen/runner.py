@@ -273,7 +273,9 @@ class Runner:
 
         Returns a WorkItem, or (prompt, kind, reason) for a prompt that will not be sent.
         """
-        reader = self._readers.setdefault(plan.name, PromptReader(plan.index))
+        reader = self._readers.get(plan.name)
+        if reader is None:
+            reader = self._readers[plan.name] = PromptReader(plan.index)
         prompt = reader.read(prompt_id)
         try:
             rendered = self._renderer.render(prompt.messages)

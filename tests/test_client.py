@@ -45,7 +45,8 @@ def test_an_aborted_200_is_retryable_not_a_result(finish):
     assert info.value.kind == "abort" and not info.value.outage
 
 
-@pytest.mark.parametrize("status,outage", [(500, False), (502, True), (503, True), (504, True)])
+@pytest.mark.parametrize("status,outage", [(500, False), (502, True), (503, True), (504, True), (408, False),
+                                           (429, False)])
 def test_server_errors_are_retryable(status, outage):
     err = {"object": "error", "message": "The request queue is full.", "type": str(status), "param": None,
            "code": status}
