@@ -622,6 +622,15 @@ def response_item(seq: Sequence, model: FakeModel, settings: Settings, started: 
     meta |= {
         "completion_tokens": len(output),
         "cached_tokens": 0,
+    }
+    if settings.version == "0.5.23":
+        # Seen in the real 0.5.23 server's answers (CPU run), though not in the source notes.
+        meta |= {
+            "weight_versions": [{"version": "default", "start": 0, "end": len(output)}],
+            "cached_tokens_details": None,
+            "dp_rank": None,
+        }
+    meta |= {
         "e2e_latency": time.monotonic() - started,
         "response_sent_to_client_ts": time.time(),
     }
@@ -779,7 +788,9 @@ class SimHandler(BaseHTTPRequestHandler):
             "model_path": s.model_path,
             "tokenizer_path": s.model_path,
             "served_model_name": s.served_model_name,
-            "context_length": s.context_length,
+            # The launch argument, not the model's length: null unless --context-length was given
+            # (as the real server reports); clients read the length from /v1/models.
+            "context_length": None,
             "tp_size": 1,
             "dp_size": 1,
             "max_running_requests": 4096,
