@@ -247,13 +247,18 @@ class Runner:
         ctx.tokenizer_path = cfg.tokenizer or info.get("tokenizer_path") or info.get("model_path")
         if not ctx.tokenizer_path:
             raise SynthgenError(f"{cfg.server_url}/model_info reports no tokenizer_path; pass --tokenizer PATH")
+        # The served model's own config.json is the truth; a --tokenizer folder's is the fallback.
+        model_config = templating.model_config(info.get("model_path"), ctx.tokenizer_path)
         if cfg.max_seq_len is not None:
             ctx.context_len = cfg.max_seq_len
         elif info:
             ctx.context_len = await client.context_length()
             if ctx.context_len is None:
-                ctx.notes.append("the server reports no max_model_len at /v1/models; "
-                                 "pass --max-seq-len to check prompt lengths before sending")
+                ctx.context_len = templating.model_context_length(model_config)
+                found = (f"using max_position_embeddings {ctx.context_len} from the model's config.json"
+                         if ctx.context_len else "prompt lengths are not checked before sending")
+                ctx.notes.append(f"the server reports no max_model_len at /v1/models; {found}; "
+                                 "pass --max-seq-len to set it")
         if info and cfg.max_seq_len is None:  # an explicit --max-seq-len is the user's word on lengths
             server_info = await client.server_info()
             value = server_info.get("max_req_input_len")
@@ -261,10 +266,7 @@ class Runner:
                 limit = value if ctx.context_len is None else min(value, ctx.context_len - SCHEDULER_RESERVED)
                 ctx.max_input_len = limit
         tokenizer = templating.load_tokenizer(ctx.tokenizer_path, cfg.trust_remote_code)
-        # The served model's own config is the truth; a --tokenizer folder's config is the fallback.
-        model_path = info.get("model_path")
-        ctx.vocab_size = (templating.model_vocab_size(model_path) if model_path else None) or \
-            templating.model_vocab_size(ctx.tokenizer_path)
+        ctx.vocab_size = templating.model_vocab_size(model_config)
         self._renderer = templating.ChatRenderer(tokenizer, cfg.chat_template_kwargs, cfg.think_start)
 
     # ------------------------------------------------------------------ preparing one prompt

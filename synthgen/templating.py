@@ -50,21 +50,37 @@ def load_tokenizer(name_or_path: str, trust_remote_code: bool = False):
     return tokenizer
 
 
-def model_vocab_size(name_or_path: str) -> int | None:
-    """The model's embedding size from config.json beside the tokenizer, when there is one.
+def model_config(*paths: str | None) -> dict:
+    """The first readable config.json among local model folders (the served model's first)."""
+    for path in paths:
+        if not path:
+            continue
+        try:
+            data = json.loads((Path(path).expanduser() / "config.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return {}
 
-    Ids at or above it crash SGLang's scheduler (and the whole server) rather than fail one
-    request, so the runner never sends them.
-    """
-    config = Path(name_or_path) / "config.json"
-    try:
-        data = json.loads(config.read_text())
-    except (OSError, ValueError):
-        return None
-    for holder in (data, data.get("text_config") or {}):
-        if isinstance(holder.get("vocab_size"), int):
-            return holder["vocab_size"]
+
+def _config_int(config: dict, key: str) -> int | None:
+    for holder in (config, config.get("text_config") or {}):
+        if isinstance(holder.get(key), int):
+            return holder[key]
     return None
+
+
+def model_vocab_size(config: dict) -> int | None:
+    """The model's embedding size. Ids at or above it crash SGLang's scheduler (and the whole
+    server) rather than fail one request, so the runner never sends them."""
+    return _config_int(config, "vocab_size")
+
+
+def model_context_length(config: dict) -> int | None:
+    """max_position_embeddings: the context length when the server does not report one
+    (sglang-router answers /v1/models itself, without max_model_len)."""
+    return _config_int(config, "max_position_embeddings")
 
 
 class ChatRenderer:

@@ -339,10 +339,6 @@ def test_0_5_14_answers_without_reasoning_tokens_in_meta_info(sim_0_5_14, tokeni
         ({"input_ids": [[1], []]}, "input_ids cannot be empty."),
         ({}, "Either text, input_ids or input_embeds should be provided."),
         (
-            {"text": "hi", "input_ids": [1]},
-            "Either text, input_ids or input_embeds should be provided.",
-        ),
-        (
             {"input_ids": [[1], [2]], "rid": ["a"]},
             "The specified rids length mismatch with the batch_size for batch processing.",
         ),
@@ -606,3 +602,10 @@ def test_sigterm_stops_the_server_cleanly(tokenizer_dirs):
     sim = start_sim(tokenizer_dirs["chatml"])
     assert sim.stop() == 0
     sim.close()
+
+
+def test_text_and_input_ids_together_use_the_ids_as_the_real_server_does(sim):
+    response = sim.client.post("/generate", json={"text": "ignored", "input_ids": [1, 2, 3],
+                                                 "sampling_params": {"max_new_tokens": 1}})
+    assert response.status_code == 200
+    assert response.json()["meta_info"]["prompt_tokens"] == 3
