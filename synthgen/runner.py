@@ -45,6 +45,8 @@ from .store import DatasetStore, ResumeState
 # SGLang's scheduler refuses inputs of max_req_input_len = context_len - 1 - 5 tokens or more,
 # even when the tokenizer-side check passed (sglang_api.md §1.3).
 SCHEDULER_RESERVED = 6
+# A prompt in flight at this many server deaths is recorded as failed rather than retried forever.
+OUTAGES_PER_PROMPT = 3
 
 
 def now_iso() -> str:
@@ -122,7 +124,6 @@ class ServerHealth:
         self.gone: ServerGone | None = None
         self._lock = asyncio.Lock()
         self._poller: asyncio.Task | None = None
-        self.outages = 0
 
     async def suspect(self, reason: str) -> bool:
         """True if the server is down (the failed attempt should not count against the prompt)."""
@@ -132,7 +133,6 @@ class ServerHealth:
             if await self.client.healthy():
                 return False
             self.up.clear()
-            self.outages += 1
             self.progress.outage_since = time.monotonic()
             self.progress.message(f"OUTAGE: server {self.client.base_url} is not healthy ({reason}); "
                                   f"waiting up to {fmt_duration(self.server_wait)} for it to come back")
@@ -450,7 +450,7 @@ class Runner:
 
     async def _process(self, item: WorkItem, client: SGLangClient, health: ServerHealth, sampling: dict) -> None:
         cfg, plan = self.config, item.plan
-        attempts = 0
+        attempts = outages = 0
         plan.in_flight += 1
         self.progress.in_flight += 1
         if plan.stats.first_start is None:
@@ -471,7 +471,15 @@ class Runner:
                     generation = await client.generate(payload)
                 except Transient as exc:
                     if exc.outage and await health.suspect(exc.message):
-                        attempts -= 1  # the server was down; this says nothing about the prompt
+                        # The server was down: usually this says nothing about the prompt, but a
+                        # prompt that keeps being in flight when the server dies may be killing it.
+                        outages += 1
+                        if outages >= OUTAGES_PER_PROMPT:
+                            self._record_error(plan, item.prompt.id, "failed", "server_died", (
+                                f"the server went down {outages} times while this prompt was in flight "
+                                f"(last: {exc.message})"), attempts, exc.status)
+                            return
+                        attempts -= 1
                         continue
                     if attempts >= cfg.max_attempts:
                         self._record_error(plan, item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)

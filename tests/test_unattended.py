@@ -195,3 +195,33 @@ def test_signal_exit_codes_are_documented_values(ws, make_sim, sig, code):
     wait_until(lambda: rows_written(ws, "d") >= 1, timeout=120)
     proc.send_signal(sig)
     assert proc.wait(timeout=120) == code
+
+
+def test_a_prompt_that_keeps_killing_the_server_is_failed_after_three_deaths(ws, make_sim, tokenizers):
+    from synthgen.templating import ChatRenderer, load_tokenizer
+
+    renderer = ChatRenderer(load_tokenizer(str(tokenizers["chatml"])))
+    normal = [f"question {i}" for i in range(5)]
+    limit = max(max(renderer.render([{"role": "user", "content": t}]).input_ids) for t in normal) + 1
+    tokenizer = renderer.tokenizer
+    killer = next(text for text in (tokenizer.decode([i]) for i in range(len(tokenizer) - 1, limit, -1))
+                  if text.strip() and max(renderer.render([{"role": "user", "content": text}]).input_ids) >= limit)
+    # The simulator dies, as the real server does, on an id it cannot embed; a supervisor restarts it.
+    sim = make_sim("chatml", "--max-vocab", str(limit))
+    ws.dataset("short", "d", [*({"id": f"ok{i}", "prompt": t} for i, t in enumerate(normal)),
+                              {"id": "killer", "prompt": killer}])
+    proc = ws.start("--server-url", sim.url, "--max-tokens", "64", "--concurrency", "1", "--retry-backoff", "0.01")
+    deaths = 0
+    while proc.poll() is None and deaths < 5:
+        try:
+            sim.wait_exit(timeout=2)
+        except subprocess.TimeoutExpired:
+            continue
+        deaths += 1
+        sim.restart()
+    assert proc.wait(timeout=120) == 1
+    assert deaths == 3
+    (error,) = ws.errors("d")
+    assert (error["id"], error["error_type"]) == ("killer", "server_died")
+    assert error["error"].startswith("the server went down 3 times while this prompt was in flight")
+    ws.assert_exactly_once("d", [f"ok{i}" for i in range(5)])
