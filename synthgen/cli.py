@@ -20,6 +20,11 @@ from .selection import SAMPLE_MODES
 PROG = "run_inference.py"
 
 EXAMPLES = """\
+exit codes:
+  0 done   1 some prompts failed (errors.jsonl; rerun retries)   2 bad arguments or input
+  3 server unreachable / gave up / API key refused   4 dataset locked by another run
+  5 write error (disk full, permissions)   130/143 stopped by SIGINT/SIGTERM (rerun resumes)
+
 examples:
   # every dataset of the 'short' partition, 64 requests in flight
   python run_inference.py --partition short --max-tokens 32768 --concurrency 64
@@ -37,11 +42,6 @@ examples:
   # Kimi-K2.5 with thinking on; see what would be sent without sending anything
   python run_inference.py --partition short --dataset glaive \\
         --chat-template-kwargs '{"thinking": true}' --dry-run
-
-exit codes:
-  0 done   1 some prompts failed (errors.jsonl; rerun retries)   2 bad arguments or input
-  3 server unreachable / gave up / API key refused   4 dataset locked by another run
-  5 write error (disk full, permissions)   130/143 stopped by SIGINT/SIGTERM (rerun resumes)
 """
 
 

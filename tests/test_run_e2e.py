@@ -268,3 +268,12 @@ def test_results_are_written_as_one_json_object_per_line(ws, make_sim):
     for line in ws.raw_lines("d"):
         assert line.endswith(b"\n") and line.count(b"\n") == 1
         assert isinstance(orjson.loads(line), dict)
+
+
+def test_help_lists_exit_codes_and_ends_with_examples(ws):
+    result = ws.run("--help")
+    assert result.returncode == 0
+    assert "exit codes:" in result.stdout
+    tail = result.stdout.rstrip().split("\n\n")
+    assert "examples:" in result.stdout.split("exit codes:")[1]
+    assert tail[-1].strip().startswith("# Kimi-K2.5")
