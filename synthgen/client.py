@@ -92,13 +92,18 @@ def error_message(body: bytes) -> str:
     return body.decode(errors="replace").strip()[:500]
 
 
-def parse_generation(status: int, body: bytes) -> Generation:
-    """Turn one /generate answer into a Generation or raise the matching RequestFailure."""
+def check_auth(status: int, body: bytes) -> None:
+    """401/403 on any endpoint: the whole run stops with advice about the key."""
     if status in (401, 403):
         raise AuthError(
             f"the server refused the API key (HTTP {status}: {error_message(body)}); "
             "set SGLANG_API_KEY or pass --api-key with the key the server was started with"
         )
+
+
+def parse_generation(status: int, body: bytes) -> Generation:
+    """Turn one /generate answer into a Generation or raise the matching RequestFailure."""
+    check_auth(status, body)
     if status >= 500 or status in RETRYABLE_4XX:
         message = f"HTTP {status}: {error_message(body)}"
         raise Transient(f"http_{status}", message, status, outage=status in OUTAGE_STATUSES)
@@ -187,8 +192,7 @@ class SGLangClient:
                 f"cannot reach the SGLang server at {self.base_url} ({type(exc).__name__}); "
                 "start the server or pass --server-url URL"
             ) from exc
-        if response.status_code in (401, 403):
-            parse_generation(response.status_code, response.content)  # raises AuthError
+        check_auth(response.status_code, response.content)
         if response.status_code != 200:
             return None
         try:

@@ -171,8 +171,7 @@ class Progress:
         if self._bar is not None:
             self._bar.clear()
         print(text, file=self.stream, flush=True)
-        if self._log is not None:
-            self._to_log(text)
+        self._to_log(text)
 
     def close(self) -> None:
         if self._bar is not None:

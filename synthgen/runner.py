@@ -77,7 +77,6 @@ class DatasetPlan:
     store: DatasetStore | None
     stats: DatasetStats
     in_flight: int = 0
-    tokens_done: int = 0  # earlier runs + this run, for --max-tokens-per-dataset
     budget_closed: bool = False
 
     @property
@@ -204,8 +203,8 @@ class Runner:
                 store.compact_errors(state.done | set(selection.pending))
             stats = DatasetStats(source.name, target=selection.target, already_done=selection.already_done,
                                  pending=len(selection.pending), token_budget=cfg.max_tokens_per_dataset)
-            plan = DatasetPlan(index, selection, state, store, stats, tokens_done=state.completion_tokens)
-            stats.budget_tokens_done = plan.tokens_done
+            stats.budget_tokens_done = state.completion_tokens
+            plan = DatasetPlan(index, selection, state, store, stats)
             self.plans.append(plan)
 
     def plan_report(self) -> str:
@@ -387,15 +386,15 @@ class Runner:
             if cap is None:
                 return True
             # Until the dataset has results, assume the worst: each request uses max_tokens.
-            done = len(plan.state.done)
-            expected = plan.tokens_done / done if done else cfg.max_tokens
-            if plan.tokens_done + plan.in_flight * expected >= cap:
+            state = plan.state
+            expected = state.mean_completion_tokens or cfg.max_tokens
+            if state.completion_tokens + plan.in_flight * expected >= cap:
                 if not plan.budget_closed:
                     plan.budget_closed = plan.stats.budget_stopped = True
                     s = plan.stats
                     self.progress.total -= s.pending - s.done - s.failed - s.skipped - plan.in_flight
                     self.progress.message(
-                        f"{plan.name}: token budget {cap:,} reached ({plan.tokens_done:,} done + "
+                        f"{plan.name}: token budget {cap:,} reached ({state.completion_tokens:,} done + "
                         f"{plan.in_flight} in flight); no new requests for this dataset")
                 return False
             return True
@@ -536,11 +535,11 @@ class Runner:
         }
         plan.store.append_result(row)
         plan.state.done.add(item.prompt.id)
-        plan.tokens_done += gen.completion_tokens
+        plan.state.completion_tokens += gen.completion_tokens
         stats = plan.stats
         stats.done += 1
         stats.completion_tokens += gen.completion_tokens
-        stats.budget_tokens_done = plan.tokens_done
+        stats.budget_tokens_done = plan.state.completion_tokens
         stats.last_finish = time.monotonic()
         self.progress.finished(gen.completion_tokens)
 

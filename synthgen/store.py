@@ -60,7 +60,7 @@ class ResumeState:
     """What earlier runs left in raw_responses.jsonl."""
 
     done: set[str] = field(default_factory=set)
-    completion_tokens: int = 0  # summed over done rows: --max-tokens-per-dataset counts them
+    completion_tokens: int = 0  # over done rows, kept current by the run: --max-tokens-per-dataset counts them
     duplicate_rows: int = 0  # should stay 0; reported if another tool wrote the file
     bad_lines: list[int] = field(default_factory=list)  # unreadable lines other than the last
     repaired: str | None = None  # what recover() did to the last line, if anything
