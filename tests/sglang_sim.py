@@ -1,24 +1,75 @@
-"""A faithful stand-in for an SGLang server's native HTTP API, for tests.
+"""A faithful stand-in for an SGLang server's native HTTP API, for tests and benchmarks.
 
 This module owns the simulator: a real loopback HTTP server (stdlib ``ThreadingHTTPServer``,
 HTTP/1.1 keep-alive) that answers ``/generate`` and the informational endpoints the way SGLang
 0.5.23 or 0.5.14 does (``/work/shared/sglang_api.md`` is the reference: status codes, error body
 shapes, finish reasons, aborts, auth), with a deterministic fake model and injectable faults.
 
-The fake model decodes the prompt, takes the last user message U and answers
-``<think>Reasoning about: U</think>Answer: U`` followed by EOS. When the prompt already ends with
-``<think>`` (Kimi-K2.5 style) the opening tag is left out, when it ends with ``</think>`` (thinking
-switched off by the template) or with ``--no-reasoning`` only the answer is written. Output is
-truncated at ``max_new_tokens`` exactly as SGLang does, and ``text`` is decoded with the request's
-``skip_special_tokens`` (default true), so special think tags vanish from ``text`` as they do on a
-real server.
+The fake model
+--------------
+The prompt is decoded (special tokens kept) and its last user or tool turn is found. Turn headers
+understood: ChatML ``<|im_start|>ROLE\n`` (role ``user``; role ``tool``, or a user turn starting
+with ``<tool_response>``, is a tool result), Kimi ``<|im_user|>NAME<|im_middle|>`` and
+``<|im_system|>NAME<|im_middle|>`` (a tool result when NAME is ``tool`` or the content starts with
+``## Return of ``), harmony ``<|start|>user<|message|>`` and ``<|start|>functions.X ...<|message|>``
+(tool), Llama-3 ``<|start_header_id|>user|ipython|tool<|end_header_id|>\n\n`` and DeepSeek
+``<｜User｜>`` / ``<｜tool▁output▁begin｜>``. The last such turn gives U:
+
+- a user turn: its content up to the turn's end marker, verbatim (the whole rest of the prompt if
+  the turn is not closed; the whole prompt if no turn header is found);
+- a tool result: the content of the last ``<tool_response>...</tool_response>`` in it (Qwen), or
+  the text after the ``## Return of ID`` line (Kimi), or the content, stripped of surrounding
+  whitespace.
+
+Output styles (``--output-style``), as text; ``R = "Reasoning about: U"``, ``A = "Answer: U"``:
+
+- ``think`` (default): ``<think>R</think>A``.
+- ``kimi_tool``: for a user turn ``<think>R</think>`` then
+  ``<|tool_calls_section_begin|><|tool_call_begin|>functions.lookup:0<|tool_call_argument_begin|>``
+  ``ARGS<|tool_call_end|><|tool_calls_section_end|>`` where ARGS is
+  ``json.dumps({"query": U}, ensure_ascii=False)``; for a tool result ``<think>R</think>A``.
+- ``qwen_tool``: for a user turn ``<think>R</think><tool_call>\nCALL\n</tool_call>`` where CALL is
+  ``json.dumps({"name": "lookup", "arguments": {"query": U}}, ensure_ascii=False)``; for a tool
+  result ``<think>R</think>A``.
+- ``harmony``: ``<|channel|>analysis<|message|>R<|end|><|start|>assistant<|channel|>final<|message|>A<|return|>``.
+
+In the three think-tag styles the reasoning part follows the prompt's tail: when the prompt ends
+with ``<think>`` (Kimi-K2.5 style, ignoring trailing whitespace) the opening tag is left out; when
+it ends with ``</think>`` (thinking switched off by the template), or with ``--no-reasoning``, the
+``<think>R</think>`` part is left out. With ``--no-reasoning`` harmony writes only
+``<|channel|>final<|message|>A<|return|>``.
+
+The text is encoded with the loaded tokenizer (no special tokens added), so whatever markers that
+tokenizer knows become single ids and the others are spelled out in ordinary tokens. The model's
+EOS follows, except when the text's last token is already a stop id (harmony's ``<|return|>`` in a
+gpt-oss tokenizer). Stop ids are the tokenizer's ``eos_token`` plus ``eos_token_id`` of
+``config.json`` and ``generation_config.json``; ``finish_reason.matched`` is the id that ended the
+output, which ``output_ids`` includes and ``text`` does not.
+
+``--output-len-dist`` overrides the length (EOS included) per prompt: ``fixed:N``, or
+``uniform:LO-HI`` drawn from the prompt ids' SHA-1. A shorter length cuts the styled output (then
+EOS), a longer one pads it with the last token of ``"."`` before EOS. Output is truncated at
+``max_new_tokens`` exactly as SGLang does (``finish_reason`` length), and ``text`` is decoded with
+the request's ``skip_special_tokens`` (default true), so special tags vanish from ``text`` as on a
+real server. ``meta_info.reasoning_tokens`` is 0 unless the request sets ``require_reasoning`` and
+the server has ``--reasoning-parser``: then it counts output tokens up to and including the first
+``</think>`` (``<|end|>`` for ``gpt-oss``), as 0.5.23's scheduler does.
+
+Two engines
+-----------
+Without ``--max-total-tokens`` every request generates on its own handler thread, one token per
+``token_delay`` (the original behaviour). With it, one scheduler thread imitates SGLang's
+continuous batching (``Scheduler``): a FCFS waiting queue, admission while the KV pool has room,
+``--max-running-requests``, one decode step at a time whose duration grows with the batch, and
+retraction of running requests when the pool runs out. Handler threads only wait for their request.
 
 Faults (503 queue full, dropped connection, abort with partial output, slow answer) are decided
 per request from ``--fault-seed``, the request's token ids and how often the same ids were seen
-before, so a run makes the same decisions whatever the thread interleaving. Fault rates, the
-per-token delay and ``fail_first_n`` can be changed at runtime through ``POST /sim/config``;
-``GET /sim/stats`` reports what the server saw. ``/sim/*`` is the only non-SGLang surface and
-needs no API key.
+before, so a run makes the same decisions whatever the thread interleaving. Malformed answers
+(``--malformed KIND``), a router's "no available workers" 503 (``--no-workers``) and a crash on
+the N-th request (``--exit-after``) serve client robustness tests. Fault settings can be changed
+at runtime through ``POST /sim/config``; ``GET /sim/stats`` reports what the server saw.
+``/sim/*`` is the only non-SGLang surface and needs no API key.
 
 Run ``python tests/sglang_sim.py --help`` for the command line. Once listening, the process prints
 exactly one line, ``SIM READY port=<port> pid=<pid>``, on stdout; everything else goes to stderr.
@@ -33,14 +84,18 @@ import json
 import logging
 import os
 import random
+import re
 import signal
 import sys
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs
 
 from tokenizers import Tokenizer
 
@@ -53,12 +108,31 @@ KV_POOL_TOKENS = 65536
 # tp_worker.py reserves this many tokens below the context length for the scheduler-side check.
 SCHEDULER_RESERVED_TOKENS = 5
 
-# The fake model understands these chat formats; anything else is answered about the whole prompt.
-USER_TURN_MARKERS = ("<|im_start|>user\n", "<|im_user|>user<|im_middle|>")
-TURN_END = "<|im_end|>"
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
-
+# Turn headers of the chat formats the fake model reads (see the module docstring); each named
+# group is one format, and END_MARKERS says where a turn of that format ends.
+TURN_HEADER = re.compile(
+    r"<\|im_start\|>(?P<chatml>[^\n<]*)\n"
+    r"|<\|im_(?P<kimi>user|system)\|>(?P<kimi_name>[^<]*)<\|im_middle\|>"
+    r"|<\|start\|>(?P<harmony>[^<]*)(?:<\|channel\|>[^<]*)?<\|message\|>"
+    r"|<\|start_header_id\|>(?P<llama>[^<]*)<\|end_header_id\|>\n\n"
+    r"|(?P<ds_user><｜User｜>)"
+    r"|(?P<ds_tool><｜tool▁output▁begin｜>)"
+)
+END_MARKERS = {
+    "chatml": "<|im_end|>",
+    "kimi": "<|im_end|>",
+    "harmony": "<|end|>",
+    "llama": "<|eot_id|>",
+    "ds_user": "<｜Assistant｜>",
+    "ds_tool": "<｜tool▁output▁end｜>",
+}
+OUTPUT_STYLES = ("think", "kimi_tool", "qwen_tool", "harmony")
+TOOL_NAME = "lookup"
+HARMONY_RETURN = "<|return|>"
+# Reasoning parsers whose end-of-thinking marker is not </think>.
+THINK_END_BY_PARSER = {"gpt-oss": "<|end|>"}
 # The [S23] request contract: sampling keys in the order its "unknown field" message lists them.
 CONTRACT_SAMPLING_KEYS = (
     "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
@@ -91,8 +165,27 @@ QUEUE_FULL_BODY = {
     "code": 503,
 }
 ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+# What the tokenizer manager answers for a request aborted before the scheduler ran it.
+ABORTED_WAITING = {"type": "abort", "message": "Abort in waiting queue"}
+# sglang-router's answer when no worker can take a request (text/plain, router.rs).
+NO_WORKERS_TEXT = "No available workers (all circuits open or unhealthy)"
 # SGLang's auth middleware never checks these; /sim/ is the simulator's own control surface.
 AUTH_EXEMPT_PREFIXES = ("/health", "/ready", "/metrics", "/sim/")
+MALFORMED_KINDS = (
+    "finish_reason_list", "prompt_tokens_string", "no_finish_reason",
+    "negative_completion_tokens", "bad_gzip", "no_meta_info",
+)  # fmt: skip
+PAUSE_MODES = ("abort", "retract", "in_place")
+
+# SGLang's scheduling constants (schedule_policy.py, environ.py, 0.5.23 defaults).
+CLIP_MAX_NEW_TOKENS = 4096
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+RETRACT_DECODE_STEPS = 20
+DEFAULT_MAX_RUNNING_REQUESTS = 4096
+# gen_throughput is averaged over this many seconds of recent output.
+THROUGHPUT_WINDOW = 5.0
 
 
 def prompt_sha1(input_ids: list[int]) -> str:
@@ -136,6 +229,19 @@ class Faults:
     slow_seconds: float = 2.0
     token_delay: float = 0.0
     fail_first_n: int = 0
+    malformed: str | None = None  # one of MALFORMED_KINDS: every 200 /generate answer is broken so
+    no_workers: bool = False  # /generate answers sglang-router's 503 "No available workers"
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """The scheduler mode's knobs (``--max-total-tokens`` switches the mode on)."""
+
+    max_total_tokens: int
+    max_running_requests: int
+    step_time: float  # seconds per decode step ...
+    step_time_per_req: float  # ... plus this much per running request
+    prefill_time_per_token: float  # ... plus this much per prompt token admitted in the step
 
 
 @dataclass(frozen=True)
@@ -152,69 +258,199 @@ class Settings:
     fault_seed: int
     request_log: Path | None
     model_type: str
+    tokenizer_path: str = ""
+    kv_pool_tokens: int = KV_POOL_TOKENS
+    max_running_requests: int = DEFAULT_MAX_RUNNING_REQUESTS
+    scheduler: SchedulerConfig | None = None
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    weight_version: str = "default"
+    v1_loads: bool = True
+    exit_after: int | None = None
 
     @property
     def max_req_input_len(self) -> int:
-        return min(self.context_length - 1, KV_POOL_TOKENS - 1) - SCHEDULER_RESERVED_TOKENS
+        return min(self.context_length - 1, self.kv_pool_tokens - 1) - SCHEDULER_RESERVED_TOKENS
 
     @property
     def max_req_len(self) -> int:
-        return min(self.context_length - 1, KV_POOL_TOKENS - 1)
+        return min(self.context_length - 1, self.kv_pool_tokens - 1)
+
+
+def parse_length_dist(spec: str) -> tuple[int, int] | None:
+    """``model`` -> None; ``fixed:N`` -> (N, N); ``uniform:LO-HI`` -> (LO, HI). Raises ValueError."""
+    if spec == "model":
+        return None
+    kind, _, value = spec.partition(":")
+    if kind == "fixed" and value.isdigit():
+        low = high = int(value)
+    elif kind == "uniform" and re.fullmatch(r"\d+-\d+", value):
+        low, high = map(int, value.split("-"))
+    else:
+        raise ValueError(f"expected model, fixed:N or uniform:LO-HI, got {spec!r}")
+    if not 1 <= low <= high:
+        raise ValueError(f"lengths must satisfy 1 <= LO <= HI, got {spec!r}")
+    return low, high
 
 
 # --------------------------------------------------------------------------------------------
 # The fake model
 
 
-class FakeModel:
-    """Tokenizer plus a deterministic 'model' that echoes the last user message."""
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
 
-    def __init__(self, tokenizer_dir: Path, reasoning: bool):
+
+class FakeModel:
+    """Tokenizer plus a deterministic 'model' that answers the last user or tool turn."""
+
+    def __init__(
+        self,
+        tokenizer_dir: Path,
+        reasoning: bool,
+        style: str = "think",
+        length_dist: tuple[int, int] | None = None,
+        reasoning_parser: str | None = None,
+    ):
         self.tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
         self.reasoning = reasoning
-        eos = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())["eos_token"]
+        self.style = style
+        self.length_dist = length_dist
+        self.stop_ids = self._stop_ids(tokenizer_dir)
+        if not self.stop_ids:
+            raise ValueError(
+                f"{tokenizer_dir}: no EOS token in tokenizer_config.json, config.json or generation_config.json"
+            )
+        self.eos_id = self.stop_ids[0]
+        self.pad_id = self.encode_text(".")[-1]
+        # What 0.5.23 counts reasoning tokens up to; None without --reasoning-parser.
+        self.think_end_ids: list[int] | None = None
+        if reasoning_parser:
+            self.think_end_ids = self.encode_text(THINK_END_BY_PARSER.get(reasoning_parser, THINK_CLOSE))
+
+    def _stop_ids(self, tokenizer_dir: Path) -> list[int]:
+        ids: list[int] = []
+        eos = read_json(tokenizer_dir / "tokenizer_config.json").get("eos_token")
         eos = eos["content"] if isinstance(eos, dict) else eos
-        self.eos_id = self.tokenizer.token_to_id(eos)
+        if isinstance(eos, str) and self.tokenizer.token_to_id(eos) is not None:
+            ids.append(self.tokenizer.token_to_id(eos))
+        for name in ("config.json", "generation_config.json"):
+            value = read_json(tokenizer_dir / name).get("eos_token_id")
+            for token in value if isinstance(value, list) else [value]:
+                if isinstance(token, int) and token not in ids:
+                    ids.append(token)
+        return ids
 
     def encode_prompt(self, text: str) -> list[int]:
         # SGLang tokenizes text with the HF default add_special_tokens=True (BOS if the tokenizer
         # adds one), which is why a rendered template that already has BOS gets a second one.
         return self.tokenizer.encode(text).ids
 
+    def encode_text(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
     def decode(self, ids: list[int], skip_special_tokens: bool) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def complete(self, input_ids: list[int]) -> list[int]:
-        """The full output, ending with EOS, that the model would write given unlimited tokens."""
+        """The full output, ending with a stop id, that the model would write given unlimited tokens."""
         prompt = self.decode(input_ids, skip_special_tokens=False)
-        user = last_user_message(prompt)
-        answer = f"Answer: {user}"
-        reasoning = f"Reasoning about: {user}"
+        ids = self.encode_text(self.output_text(prompt))
+        if not ids or ids[-1] not in self.stop_ids:
+            ids.append(self.eos_id)
+        if self.length_dist is None:
+            return ids
+        low, high = self.length_dist
+        length = low + int(prompt_sha1(input_ids), 16) % (high - low + 1)
+        body, stop = ids[:-1], ids[-1]
+        if length <= len(ids):
+            return body[: length - 1] + [stop]
+        return body + [self.pad_id] * (length - len(ids)) + [stop]
+
+    def output_text(self, prompt: str) -> str:
+        kind, message = last_turn(prompt)
+        reasoning, answer = f"Reasoning about: {message}", f"Answer: {message}"
+        if self.style == "harmony":
+            final = f"<|channel|>final<|message|>{answer}{HARMONY_RETURN}"
+            if not self.reasoning:
+                return final
+            return f"<|channel|>analysis<|message|>{reasoning}<|end|><|start|>assistant{final}"
+        if kind == "user" and self.style == "kimi_tool":
+            arguments = json.dumps({"query": message}, ensure_ascii=False)
+            answer = (
+                f"<|tool_calls_section_begin|><|tool_call_begin|>functions.{TOOL_NAME}:0"
+                f"<|tool_call_argument_begin|>{arguments}<|tool_call_end|><|tool_calls_section_end|>"
+            )
+        elif kind == "user" and self.style == "qwen_tool":
+            call = json.dumps({"name": TOOL_NAME, "arguments": {"query": message}}, ensure_ascii=False)
+            answer = f"<tool_call>\n{call}\n</tool_call>"
         tail = prompt.rstrip()
         if not self.reasoning or tail.endswith(THINK_CLOSE):
-            output = answer
-        elif tail.endswith(THINK_OPEN):
-            output = reasoning + THINK_CLOSE + answer
-        else:
-            output = THINK_OPEN + reasoning + THINK_CLOSE + answer
-        return self.tokenizer.encode(output, add_special_tokens=False).ids + [self.eos_id]
+            return answer
+        if tail.endswith(THINK_OPEN):
+            return reasoning + THINK_CLOSE + answer
+        return THINK_OPEN + reasoning + THINK_CLOSE + answer
+
+    def reasoning_tokens(self, output: list[int]) -> int:
+        """0.5.23's count for a request with require_reasoning: tokens through the end marker."""
+        end = self.think_end_ids
+        if not end:
+            return 0
+        for i in range(len(output) - len(end) + 1):
+            if output[i : i + len(end)] == end:
+                return i + len(end)
+        return len(output)
 
 
-def last_user_message(prompt: str) -> str:
-    for marker in USER_TURN_MARKERS:
-        start = prompt.rfind(marker)
-        if start >= 0:
-            start += len(marker)
-            end = prompt.find(TURN_END, start)
-            return prompt[start:] if end < 0 else prompt[start:end]
-    return prompt
+def last_turn(prompt: str) -> tuple[str, str]:
+    """("user" | "tool", U) for the prompt's last user or tool turn (see the module docstring)."""
+    found: tuple[str, str, int] | None = None  # kind, format, content start
+    for match in TURN_HEADER.finditer(prompt):
+        fmt = match.lastgroup if match.lastgroup != "kimi_name" else "kimi"
+        kind = turn_kind(fmt, match)
+        if kind:
+            found = (kind, fmt, match.end())
+    if found is None:
+        return "user", prompt
+    kind, fmt, start = found
+    end = prompt.find(END_MARKERS[fmt], start)
+    content = prompt[start:] if end < 0 else prompt[start:end]
+    if fmt == "chatml" and kind == "tool" and "<tool_response>" in content:
+        inner = content[content.rfind("<tool_response>") + len("<tool_response>") :]
+        content = inner.split("</tool_response>", 1)[0]
+    elif fmt == "kimi" and kind == "tool" and content.startswith("## Return of "):
+        content = content.partition("\n")[2]
+    return kind, content.strip() if kind == "tool" else content
+
+
+def turn_kind(fmt: str, match: re.Match) -> str | None:
+    if fmt == "chatml":
+        role = match["chatml"]
+        if role == "tool":
+            return "tool"
+        if role == "user":
+            following = match.string[match.end() : match.end() + 64].lstrip()
+            return "tool" if following.startswith("<tool_response>") else "user"
+        return None
+    if fmt == "kimi":
+        if match["kimi"] == "user":
+            return "user"
+        following = match.string[match.end() : match.end() + 13]
+        return "tool" if match["kimi_name"] == "tool" or following == "## Return of " else None
+    if fmt == "harmony":
+        role = match["harmony"].strip()
+        return "user" if role == "user" else "tool" if role.startswith("functions.") else None
+    if fmt == "llama":
+        role = match["llama"]
+        return "user" if role == "user" else "tool" if role in ("ipython", "tool") else None
+    return "user" if fmt == "ds_user" else "tool"
 
 
 # --------------------------------------------------------------------------------------------
 # Request validation: /generate body -> sequences to generate, or an HttpError
 
 
-@dataclass
+@dataclass(eq=False)
 class Sequence:
     """One prompt x sample being generated; a /generate request holds one or more."""
 
@@ -222,8 +458,21 @@ class Sequence:
     input_ids: list[int]
     max_new_tokens: int  # after the scheduler's clamp
     skip_special_tokens: bool
-    planned: list[int] = field(default_factory=list)  # the model's whole output, EOS included
+    require_reasoning: bool = False
+    planned: list[int] = field(default_factory=list)  # the model's whole output, stop id included
     aborted: bool = False  # set by /abort_request
+    # Scheduler mode: progress, and how the request fared in the queue.
+    produced: int = 0
+    retractions: int = 0
+    enqueued_at: float = 0.0
+    queue_time: float = 0.0
+    abort_at: int | None = None  # the rate_abort fault ends the sequence after this many tokens
+    aborted_waiting: bool = False  # aborted before the scheduler ran it (or after a retraction)
+    job: Job | None = None
+
+    @property
+    def target(self) -> int:
+        return min(len(self.planned), self.max_new_tokens)
 
 
 @dataclass
@@ -412,6 +661,7 @@ def parse_generate(body, settings: Settings, model: FakeModel) -> ParsedRequest:
             input_ids=prompt,
             max_new_tokens=max_new[i],
             skip_special_tokens=sampling_value(params, "skip_special_tokens", True),
+            require_reasoning=body.get("require_reasoning") is True,
         )
         for i, (prompt, params) in enumerate(zip(prompts, per_prompt, strict=True))
         for j in range(n)
@@ -423,12 +673,14 @@ def parse_generate(body, settings: Settings, model: FakeModel) -> ParsedRequest:
 # Shared server state: in-flight registry, faults, statistics
 
 
-@dataclass
+@dataclass(eq=False)
 class Job:
     """One /generate request while it generates; /abort_request reaches it through the registry."""
 
     sequences: list[Sequence]
-    wake: threading.Event = field(default_factory=threading.Event)
+    wake: threading.Event = field(default_factory=threading.Event)  # aborts, pause changes
+    done: threading.Event = field(default_factory=threading.Event)  # scheduler mode: all finished
+    unfinished: int = 0
 
 
 @dataclass
@@ -439,8 +691,66 @@ class Plan:
     slow: bool
 
 
+class BusyClock:
+    """Accumulates the time some condition (e.g. 'a request is running') holds."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.since: float | None = None
+
+    def update(self, busy: bool, now: float) -> None:
+        if busy and self.since is None:
+            self.since = now
+        elif not busy and self.since is not None:
+            self.total += now - self.since
+            self.since = None
+
+    def read(self, now: float) -> float:
+        return self.total + (now - self.since if self.since is not None else 0.0)
+
+    def reset(self, now: float) -> None:
+        self.total = 0.0
+        if self.since is not None:
+            self.since = now
+
+
+class Throughput:
+    """Output tokens per second over the last THROUGHPUT_WINDOW seconds (/v1/loads gen_throughput)."""
+
+    def __init__(self) -> None:
+        self.events: deque[tuple[float, int]] = deque()
+        self.total = 0
+
+    def add(self, now: float, tokens: int) -> None:
+        self.events.append((now, tokens))
+        self.total += tokens
+        self._trim(now)
+
+    def rate(self, now: float) -> float:
+        self._trim(now)
+        return self.total / THROUGHPUT_WINDOW
+
+    def _trim(self, now: float) -> None:
+        while self.events and self.events[0][0] < now - THROUGHPUT_WINDOW:
+            self.total -= self.events.popleft()[1]
+
+
+def validate_config_change(key: str, value) -> None:
+    """Raise HttpError unless ``value`` suits the Faults field ``key``."""
+    if key == "malformed":
+        if value is not None and value not in MALFORMED_KINDS:
+            raise HttpError(400, {"error": f"malformed must be null or one of {list(MALFORMED_KINDS)}"})
+    elif key == "no_workers":
+        if not isinstance(value, bool):
+            raise HttpError(400, {"error": "no_workers must be true or false"})
+    elif isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise HttpError(400, {"error": f"{key} must be a non-negative number"})
+    elif key.startswith("rate_") and value > 1:
+        raise HttpError(400, {"error": f"{key} must be a probability in [0, 1]"})
+
+
 class SimState:
-    """Everything handler threads share, guarded by one lock."""
+    """Everything handler threads share, guarded by one lock (the scheduler has its own)."""
 
     def __init__(self, settings: Settings, faults: Faults):
         self.settings = settings
@@ -449,6 +759,12 @@ class SimState:
         # Live requests, which /sim/reset leaves alone: they still have to finish and unregister.
         self.inflight: dict[str, tuple[Job, Sequence]] = {}
         self.jobs_in_flight = 0
+        self.http_in_flight = 0  # /generate requests received and not yet answered
+        self.arrivals = 0  # /generate requests ever received, for --exit-after
+        self.paused = False  # /pause_generation in the per-thread engine
+        self.scheduler: Scheduler | None = None
+        self.busy_clock = BusyClock()  # per-thread engine: time with a request generating
+        self.throughput = Throughput()
         self._reset_locked()
 
     def _reset_locked(self) -> None:
@@ -458,20 +774,25 @@ class SimState:
         self.by_outcome: dict[str, int] = {}
         self.prompt_counts: dict[str, int] = {}
         self.request_attempts: dict[str, int] = {}
+        self.peak_in_flight = self.http_in_flight
+        self.peak_sequences = len(self.inflight)
+        self.first_request_at: float | None = None
+        self.last_finish_at: float | None = None
+        self.tokens_generated = 0
+        self.busy_clock.reset(time.monotonic())
 
     def reset(self) -> None:
         with self.lock:
             self._reset_locked()
+        if self.scheduler:
+            self.scheduler.reset_stats()
 
     def configure(self, changes: dict) -> dict:
         names = {f.name for f in fields(Faults)}
         for key, value in changes.items():
             if key not in names:
                 raise HttpError(400, {"error": f"unknown sim config key {key!r}; known: {sorted(names)}"})
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise HttpError(400, {"error": f"{key} must be a non-negative number"})
-            if key.startswith("rate_") and value > 1:
-                raise HttpError(400, {"error": f"{key} must be a probability in [0, 1]"})
+            validate_config_change(key, value)
         with self.lock:
             self.faults = replace(self.faults, **changes)
             if "fail_first_n" in changes:
@@ -481,6 +802,16 @@ class SimState:
     def current_faults(self) -> Faults:
         with self.lock:
             return replace(self.faults)
+
+    def arrive(self) -> int:
+        """Count a /generate request as received; returns its arrival number (1-based)."""
+        with self.lock:
+            self.arrivals += 1
+            self.http_in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.http_in_flight)
+            if self.first_request_at is None:
+                self.first_request_at = time.time()
+            return self.arrivals
 
     def plan(self, prompts: list[list[int]]) -> Plan:
         """Count the request's prompts and decide its faults."""
@@ -519,12 +850,15 @@ class SimState:
             for seq in job.sequences:
                 self.inflight[seq.rid] = (job, seq)
             self.jobs_in_flight += 1
+            self.peak_sequences = max(self.peak_sequences, len(self.inflight))
+            self.busy_clock.update(True, time.monotonic())
 
     def unregister(self, job: Job) -> None:
         with self.lock:
             for seq in job.sequences:
                 self.inflight.pop(seq.rid, None)
             self.jobs_in_flight -= 1
+            self.busy_clock.update(self.jobs_in_flight > 0, time.monotonic())
 
     def abort(self, rid: str, abort_all: bool) -> None:
         # The scheduler matches by prefix, so aborting "job" also aborts "job_0", "job_1", ...
@@ -533,18 +867,41 @@ class SimState:
                 if abort_all or (rid and seq_rid.startswith(rid)):
                     seq.aborted = True
                     job.wake.set()
+        if self.scheduler:
+            self.scheduler.notice_aborts()
 
-    def record(self, outcome: str, prompts: list[list[int]], rid) -> None:
+    def set_paused(self, paused: bool) -> None:
+        """Pause or resume the per-thread engine (the scheduler pauses itself)."""
         with self.lock:
+            self.paused = paused
+            for job, _ in self.inflight.values():
+                job.wake.set()
+
+    def is_paused(self) -> bool:
+        with self.lock:
+            return self.paused
+
+    def record(self, outcome: str, prompts: list[list[int]], rid, answer: list[dict] | None) -> None:
+        """Account for an answered (or dropped) /generate request; ``answer`` is what a 200 sent."""
+        now = time.time()
+        with self.lock:
+            self.http_in_flight -= 1
+            self.last_finish_at = now
             self.generate_requests += 1
             self.by_outcome[outcome] = self.by_outcome.get(outcome, 0) + 1
+            tokens = sum(len(item["output_ids"]) for item in answer or [])
+            self.tokens_generated += tokens
+            if tokens and self.scheduler is None:
+                self.throughput.add(time.monotonic(), tokens)
             if self.settings.request_log:
                 line = {
-                    "time": time.time(),
+                    "time": now,
                     "prompt_sha1": [prompt_sha1(p) for p in prompts],
                     "rid": rid,
                     "outcome": outcome,
                 }
+                if answer is not None:
+                    line["answers"] = answer
                 with self.settings.request_log.open("a") as fh:
                     fh.write(json.dumps(line) + "\n")
 
@@ -552,26 +909,319 @@ class SimState:
         with self.lock:
             return self.jobs_in_flight > 0
 
-    def stats(self) -> dict:
+    def running_sequences(self) -> list[Sequence]:
         with self.lock:
-            return {
+            return [seq for _, seq in self.inflight.values()]
+
+    def stats(self) -> dict:
+        now = time.monotonic()
+        with self.lock:
+            result = {
                 "generate_requests": self.generate_requests,
                 "completed": self.by_outcome.get("ok", 0),
                 "in_flight": self.jobs_in_flight,
                 "by_outcome": dict(self.by_outcome),
                 "prompt_counts": dict(self.prompt_counts),
+                "mode": "scheduler" if self.scheduler else "per_request",
+                "http_in_flight": self.http_in_flight,
+                "peak_in_flight": self.peak_in_flight,
+                "first_request_at": self.first_request_at,
+                "last_finish_at": self.last_finish_at,
+                "tokens_generated": self.tokens_generated,
+                "running": len(self.inflight),
+                "waiting": 0,
+                "peak_running": self.peak_sequences,
+                "peak_waiting": 0,
+                "busy_time": self.busy_clock.read(now),
+                "queue_time_total": 0.0,
+                "queue_time_max": 0.0,
+                "retractions": 0,
+                "decode_steps": 0,
+                "token_usage": 0.0,
             }
+        if self.scheduler:
+            result |= self.scheduler.stats()
+        return result
+
+
+# --------------------------------------------------------------------------------------------
+# The scheduler mode
+
+
+class Scheduler:
+    """SGLang's continuous batching, reduced to what matters for a client's concurrency control.
+
+    One thread loops over steps. Each step:
+
+    1. drops aborted requests (running ones answer ``Aborted`` with their partial output, waiting
+       ones ``Abort in waiting queue``) and those the rate_abort fault ends;
+    2. admits waiting requests in FCFS order, stopping at the first that does not fit
+       (head-of-line blocking, as SGLang's PrefillAdder): at most ``max_running_requests`` run,
+       and a request is admitted only if ``prompt + produced + min(max_new - produced, 4096)``
+       is below the pool's free tokens minus what running requests hold in reserve, which is
+       ``min(max_new - produced, 4096) * new_token_ratio`` each, while a request admitted in the
+       same step reserves its whole clipped estimate;
+    3. retracts running requests while the pool cannot hold one more token for each (fewest
+       output tokens first, longest prompt among equals, always keeping one), sending them back
+       to the end of the waiting queue with their output kept (re-admission needs prompt +
+       output tokens) and resetting new_token_ratio from the remaining requests, as SGLang does;
+    4. waits ``step_time + step_time_per_req * batch + prefill_time_per_token * admitted prompt
+       tokens + token_delay`` (an abort cuts the wait short), then gives every running request
+       one token and finishes those at their stop id or max_new_tokens.
+
+    new_token_ratio starts at 0.7, decays to 0.098 over 600 steps without retraction and resets
+    when the server goes idle (SGLang's defaults). Simplifications: page size 1, no prefix cache
+    (``cached_tokens`` stays 0), no chunked prefill or prefill token budget, and the prefill of
+    an admitted request shares its step with the decode of the others.
+    """
+
+    def __init__(self, config: SchedulerConfig, state: SimState):
+        self.config = config
+        self.state = state
+        self.cond = threading.Condition()
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.used = 0  # KV tokens held by running requests
+        self.ratio = INIT_NEW_TOKEN_RATIO
+        self.paused = False
+        self.abort_pending = False
+        self.busy_clock = BusyClock()
+        self.throughput = Throughput()
+        self._zero_stats()
+
+    def _zero_stats(self) -> None:
+        self.retractions = 0
+        self.decode_steps = 0
+        self.queue_time_total = 0.0
+        self.queue_time_max = 0.0
+        self.peak_running = len(self.running)
+        self.peak_waiting = len(self.waiting)
+        self.busy_clock.reset(time.monotonic())
+
+    def reset_stats(self) -> None:
+        with self.cond:
+            self._zero_stats()
+
+    def start(self) -> None:
+        threading.Thread(target=self._loop, name="scheduler", daemon=True).start()
+
+    # -- called from handler threads
+
+    def run_job(self, job: Job, abort_at_half: bool) -> None:
+        """Queue the job's sequences and block until every one has finished."""
+        now = time.monotonic()
+        with self.cond:
+            for seq in job.sequences:
+                seq.job = job
+                if abort_at_half:
+                    seq.abort_at = seq.target // 2
+                if seq.aborted:  # aborted while a slow fault held it back
+                    seq.planned = []
+                    continue
+                seq.enqueued_at = now
+                job.unfinished += 1
+                self.waiting.append(seq)
+            self.peak_waiting = max(self.peak_waiting, len(self.waiting))
+            if job.unfinished == 0:
+                job.done.set()
+            self.cond.notify()
+        job.done.wait()
+
+    def notice_aborts(self) -> None:
+        with self.cond:
+            self.abort_pending = True
+            self.cond.notify()
+
+    def pause(self, mode: str) -> None:
+        with self.cond:
+            self.paused = True
+            if mode == "retract":
+                now = time.monotonic()
+                for seq in sorted(self.running, key=lambda s: s.enqueued_at):
+                    self._retract_locked(seq, now)
+                self.running = []
+                self._after_change_locked(now)
+        if mode == "abort":
+            self.state.abort("", True)
+
+    def resume(self) -> None:
+        with self.cond:
+            self.paused = False
+            self.cond.notify()
+
+    def stats(self) -> dict:
+        now = time.monotonic()
+        with self.cond:
+            return {
+                "running": len(self.running),
+                "waiting": len(self.waiting),
+                "peak_running": self.peak_running,
+                "peak_waiting": self.peak_waiting,
+                "busy_time": self.busy_clock.read(now),
+                "queue_time_total": self.queue_time_total,
+                "queue_time_max": self.queue_time_max,
+                "retractions": self.retractions,
+                "decode_steps": self.decode_steps,
+                "token_usage": round(self.used / self.config.max_total_tokens, 4),
+            }
+
+    def load(self) -> dict:
+        """The scheduler's part of a /v1/loads entry."""
+        now = time.monotonic()
+        with self.cond:
+            waiting_tokens = sum(len(s.input_ids) + s.produced for s in self.waiting)
+            return {
+                "num_running_reqs": len(self.running),
+                "num_waiting_reqs": len(self.waiting),
+                "num_waiting_uncached_tokens": waiting_tokens,
+                "num_used_tokens": self.used,
+                "num_total_tokens": self.used + waiting_tokens,
+                "num_active_tokens": self.used + waiting_tokens,
+                "token_usage": round(self.used / self.config.max_total_tokens, 4),
+                "gen_throughput": round(self.throughput.rate(now), 2),
+                "retracted": sum(1 for s in self.waiting if s.retractions),
+            }
+
+    # -- the scheduler thread
+
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                while self.paused or not (self.running or self.waiting):
+                    self._drop_aborted_locked(time.monotonic())
+                    if not (self.running or self.waiting):
+                        self.ratio = INIT_NEW_TOKEN_RATIO
+                    self.cond.wait()
+                now = time.monotonic()
+                self._drop_aborted_locked(now)
+                admitted_tokens = self._admit_locked(now)
+                self._retract_for_decode_locked(now)
+                faults = self.state.current_faults()
+                config = self.config
+                step = (
+                    config.step_time
+                    + config.step_time_per_req * len(self.running)
+                    + config.prefill_time_per_token * admitted_tokens
+                    + faults.token_delay
+                )
+                deadline = now + step
+                while self.running and not self.paused:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self.cond.wait(remaining)
+                    self._drop_aborted_locked(time.monotonic())
+                if not self.paused:
+                    self._decode_locked(time.monotonic())
+            if step <= 0:
+                time.sleep(0)  # let handler threads take the lock between zero-time steps
+
+    def _drop_aborted_locked(self, now: float) -> None:
+        for seq in [s for s in self.running if s.aborted or (s.abort_at is not None and s.produced >= s.abort_at)]:
+            seq.aborted = True
+            self.running.remove(seq)
+            self.used -= len(seq.input_ids) + seq.produced
+            self._finish_locked(seq)
+        if self.abort_pending:
+            self.abort_pending = False
+            aborted = [s for s in self.waiting if s.aborted]
+            if aborted:
+                self.waiting = deque(s for s in self.waiting if not s.aborted)
+                for seq in aborted:
+                    seq.aborted_waiting = True
+                    self._account_queue_time(seq, now)
+                    self._finish_locked(seq)
+        self._after_change_locked(now)
+
+    def _admit_locked(self, now: float) -> int:
+        config = self.config
+        reserved = sum(min(s.max_new_tokens - s.produced, CLIP_MAX_NEW_TOKENS) for s in self.running) * self.ratio
+        free = config.max_total_tokens - self.used - reserved
+        admitted_tokens = 0
+        while self.waiting and len(self.running) < config.max_running_requests:
+            seq = self.waiting[0]
+            held = len(seq.input_ids) + seq.produced
+            need = held + min(seq.max_new_tokens - seq.produced, CLIP_MAX_NEW_TOKENS)
+            if need >= free:
+                break
+            free -= need
+            self.waiting.popleft()
+            self.running.append(seq)
+            self.used += held
+            admitted_tokens += held
+            self._account_queue_time(seq, now)
+        self._after_change_locked(now)
+        return admitted_tokens
+
+    def _retract_for_decode_locked(self, now: float) -> None:
+        if self.used + len(self.running) <= self.config.max_total_tokens:
+            return
+        # SGLang retracts from the end of this order: fewest output tokens, then longest prompt.
+        order = sorted(self.running, key=lambda s: (s.produced, -len(s.input_ids)), reverse=True)
+        while len(order) > 1 and self.used + len(order) > self.config.max_total_tokens:
+            self._retract_locked(order.pop(), now)
+        self.running = [s for s in self.running if s in order]
+        decoded = sum(s.produced for s in self.running)
+        wanted = sum(s.max_new_tokens for s in self.running)
+        self.ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(self.running)) / (wanted + 1))
+        self._after_change_locked(now)
+
+    def _retract_locked(self, seq: Sequence, now: float) -> None:
+        self.used -= len(seq.input_ids) + seq.produced
+        seq.retractions += 1
+        seq.enqueued_at = now
+        self.retractions += 1
+        self.waiting.append(seq)
+        log.info("retracted %s after %d tokens", seq.rid, seq.produced)
+
+    def _decode_locked(self, now: float) -> None:
+        if not self.running:
+            return
+        self.decode_steps += 1
+        self.ratio = max(self.ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+        self.used += len(self.running)
+        self.throughput.add(now, len(self.running))
+        still_running = []
+        for seq in self.running:
+            seq.produced += 1
+            if seq.produced >= seq.target:
+                self.used -= len(seq.input_ids) + seq.produced
+                self._finish_locked(seq)
+            else:
+                still_running.append(seq)
+        self.running = still_running
+        self._after_change_locked(now)
+
+    def _finish_locked(self, seq: Sequence) -> None:
+        seq.planned = seq.planned[: seq.produced]
+        job = seq.job
+        assert job is not None
+        job.unfinished -= 1
+        if job.unfinished == 0:
+            job.done.set()
+
+    def _account_queue_time(self, seq: Sequence, now: float) -> None:
+        waited = now - seq.enqueued_at
+        seq.queue_time += waited
+        self.queue_time_total += waited
+        self.queue_time_max = max(self.queue_time_max, seq.queue_time)
+
+    def _after_change_locked(self, now: float) -> None:
+        self.peak_running = max(self.peak_running, len(self.running))
+        self.peak_waiting = max(self.peak_waiting, len(self.waiting))
+        self.busy_clock.update(bool(self.running), now)
 
 
 # --------------------------------------------------------------------------------------------
 # Generation
 
 
-def run_generation(job: Job, model: FakeModel, plan: Plan, faults: Faults) -> None:
+def run_generation(job: Job, model: FakeModel, plan: Plan, faults: Faults, state: SimState) -> None:
     """Produce every sequence's output, one token per step, honouring delays and aborts.
 
     The sequences of a request advance in lockstep, as they would in one scheduler batch.
     Waits are on the job's wake event, so /abort_request cuts a slow or delayed request short.
+    While /pause_generation holds the engine, requests stop between tokens.
     """
     for seq in job.sequences:
         seq.planned = model.complete(seq.input_ids)
@@ -582,7 +1232,7 @@ def run_generation(job: Job, model: FakeModel, plan: Plan, faults: Faults) -> No
     while pending:
         still_running = []
         for seq in pending:
-            target = min(len(seq.planned), seq.max_new_tokens)
+            target = seq.target
             fault_abort = plan.outcome == "abort" and produced >= target // 2
             if seq.aborted or fault_abort:
                 seq.aborted = True
@@ -592,6 +1242,9 @@ def run_generation(job: Job, model: FakeModel, plan: Plan, faults: Faults) -> No
             else:
                 still_running.append(seq)
         pending = still_running
+        while pending and state.is_paused() and not any(seq.aborted for seq in pending):
+            job.wake.wait()
+            job.wake.clear()
         if pending:
             produced += 1
             if faults.token_delay > 0 and job.wake.wait(faults.token_delay):
@@ -600,26 +1253,38 @@ def run_generation(job: Job, model: FakeModel, plan: Plan, faults: Faults) -> No
 
 def response_item(seq: Sequence, model: FakeModel, settings: Settings, started: float) -> dict:
     output = seq.planned
+    text_ids = output
+    if seq.aborted_waiting:
+        # The tokenizer manager answers a waiting-queue abort itself, with fewer meta_info keys.
+        return {
+            "text": model.decode(output, skip_special_tokens=seq.skip_special_tokens),
+            "output_ids": output,
+            "meta_info": {
+                "id": seq.rid,
+                "finish_reason": dict(ABORTED_WAITING),
+                "weight_version": settings.weight_version,
+                "e2e_latency": time.monotonic() - started,
+                "completion_tokens": len(output),
+            },
+        }
     if seq.aborted:
         finish = dict(ABORTED)
-        text_ids = output
     elif len(output) >= seq.max_new_tokens:
         # SGLang checks the length limit before EOS, so an EOS landing on the last allowed token
         # still reports "length" and stays in the text.
         finish = {"type": "length", "length": seq.max_new_tokens}
-        text_ids = output
     else:
-        finish = {"type": "stop", "matched": model.eos_id}
+        finish = {"type": "stop", "matched": output[-1]}
         text_ids = output[:-1]
     meta = {
         "id": seq.rid,
         "finish_reason": finish,
         "prompt_tokens": len(seq.input_ids),
-        "weight_version": "default",
-        "num_retractions": 0,
+        "weight_version": settings.weight_version,
+        "num_retractions": seq.retractions,
     }
     if settings.version == "0.5.23":
-        meta["reasoning_tokens"] = 0
+        meta["reasoning_tokens"] = model.reasoning_tokens(output) if seq.require_reasoning else 0
     meta |= {
         "completion_tokens": len(output),
         "cached_tokens": 0,
@@ -627,7 +1292,7 @@ def response_item(seq: Sequence, model: FakeModel, settings: Settings, started: 
     if settings.version == "0.5.23":
         # Seen in the real 0.5.23 server's answers (CPU run), though not in the source notes.
         meta |= {
-            "weight_versions": [{"version": "default", "start": 0, "end": len(output)}],
+            "weight_versions": [{"version": settings.weight_version, "start": 0, "end": len(output)}],
             "cached_tokens_details": None,
             "dp_rank": None,
         }
@@ -640,6 +1305,22 @@ def response_item(seq: Sequence, model: FakeModel, settings: Settings, started: 
         "output_ids": output,
         "meta_info": meta,
     }
+
+
+def malform(item: dict, kind: str) -> dict:
+    """Break one /generate answer item the way ``kind`` says (see MALFORMED_KINDS)."""
+    meta = item.get("meta_info", {})
+    if kind == "finish_reason_list":
+        meta["finish_reason"] = [meta.get("finish_reason")]
+    elif kind == "prompt_tokens_string":
+        meta["prompt_tokens"] = str(meta.get("prompt_tokens"))
+    elif kind == "no_finish_reason":
+        meta.pop("finish_reason", None)
+    elif kind == "negative_completion_tokens":
+        meta["completion_tokens"] = -max(1, len(item["output_ids"]))
+    elif kind == "no_meta_info":
+        item.pop("meta_info", None)
+    return item
 
 
 # --------------------------------------------------------------------------------------------
@@ -661,6 +1342,10 @@ class SimServer(ThreadingHTTPServer):
         self.state = SimState(settings, faults)
         self.model = model
         self.started = time.time()
+        self.scheduler: Scheduler | None = None
+        if settings.scheduler:
+            self.scheduler = self.state.scheduler = Scheduler(settings.scheduler, self.state)
+            self.scheduler.start()
 
 
 class SimHandler(BaseHTTPRequestHandler):
@@ -685,7 +1370,9 @@ class SimHandler(BaseHTTPRequestHandler):
     # -- plumbing
 
     def _dispatch(self, method: str) -> None:
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
+        self.query = {key: values[-1] for key, values in parse_qs(query).items()}
+        self.extra_headers: dict[str, str] = {}
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         try:
             status, body = self._route(method, path, raw)
@@ -735,6 +1422,8 @@ class SimHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         if content_type:
             self.send_header("Content-Type", content_type)
+        for name, value in self.extra_headers.items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
@@ -766,13 +1455,13 @@ class SimHandler(BaseHTTPRequestHandler):
         info = {
             "model_path": s.model_path,
             "served_model_name": s.served_model_name,
-            "tokenizer_path": s.model_path,
+            "tokenizer_path": s.tokenizer_path or s.model_path,
             "is_generation": True,
             "preferred_sampling_params": None,
-            "weight_version": "default",
+            "weight_version": s.weight_version,
             "load_format": "auto",
-            "reasoning_parser": None,
-            "tool_call_parser": None,
+            "reasoning_parser": s.reasoning_parser,
+            "tool_call_parser": s.tool_call_parser,
             "disaggregation_mode": "null",
             "has_image_understanding": False,
             "has_audio_understanding": False,
@@ -785,24 +1474,129 @@ class SimHandler(BaseHTTPRequestHandler):
 
     def server_info(self, raw):
         s = self.server.settings
-        return 200, {
+        args = {
             "model_path": s.model_path,
-            "tokenizer_path": s.model_path,
+            "tokenizer_path": s.tokenizer_path or s.model_path,
             "served_model_name": s.served_model_name,
             # The launch argument, not the model's length: null unless --context-length was given
             # (as the real server reports); clients read the length from /v1/models.
             "context_length": None,
             "tp_size": 1,
             "dp_size": 1,
-            "max_running_requests": 4096,
-            "reasoning_parser": None,
-            "max_total_num_tokens": KV_POOL_TOKENS,
+            "max_running_requests": s.max_running_requests,
+            "max_queued_requests": None,
+            "max_total_tokens": s.scheduler.max_total_tokens if s.scheduler else None,
+            "page_size": 1,
+            "schedule_policy": "fcfs",
+            "schedule_conservativeness": 1.0,
+            "reasoning_parser": s.reasoning_parser,
+            "tool_call_parser": s.tool_call_parser,
+            "weight_version": s.weight_version,
+        }
+        internal_state = {
+            **args,
+            "world_size": 1,
+            "startup_time": self.server.started,
+            "effective_max_running_requests_per_dp": s.max_running_requests,
+            "last_gen_throughput": self._gen_throughput(),
+        }
+        return 200, {
+            **args,
+            "max_total_num_tokens": s.kv_pool_tokens,
             "max_req_input_len": s.max_req_input_len,
             "startup_time": self.server.started,
-            "internal_states": [{"last_gen_throughput": 0.0}],
+            "internal_states": [internal_state],
             "version": s.version,
             "frontend": "python",
         }
+
+    def _gen_throughput(self) -> float:
+        if self.server.scheduler:
+            return self.server.scheduler.load()["gen_throughput"]
+        state = self.server.state
+        with state.lock:
+            return round(state.throughput.rate(time.monotonic()), 2)
+
+    def loads(self, raw):
+        """GET /v1/loads as 0.5.23's v1_loads.py answers it for one DP rank on a CPU."""
+        s = self.server.settings
+        if not s.v1_loads:
+            raise HttpError(404, {"detail": "Not Found"})
+        include = self.query.get("include")
+        sections = {part.strip() for part in include.split(",")} if include else None
+        valid = {"core", "memory", "spec", "lora", "disagg", "queues", "all"}
+        if sections is not None and not sections <= valid:
+            raise HttpError(
+                400,
+                {"detail": f"Invalid include sections: {sections - valid}. Valid options: {sorted(valid)}"},
+            )
+        dp_rank = self.query.get("dp_rank")
+        loads = [] if dp_rank not in (None, "0") else [self._load(sections)]
+        return 200, {
+            "timestamp": datetime.now(UTC).isoformat(),
+            "version": s.version,
+            "accelerator": None,
+            "num_accelerators": 1,
+            "loads": loads,
+        }
+
+    def _load(self, sections: set[str] | None) -> dict:
+        s = self.server.settings
+        if self.server.scheduler:
+            current = self.server.scheduler.load()
+        else:
+            # The per-thread engine has no queue: everything in flight is running.
+            running = self.server.state.running_sequences()
+            used = sum(len(seq.input_ids) for seq in running)
+            current = {
+                "num_running_reqs": len(running),
+                "num_waiting_reqs": 0,
+                "num_waiting_uncached_tokens": 0,
+                "num_used_tokens": used,
+                "num_total_tokens": used,
+                "num_active_tokens": used,
+                "token_usage": round(used / s.kv_pool_tokens, 4),
+                "gen_throughput": self._gen_throughput(),
+                "retracted": 0,
+            }
+        load = {
+            "timestamp": time.time(),
+            "dp_rank": 0,
+            "num_running_reqs": current["num_running_reqs"],
+            "num_waiting_reqs": current["num_waiting_reqs"],
+            "num_waiting_uncached_tokens": current["num_waiting_uncached_tokens"],
+            "num_used_tokens": current["num_used_tokens"],
+            "num_total_tokens": current["num_total_tokens"],
+            "num_active_tokens": current["num_active_tokens"],
+            "num_prealloc_ready_tokens": 0,
+            "max_total_num_tokens": s.kv_pool_tokens,
+            "max_running_requests": s.max_running_requests,
+            "token_usage": current["token_usage"],
+            "gen_throughput": current["gen_throughput"],
+            "cache_hit_rate": 0.0,
+            # 0.5.23 never sets max_running_requests_under_SLO, so its utilization stays 0.
+            "utilization": 0.0,
+            "total_prefill_uncached_tokens": 0,
+            "total_prefill_busy_us": 0,
+            "decode_moments": None,
+        }
+        if sections == {"core"}:
+            return load
+        every = sections is None or "all" in sections
+        if every or "memory" in sections:
+            load["memory"] = {"weight_gb": 0.0, "kv_cache_gb": 0.0, "graph_gb": 0.0, "token_capacity": s.kv_pool_tokens}
+        if every or "disagg" in sections:
+            load["disaggregation"] = {
+                "mode": "null", "prefill_bootstrap_queue_reqs": 0, "prefill_inflight_queue_reqs": 0,
+                "decode_prealloc_queue_reqs": 0, "decode_transfer_queue_reqs": 0,
+                "decode_retracted_queue_reqs": 0, "kv_transfer_speed_gb_s": 0.0, "kv_transfer_latency_ms": 0.0,
+            }  # fmt: skip
+        if every or "queues" in sections:
+            load["queues"] = {
+                "waiting": current["num_waiting_reqs"], "grammar": 0, "paused": 0,
+                "retracted": current["retracted"], "prealloc_ready": 0,
+            }  # fmt: skip
+        return load
 
     def models(self, raw):
         s = self.server.settings
@@ -830,11 +1624,39 @@ class SimHandler(BaseHTTPRequestHandler):
         self.server.state.abort(body.get("rid") or "", bool(body.get("abort_all")))
         return 200, None
 
+    def pause_generation(self, raw):
+        body = self._json(raw)
+        mode = body.get("mode", "abort") if isinstance(body, dict) else None
+        if mode not in PAUSE_MODES:
+            raise HttpError(400, {"error": f"mode must be one of {list(PAUSE_MODES)}"})
+        state = self.server.state
+        if self.server.scheduler:
+            self.server.scheduler.pause(mode)
+        else:
+            # The per-thread engine has no queue to retract into: retract behaves like in_place.
+            state.set_paused(True)
+            if mode == "abort":
+                state.abort("", True)
+        return 200, {"message": "Generation paused successfully.", "status": "ok"}
+
+    def continue_generation(self, raw):
+        if self.server.scheduler:
+            self.server.scheduler.resume()
+        self.server.state.set_paused(False)
+        return 200, {"message": "Generation continued successfully.", "status": "ok"}
+
     def generate(self, raw):
         started = time.monotonic()
         state, settings, model = self.server.state, self.server.settings, self.server.model
-        outcome, prompts, rid = "http_500", [], None
+        arrival = state.arrive()
+        if settings.exit_after is not None and arrival >= settings.exit_after:
+            log.error("exiting on /generate request %d (--exit-after %d)", arrival, settings.exit_after)
+            os._exit(1)
+        outcome, prompts, rid, logged = "http_500", [], None, None
         try:
+            faults = state.current_faults()
+            if faults.no_workers:
+                raise HttpError(503, NO_WORKERS_TEXT)
             body = self._json(raw)
             rid = body.get("rid") if isinstance(body, dict) else None
             parsed = parse_generate(body, settings, model)
@@ -850,17 +1672,39 @@ class SimHandler(BaseHTTPRequestHandler):
                 if plan.outcome == "503":
                     raise HttpError(503, QUEUE_FULL_BODY)
                 self._crash_on_out_of_vocab(prompts)
-                run_generation(job, model, plan, state.current_faults())
+                if self.server.scheduler:
+                    for seq in job.sequences:
+                        seq.planned = model.complete(seq.input_ids)
+                    if plan.slow:
+                        job.wake.wait(faults.slow_seconds)
+                    self.server.scheduler.run_job(job, abort_at_half=plan.outcome == "abort")
+                else:
+                    run_generation(job, model, plan, faults, state)
             finally:
                 state.unregister(job)
             items = [response_item(seq, model, settings, started) for seq in job.sequences]
+            logged = [
+                {
+                    "rid": seq.rid,
+                    "input_ids": seq.input_ids,
+                    "output_ids": item["output_ids"],
+                    "text": item["text"],
+                    "finish_reason": item["meta_info"]["finish_reason"],
+                }
+                for seq, item in zip(job.sequences, items, strict=True)
+            ]
             outcome = "aborted" if any(seq.aborted for seq in job.sequences) else "ok"
+            kind = state.current_faults().malformed
+            if kind:
+                items = [malform(item, kind) for item in items]
+                if kind == "bad_gzip":
+                    self.extra_headers["Content-Encoding"] = "gzip"
             return 200, items if parsed.returns_list else items[0]
         except HttpError as error:
             outcome = f"http_{error.status}"
             raise
         finally:
-            state.record(outcome, prompts, rid)
+            state.record(outcome, prompts, rid, logged)
 
     def _crash_on_out_of_vocab(self, prompts: list[list[int]]) -> None:
         # The real scheduler dies in F.embedding and takes the whole server down with it.
@@ -901,6 +1745,9 @@ ROUTES = {
     "/v1/models": {"GET": SimHandler.models},
     "/flush_cache": {"GET": SimHandler.flush_cache, "POST": SimHandler.flush_cache},
     "/abort_request": {"POST": SimHandler.abort_request},
+    "/pause_generation": {"POST": SimHandler.pause_generation},
+    "/continue_generation": {"POST": SimHandler.continue_generation},
+    "/v1/loads": {"GET": SimHandler.loads},
     "/generate": {"POST": SimHandler.generate, "PUT": SimHandler.generate},
     "/sim/stats": {"GET": SimHandler.sim_stats},
     "/sim/config": {"GET": SimHandler.sim_config_get, "POST": SimHandler.sim_config_set},
@@ -935,9 +1782,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add = parser.add_argument
     add(
         "--tokenizer-dir",
+        "--tokenizer-path",
+        dest="tokenizer_dir",
         type=Path,
         required=True,
-        help="HF tokenizer dir (tokenizer.json, config.json)",
+        help="HF tokenizer dir (tokenizer.json; tokenizer_config.json, config.json, generation_config.json if any)",
     )
     add("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     add("--port", type=int, default=0, help="port; 0 picks a free one (default %(default)s)")
@@ -998,14 +1847,74 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         help="crash like the real server on an input id >= this (default: config.json vocab_size)",
     )
-    add("--request-log", type=Path, help="append one JSON line per /generate request to this file")
-    return parser.parse_args(argv)
+    add(
+        "--request-log",
+        type=Path,
+        help="append one JSON line per /generate request to this file (a 200 also logs its answers)",
+    )
+    add(
+        "--output-style",
+        choices=OUTPUT_STYLES,
+        default="think",
+        help="what the fake model writes (default %(default)s)",
+    )
+    add(
+        "--output-len-dist",
+        default="model",
+        help="output length incl. EOS: model, fixed:N or uniform:LO-HI (default %(default)s)",
+    )
+    add("--reasoning-parser", help="reported by /model_info and /server_info; enables reasoning_tokens")
+    add("--tool-call-parser", help="reported by /model_info and /server_info")
+    add("--weight-version", default="default", help="meta_info and /model_info weight_version (default %(default)s)")
+    add("--no-v1-loads", action="store_true", help="answer GET /v1/loads with 404, as an older server")
+    add("--exit-after", type=int, help="exit with code 1, unanswered, when the N-th /generate request arrives")
+    add("--malformed", choices=MALFORMED_KINDS, help="break every 200 /generate answer this way")
+    add("--no-workers", action="store_true", help="answer /generate with sglang-router's 503 'No available workers'")
+    sched = parser.add_argument_group("scheduler mode (on with --max-total-tokens)")
+    sched.add_argument("--max-total-tokens", type=int, help="KV pool size in tokens; switches the scheduler on")
+    sched.add_argument(
+        "--max-running-requests",
+        type=int,
+        default=DEFAULT_MAX_RUNNING_REQUESTS,
+        help="most requests decoding at once (default %(default)s)",
+    )
+    sched.add_argument("--step-time", type=float, default=0.0, help="seconds per decode step (default 0)")
+    sched.add_argument(
+        "--step-time-per-req", type=float, default=0.0, help="extra seconds per step per running request"
+    )
+    sched.add_argument(
+        "--prefill-time-per-token",
+        type=float,
+        default=0.0,
+        help="extra seconds per prompt token admitted in a step (default 0)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        args.length_dist = parse_length_dist(args.output_len_dist)
+    except ValueError as exc:
+        parser.error(f"--output-len-dist: {exc}")
+    if args.max_total_tokens is not None and args.max_total_tokens < 16:
+        parser.error("--max-total-tokens must be at least 16")
+    if args.max_running_requests < 1:
+        parser.error("--max-running-requests must be at least 1")
+    if args.exit_after is not None and args.exit_after < 1:
+        parser.error("--exit-after must be at least 1")
+    return args
 
 
 def build_settings(args: argparse.Namespace, tokenizer: Tokenizer) -> Settings:
     config_file = args.tokenizer_dir / "config.json"
     config = json.loads(config_file.read_text()) if config_file.exists() else {}
     model_path = args.tokenizer_path_report or str(args.tokenizer_dir)
+    scheduler = None
+    if args.max_total_tokens is not None:
+        scheduler = SchedulerConfig(
+            max_total_tokens=args.max_total_tokens,
+            max_running_requests=args.max_running_requests,
+            step_time=args.step_time,
+            step_time_per_req=args.step_time_per_req,
+            prefill_time_per_token=args.prefill_time_per_token,
+        )
     return Settings(
         model_path=model_path,
         served_model_name=args.served_model_name or model_path,
@@ -1017,13 +1926,22 @@ def build_settings(args: argparse.Namespace, tokenizer: Tokenizer) -> Settings:
         fault_seed=args.fault_seed,
         request_log=args.request_log,
         model_type=config.get("model_type", "qwen2"),
+        tokenizer_path=model_path,
+        kv_pool_tokens=args.max_total_tokens or KV_POOL_TOKENS,
+        max_running_requests=args.max_running_requests,
+        scheduler=scheduler,
+        reasoning_parser=args.reasoning_parser,
+        tool_call_parser=args.tool_call_parser,
+        weight_version=args.weight_version,
+        v1_loads=not args.no_v1_loads,
+        exit_after=args.exit_after,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s sglang_sim %(message)s")
-    model = FakeModel(args.tokenizer_dir, args.reasoning)
+    model = FakeModel(args.tokenizer_dir, args.reasoning, args.output_style, args.length_dist, args.reasoning_parser)
     settings = build_settings(args, model.tokenizer)
     faults = Faults(
         rate_503=args.rate_503,
@@ -1033,6 +1951,8 @@ def main(argv: list[str] | None = None) -> int:
         slow_seconds=args.slow_seconds,
         token_delay=args.token_delay,
         fail_first_n=args.fail_first_n,
+        malformed=args.malformed,
+        no_workers=args.no_workers,
     )
     server = SimServer((args.host, args.port), settings, faults, model)
     stop = threading.Event()
@@ -1042,7 +1962,8 @@ def main(argv: list[str] | None = None) -> int:
     serving = threading.Thread(target=server.serve_forever, args=(0.05,), name="serve", daemon=True)
     serving.start()
     print(f"SIM READY port={server.server_address[1]} pid={os.getpid()}", flush=True)
-    log.info("listening on %s:%d (SGLang %s)", args.host, server.server_address[1], settings.version)
+    mode = f"scheduler, {args.max_total_tokens} KV tokens" if settings.scheduler else "per-request"
+    log.info("listening on %s:%d (SGLang %s, %s)", args.host, server.server_address[1], settings.version, mode)
     stop.wait()
     log.info("shutting down")
     server.shutdown()
