@@ -90,11 +90,9 @@ def real_setup(request) -> None:
             return
         except realserver.RealServerError as exc:
             failure = str(exc)
-    pytest.fail(
-        f"setting up the real SGLang server failed, so these tests cannot run: {failure}\n"
-        f"Fix the cause (network? disk space?) and rerun, or set {SKIP_ENV}=1 to skip them.",
-        pytrace=False,
-    )
+    hint = "" if SKIP_ENV in failure else f"; set {SKIP_ENV}=1 to skip them"
+    message = f"the real SGLang server could not be set up, so these tests cannot run: {failure}{hint}"
+    pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture(scope="session")

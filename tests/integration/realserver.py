@@ -28,11 +28,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from synthgen.demo import DemoPaths
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "real_sglang.py"
-CACHE = REPO / ".cache" / "real-sglang"
 
-SETUP_TIMEOUT = 1800.0
 START_TIMEOUT = 180.0
 ROUTER_TIMEOUT = 60.0
 STOP_GRACE = 30.0
@@ -42,14 +42,13 @@ class RealServerError(RuntimeError):
     """The script failed; the message carries its stderr (with the server's log tail)."""
 
 
-def _run(args: Sequence[str], timeout: float, capture_stderr: bool = True) -> subprocess.CompletedProcess:
+def _run(args: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
     cmd = [sys.executable, str(SCRIPT), *args]
     try:
         result = subprocess.run(
             cmd,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE if capture_stderr else None,
+            capture_output=True,
             text=True,
             timeout=timeout,
         )
@@ -74,13 +73,23 @@ def is_setup() -> bool:
 
 
 def ensure_setup() -> None:
-    """Install everything if needed (progress goes to this process's stderr); seconds when done."""
-    _run(["setup"], timeout=SETUP_TIMEOUT, capture_stderr=False)
+    """Install everything if needed (progress goes to this process's stderr); seconds when done.
+    On failure the error is the script's one-line reason."""
+    cmd = [sys.executable, str(SCRIPT), "setup"]
+    last = ""
+    with subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # shown as it comes: the first install takes minutes
+            sys.stderr.write(line)
+            last = line.strip() or last
+        code = proc.wait()
+    if code != 0:
+        raise RealServerError(last.removeprefix("real_sglang: ") or f"real_sglang.py setup failed ({code})")
 
 
 def model_dir() -> Path:
-    """The tiny model + tokenizer directory (exists once set up)."""
-    return CACHE / "tiny"
+    """The tiny model + tokenizer directory (exists once set up; honours $SYNTHGEN_CACHE)."""
+    return DemoPaths.default().tiny
 
 
 def start_server(port: int = 0, extra_args: Sequence[str] = (), timeout: float = START_TIMEOUT) -> dict:
