@@ -467,7 +467,7 @@ def _tool_calls_line(counts: Counter) -> str:
 
 def format_dataset(scan: DatasetScan, config: ExportConfig) -> list[str]:
     kept, dropped = len(scan.kept), sum(scan.dropped.values())
-    label = 24
+    label = 30
     lines = [f"{scan.ref.name}  ({scan.ref.path})",
              f"  {'rows read':<{label}} {scan.rows:>9,}",
              f"  {'exported':<{label}} {kept:>9,}   (--format {config.format})",
@@ -479,8 +479,8 @@ def format_dataset(scan: DatasetScan, config: ExportConfig) -> list[str]:
     if scan.unreadable:
         lines.append(f"  {'unreadable lines':<{label}} {scan.unreadable:>9,}   (torn or not JSON; skipped)")
     unique = scan.unique
-    lines.append(f"  {'cut at max tokens':<{label}} {_share(scan.cut, unique):>9}   ({scan.cut:,} of {unique:,})")
-    lines.append(f"  {'empty answers':<{label}} {_share(scan.empty, unique):>9}   ({scan.empty:,} of {unique:,})")
+    lines.append(f"  {'share cut at max tokens':<{label}} {_share(scan.cut, unique):>9}   ({scan.cut:,} of {unique:,})")
+    lines.append(f"  {'share with empty answer':<{label}} {_share(scan.empty, unique):>9}   ({scan.empty:,} of {unique:,})")
     lines.append(f"  {'tool calls per row':<{label}} {_tool_calls_line(scan.tool_calls)}")
     if config.tokenizer is not None and config.format != "tokens":
         line = f"  {'re-tokenization':<{label}} {scan.drift:,} of {scan.drift_checked:,} kept rows differ"

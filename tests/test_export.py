@@ -1,0 +1,408 @@
+"""export_training.py as a user runs it: result files built from ResultRecord objects, every format loaded
+back with pyarrow's JSON reader (what `datasets.load_dataset("json")` uses), filters, counts, split, report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pyarrow.json as paj
+import pytest
+
+from synthgen.export import (
+    DatasetRef,
+    ExportConfig,
+    RowRef,
+    drop_reason,
+    retokenizes,
+    split_rows,
+    token_rows,
+    val_path,
+)
+from synthgen.export_cli import main
+from synthgen.histogram import histogram, quantile
+from synthgen.records import ResultRecord
+
+ROOT = Path(__file__).resolve().parent.parent
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+CALC_TOOL = {"type": "function", "function": {
+    "name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer", "default": 0}}}}}
+ARGS = '{"city": "Paris",  "unit":"C"}'  # odd spacing on purpose: it must survive byte for byte
+
+
+def record(rid: str, dataset: str = "chat", **fields) -> ResultRecord:
+    """A realistic completed row: reasoning closed, an answer, ids stored (prompt 4 ids, output 3 + stop)."""
+    reasoning = fields.pop("reasoning_content", "Let me think.")
+    content = fields.pop("content", f"Answer {rid}.")
+    assistant = {"role": "assistant", "content": content, "reasoning_content": reasoning}
+    if fields.get("tool_calls"):
+        assistant["tool_calls"] = fields["tool_calls"]
+    values = {
+        "id": rid, "dataset": dataset, "partition": "short",
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"Question {rid}?"},
+                     assistant],
+        "reasoning_content": reasoning, "content": content, "finish_reason": "stop",
+        "finish_detail": {"type": "stop", "matched": 2}, "reasoning_complete": True, "prompt_tokens": 4,
+        "completion_tokens": 4, "cached_tokens": None, "output_text": f"<think>{reasoning}</think>{content}",
+        "model": "tiny", "sampling_params": {"temperature": 0.6, "max_new_tokens": 64},
+        "chat_template_kwargs": None, "latency_s": 0.5, "server_latency_s": 0.4, "attempts": 1,
+        "request_id": f"r-{rid}", "created_at": "2026-11-30T00:00:00Z", "source": f"short/{dataset}.jsonl",
+        "input_ids": [1, 5, 6, 7], "output_ids": [10, 11, 12, 2], "regenerate": "last",
+    }
+    values.update(fields)
+    return ResultRecord.from_dict(values)
+
+
+def old_row(rid: str, dataset: str = "chat") -> dict:
+    """A row written before tools, ids, turns and settings were stored."""
+    row = record(rid, dataset).to_dict()
+    for key in ("source", "prompt_hash", "tools", "tool_calls", "input_ids", "output_ids", "regenerate", "turns",
+                "settings"):
+        del row[key]
+    return row
+
+
+def tool_row(rid: str = "t1", dataset: str = "chat") -> ResultRecord:
+    calls = [{"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": ARGS}}]
+    return record(rid, dataset, content="", tool_calls=calls, tools=[WEATHER_TOOL],
+                  chat_template_kwargs={"thinking": True})
+
+
+def truncated_row(rid: str = "cut", dataset: str = "chat") -> ResultRecord:
+    return record(rid, dataset, content="", reasoning_content="and so on and so", reasoning_complete=False,
+                  finish_reason="length", finish_detail={"type": "length", "length": 4},
+                  output_text="<think>and so on and so", output_ids=[10, 11, 12, 13])
+
+
+def multi_turn_row(rid: str = "mt", chained: bool = True, dataset: str = "chat") -> ResultRecord:
+    first = {"input_ids": [1, 5], "output_ids": [10, 2], "reasoning_content": "", "content": "A1",
+             "tool_calls": None, "finish_reason": "stop", "reasoning_complete": True, "prompt_tokens": 2,
+             "completion_tokens": 2, "output_text": "A1"}
+    history = [1, 5, 10, 2] if chained else [1, 5, 99]
+    second = dict(first, input_ids=[*history, 6], output_ids=[11, 12, 2], content="A2", output_text="A2 more")
+    messages = [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"},
+                {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2"}]
+    return record(rid, dataset, messages=messages, turns=[first, second], regenerate="all", content="A2",
+                  reasoning_content="", input_ids=second["input_ids"], output_ids=second["output_ids"])
+
+
+def write_results(root: Path, dataset: str, rows: list, tail: bytes = b"") -> Path:
+    path = root / "outputs" / dataset / "raw_responses.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = b"".join(r.to_json() if isinstance(r, ResultRecord) else orjson.dumps(r) + b"\n" for r in rows)
+    path.write_bytes(data + tail)
+    return path
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def read_arrow(path: Path) -> list[dict]:
+    """The file as a trainer's loader reads it: Arrow infers one schema for all rows or fails."""
+    return paj.read_json(path).to_pylist()
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# --- formats -----------------------------------------------------------------------------------------
+def test_specforge_rows_keep_the_models_text_and_tool_arguments_byte_for_byte_and_load_in_arrow(project, capsys):
+    write_results(project, "chat", [record("a"), tool_row("t1"), record("b", tools=[CALC_TOOL]), old_row("old")])
+    code, _, err = run(capsys, "--dataset", "chat", "--out", "train.jsonl")
+    assert code == 0, err
+    rows = {r["id"]: r for r in jsonl(project / "train.jsonl")}
+    assert list(rows) == ["chat/a", "chat/t1", "chat/b", "chat/old"]
+    a = rows["chat/a"]
+    assert a["conversations"] == [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Question a?"},
+        {"role": "assistant", "content": "Answer a.", "reasoning_content": "Let me think."}]
+    assert "tools" not in a
+    assert set(a) == {"id", "conversations", "synthgen_meta"}
+    assert a["synthgen_meta"]["finish_reason"] == "stop" and a["synthgen_meta"]["completion_tokens"] == 4
+    t1 = rows["chat/t1"]
+    call = t1["conversations"][-1]["tool_calls"][0]
+    assert call == {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": ARGS}}
+    assert t1["conversations"][-1]["content"] == ""
+    assert json.loads(t1["tools"]) == [WEATHER_TOOL]
+    assert t1["thinking"] is True  # a chat_template_kwarg: SpecForge passes it to the template
+    loaded = {r["id"]: r for r in read_arrow(project / "train.jsonl")}
+    assert loaded["chat/t1"]["conversations"][-1]["tool_calls"][0]["function"]["arguments"] == ARGS
+    assert loaded["chat/old"]["conversations"][-1]["reasoning_content"] == "Let me think."
+    assert json.loads(loaded["chat/b"]["tools"]) == [CALC_TOOL]
+
+
+def test_messages_rows_are_openai_style_with_tools_as_given(project, capsys):
+    write_results(project, "chat", [record("a"), tool_row("t1")])
+    code, _, err = run(capsys, "--dataset", "chat", "--format", "messages", "--out", "sft.jsonl")
+    assert code == 0, err
+    rows = jsonl(project / "sft.jsonl")
+    assert rows[0] == {"id": "chat/a", "messages": [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Question a?"},
+        {"role": "assistant", "content": "Answer a.", "reasoning_content": "Let me think."}]}
+    assert rows[1]["tools"] == [WEATHER_TOOL]
+    assert rows[1]["messages"][-1]["tool_calls"][0]["function"]["arguments"] == ARGS
+    assert len(read_arrow(project / "sft.jsonl")) == 2
+
+
+def test_tokens_rows_are_prompt_plus_output_ids_with_the_mask_on_the_output_and_old_rows_are_refused(
+        project, capsys):
+    write_results(project, "chat", [record("a"), old_row("old"), truncated_row("cut")])
+    code, _, err = run(capsys, "--dataset", "chat", "--format", "tokens", "--out", "tok.jsonl")
+    assert code == 0, err
+    assert jsonl(project / "tok.jsonl") == [
+        {"id": "chat/a", "input_ids": [1, 5, 6, 7, 10, 11, 12, 2], "loss_mask": [0, 0, 0, 0, 1, 1, 1, 1]}]
+    assert err.splitlines()[0] == "chat: 1 of 3 rows (dropped: 1 no_ids, 1 truncated)"
+    assert read_arrow(project / "tok.jsonl")[0]["loss_mask"] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_a_multi_turn_row_whose_turns_chain_is_one_sequence_with_every_generated_span_masked():
+    rows = token_rows(multi_turn_row(chained=True))
+    assert rows == [{"id": "chat/mt", "input_ids": [1, 5, 10, 2, 6, 11, 12, 2],
+                     "loss_mask": [0, 0, 1, 1, 0, 1, 1, 1]}]
+
+
+def test_a_multi_turn_row_whose_history_was_re_rendered_differently_is_one_row_per_turn():
+    rows = token_rows(multi_turn_row(chained=False))
+    assert rows == [
+        {"id": "chat/mt#0", "input_ids": [1, 5, 10, 2], "loss_mask": [0, 0, 1, 1]},
+        {"id": "chat/mt#1", "input_ids": [1, 5, 99, 6, 11, 12, 2], "loss_mask": [0, 0, 0, 0, 1, 1, 1]},
+    ]
+
+
+# --- filters -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("row", "fmt", "keep", "reason"), [
+    (record("a"), "specforge", False, None),
+    (truncated_row(), "specforge", False, "truncated"),
+    (truncated_row(), "specforge", True, None),
+    (record("u", reasoning_complete=False), "specforge", False, "unclosed"),
+    (record("e", content="  \n"), "specforge", False, "empty"),
+    (tool_row(), "specforge", False, None),  # an empty answer beside a tool call is the call
+    (record("s", content="</think>The answer"), "specforge", False, "stray"),
+    (record("h", reasoning_content="x<|channel|>final"), "specforge", False, "stray"),
+    (ResultRecord.from_dict(old_row("o")), "tokens", False, "no_ids"),
+    (ResultRecord.from_dict(old_row("o")), "messages", False, None),
+])
+def test_each_filter_drops_the_row_it_is_for_and_nothing_else(row, fmt, keep, reason):
+    assert drop_reason(row, fmt, keep) == reason
+
+
+def test_duplicates_torn_lines_and_filtered_rows_are_counted_and_the_first_copy_of_an_id_wins(project, capsys):
+    write_results(project, "chat", [record("a"), record("a", content="second copy"), truncated_row("cut"),
+                                    record("e", content="")], tail=b'{"id": "torn", "mess')
+    code, _, err = run(capsys, "--dataset", "chat", "--format", "messages", "--out", "o.jsonl")
+    assert code == 0
+    assert err.splitlines()[0] == "chat: 1 of 4 rows (dropped: 1 duplicate, 1 empty, 1 truncated)"
+    assert jsonl(project / "o.jsonl")[0]["messages"][-1]["content"] == "Answer a."
+
+
+def test_keep_truncated_exports_rows_cut_at_max_tokens(project, capsys):
+    write_results(project, "chat", [record("a"), truncated_row("cut")])
+    code, _, _ = run(capsys, "--dataset", "chat", "--keep-truncated", "--out", "o.jsonl")
+    assert code == 0
+    assert [r["id"] for r in jsonl(project / "o.jsonl")] == ["chat/a", "chat/cut"]
+
+
+# --- order and split ---------------------------------------------------------------------------------
+def refs(n: int) -> list[RowRef]:
+    return [RowRef("chat", f"id{i}", Path("x"), i, 1) for i in range(n)]
+
+
+def test_the_validation_split_is_the_same_for_the_same_seed_and_keeps_rows_on_their_side_as_data_grows():
+    config = ExportConfig(datasets=(), val_fraction=0.2, seed=7, shuffle=True)
+    train, val = split_rows(refs(1000), config)
+    again_train, again_val = split_rows(refs(1000), config)
+    assert (train, val) == (again_train, again_val)
+    assert 150 < len(val) < 250 and len(train) + len(val) == 1000
+    _, grown_val = split_rows(refs(2000), config)
+    assert {r.id for r in val} <= {r.id for r in grown_val}
+    _, other_val = split_rows(refs(1000), ExportConfig(datasets=(), val_fraction=0.2, seed=8))
+    assert {r.id for r in other_val} != {r.id for r in val}
+
+
+def test_shuffle_changes_the_order_but_not_the_rows_and_no_shuffle_keeps_input_order():
+    ordered, _ = split_rows(refs(50), ExportConfig(datasets=()))
+    shuffled, _ = split_rows(refs(50), ExportConfig(datasets=(), shuffle=True, seed=3))
+    assert ordered == refs(50)
+    assert shuffled != ordered and sorted(shuffled, key=lambda r: r.offset) == ordered
+
+
+def test_val_fraction_writes_a_second_file_named_with_val_before_the_extension(project, capsys):
+    write_results(project, "chat", [record(f"r{i}") for i in range(40)])
+    (project / "data").mkdir()
+    code, _, err = run(capsys, "--dataset", "chat", "--out", "data/train.jsonl", "--val-fraction", "0.25",
+                       "--shuffle", "--seed", "5")
+    assert code == 0, err
+    train, val = jsonl(project / "data/train.jsonl"), jsonl(project / "data/train.val.jsonl")
+    assert len(train) + len(val) == 40 and val
+    assert not {r["id"] for r in train} & {r["id"] for r in val}
+    assert sorted(p.name for p in (project / "data").iterdir()) == ["train.jsonl", "train.val.jsonl"]
+    assert val_path(Path("out")) == Path("out.val")
+
+
+# --- selection and errors ----------------------------------------------------------------------------
+def test_datasets_come_from_a_partition_a_budget_file_or_every_result_folder(project, capsys):
+    for name in ("glaive", "ultrachat"):
+        (project / "prompts/short").mkdir(parents=True, exist_ok=True)
+        (project / f"prompts/short/{name}.jsonl").write_text('{"id": "1", "prompt": "hi"}\n')
+        write_results(project, name, [record("1", name)])
+    (project / "budget.json").write_text(json.dumps({"datasets": {
+        "ultrachat": {"max_samples": 1}, "elsewhere": {"max_samples": 0, "avg_source": "fixed"}}}))
+    for argv, ids in ((["--partition", "short"], ["glaive/1", "ultrachat/1"]),
+                      (["--budget", "budget.json"], ["ultrachat/1"]),
+                      ([], ["glaive/1", "ultrachat/1"])):
+        code, _, err = run(capsys, *argv, "--out", "o.jsonl")
+        assert code == 0, err
+        assert [r["id"] for r in jsonl(project / "o.jsonl")] == ids
+
+
+@pytest.mark.parametrize(("setup", "argv", "message"), [
+    ("partition", ["--partition", "short", "--dataset", "nope", "--out", "o.jsonl"],
+     "unknown dataset nope in partition 'short' (known: chat)"),
+    ("none", ["--dataset", "chat", "--out", "o.jsonl"],
+     "outputs/chat/raw_responses.jsonl: no results for dataset 'chat'; run it first "
+     "(python run_inference.py --dataset chat) or leave it out"),
+    ("dropped", ["--dataset", "chat", "--out", "o.jsonl"],
+     "nothing to export: 1 rows read, none kept; see why with --report"),
+    ("rows", ["--dataset", "chat"], "--out FILE is required (or --report to only see what would be exported)"),
+    ("rows", ["--budget", "missing.json", "--out", "o.jsonl"],
+     "missing.json: budget file not found; create it with compute_budget.py --out missing.json"),
+    ("rows", ["--dataset", "chat", "--out", "o.jsonl", "--val-fraction", "1.5"],
+     "--val-fraction must be at least 0 and below 1, got 1.5"),
+    ("rows", ["--format", "csv"],
+     "argument --format: invalid choice: 'csv' (choose from 'specforge', 'tokens', 'messages') "
+     "(see export_training.py --help)"),
+])
+def test_user_errors_are_one_line_with_exit_code_2_and_write_nothing(project, capsys, setup, argv, message):
+    (project / "prompts/short").mkdir(parents=True)
+    (project / "prompts/short/chat.jsonl").write_text('{"id": "1", "prompt": "hi"}\n')
+    if setup == "dropped":
+        write_results(project, "chat", [truncated_row()])
+    elif setup == "rows":
+        write_results(project, "chat", [record("a")])
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == f"export_training.py: error: {message}"
+    assert len(err.splitlines()) == (2 if setup == "dropped" else 1)  # the dropped counts, then the error
+    assert not (project / "o.jsonl").exists()
+
+
+def test_an_unwritable_output_folder_is_exit_code_5_and_leaves_no_temp_file(project, capsys):
+    write_results(project, "chat", [record("a")])
+    code, _, err = run(capsys, "--dataset", "chat", "--out", "missing/o.jsonl")
+    assert code == 5
+    assert err.splitlines()[-1].startswith("export_training.py: error: ")
+    assert "cannot write the export" in err
+
+
+def test_a_failed_export_leaves_the_previous_file_untouched(project, capsys):
+    write_results(project, "chat", [truncated_row()])
+    (project / "o.jsonl").write_text("previous\n")
+    assert run(capsys, "--dataset", "chat", "--out", "o.jsonl")[0] == 2
+    assert (project / "o.jsonl").read_text() == "previous\n"
+
+
+# --- report ------------------------------------------------------------------------------------------
+def test_the_report_shows_counts_shares_and_histograms_and_writes_nothing(project, capsys):
+    rows = [record("a", completion_tokens=100), record("b", completion_tokens=300), tool_row("t1"),
+            truncated_row("cut"), record("a")]
+    write_results(project, "chat", rows, tail=b'{"torn')
+    code, out, err = run(capsys, "--dataset", "chat", "--report")
+    assert (code, err) == (0, "")
+    assert out == "\n".join([
+        "chat  (outputs/chat/raw_responses.jsonl)",
+        "  rows read                              5",
+        "  exported                               3   (--format specforge)",
+        "  dropped                                2",
+        "    duplicate id (first kept)            1",
+        "    cut at max tokens                    1   (finish_reason length; --keep-truncated keeps them)",
+        "  unreadable lines                       1   (torn or not JSON; skipped)",
+        "  share cut at max tokens            25.0%   (1 of 4)",
+        "  share with empty answer             0.0%   (0 of 4)",
+        "  tool calls per row             0: 3   1: 1",
+        "",
+        "  completion tokens  n=4  min 4  p50 4  p90 300  p99 300  max 300",
+        "      0 -  49  ######################################## 2  p50",
+        "     50 -  99                                           0",
+        "    100 - 149  ####################                     1",
+        "    150 - 199                                           0",
+        "    200 - 249                                           0",
+        "    250 - 299                                           0",
+        "    300 - 349  ####################                     1  p90 p99",
+        "",
+        "  prompt tokens  n=4  min 4  p50 4  p90 4  p99 4  max 4",
+        "    4 - 4  ######################################## 4  p50 p90 p99",
+        "",
+        "  reasoning chars  n=4  min 13  p50 13  p90 16  p99 16  max 16",
+        "    13 - 13  ######################################## 3  p50",
+        "    14 - 14                                           0",
+        "    15 - 15                                           0",
+        "    16 - 16  #############                            1  p90 p99",
+        "",
+        "total: 3 of 5 rows would be exported as specforge",
+        "re-tokenization check skipped: pass --tokenizer PATH to compare the text with the stored output_ids",
+        "",
+    ])
+    assert not list(project.glob("*.jsonl"))
+    assert out.isascii() and "\r" not in out and "\x1b" not in out
+
+
+def test_histogram_marks_the_bins_holding_p50_p90_and_p99():
+    assert quantile([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 0.9) == 9
+    assert histogram([], "x") == ["x  n=0"]
+    lines = histogram([10, 20, 300, 301, 999, 4000], "completion tokens")
+    assert lines[0] == "completion tokens  n=6  min 10  p50 300  p90 4,000  p99 4,000  max 4,000"
+    assert lines[1] == "      0 -   499  ######################################## 4  p50"
+    assert lines[-1] == "  4,000 - 4,499  ##########                               1  p90 p99"
+    assert len({len(line.split("  p")[0].rstrip()) for line in lines[1:]}) <= 2
+
+
+# --- re-tokenization drift -------------------------------------------------------------------------
+class CharTokenizer:
+    """Each character is one id (its code point): enough to tell equal from different."""
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
+        return {"input_ids": [ord(c) for c in text]}
+
+
+def test_text_that_encodes_to_the_stored_ids_without_the_stop_token_does_not_count_as_drift():
+    turn = {"output_text": "hi", "output_ids": [104, 105, 2], "finish_reason": "stop"}
+    assert retokenizes(CharTokenizer(), turn) is True
+    assert retokenizes(CharTokenizer(), dict(turn, output_ids=[104, 106, 2])) is False
+    assert retokenizes(CharTokenizer(), dict(turn, output_ids=[104, 105], finish_reason="length")) is True
+    assert retokenizes(CharTokenizer(), dict(turn, output_ids=None)) is None
+
+
+def test_the_report_counts_rows_whose_text_does_not_re_tokenize(project, capsys):
+    from synthgen.export import format_report, scan_dataset
+
+    path = write_results(project, "chat", [
+        record("a", output_text="ab", output_ids=[97, 98, 2]), record("b", output_text="ab", output_ids=[7, 2]),
+        old_row("old")])
+    config = ExportConfig(datasets=(DatasetRef("chat", path),), tokenizer=CharTokenizer())
+    report = format_report([scan_dataset(ref, config) for ref in config.datasets], config)
+    assert "  re-tokenization                1 of 2 kept rows differ (1 without stored ids not checked)" in report
+    assert report.endswith("some rows do not re-tokenize to the ids the model produced: prefer --format tokens "
+                           "to train on exactly those ids\n")
+
+
+def test_export_training_py_runs_as_a_script(project):
+    write_results(project, "chat", [record("a")])
+    done = subprocess.run([sys.executable, str(ROOT / "export_training.py"), "--out", "o.jsonl"], cwd=project,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == ["chat: 1 of 1 rows", "wrote o.jsonl (1 rows, specforge)"]
