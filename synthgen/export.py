@@ -479,8 +479,8 @@ def format_dataset(scan: DatasetScan, config: ExportConfig) -> list[str]:
     if scan.unreadable:
         lines.append(f"  {'unreadable lines':<{label}} {scan.unreadable:>9,}   (torn or not JSON; skipped)")
     unique = scan.unique
-    lines.append(f"  {'share cut at max tokens':<{label}} {_share(scan.cut, unique):>9}   ({scan.cut:,} of {unique:,})")
-    lines.append(f"  {'share with empty answer':<{label}} {_share(scan.empty, unique):>9}   ({scan.empty:,} of {unique:,})")
+    for text, part in (("share cut at max tokens", scan.cut), ("share with empty answer", scan.empty)):
+        lines.append(f"  {text:<{label}} {_share(part, unique):>9}   ({part:,} of {unique:,})")
     lines.append(f"  {'tool calls per row':<{label}} {_tool_calls_line(scan.tool_calls)}")
     if config.tokenizer is not None and config.format != "tokens":
         line = f"  {'re-tokenization':<{label}} {scan.drift:,} of {scan.drift_checked:,} kept rows differ"
