@@ -364,7 +364,7 @@ class _Steps:
             raise DemoSetupError(
                 f"the demo SGLang server could not be installed: {what} failed with exit {code} "
                 f"({_tail(log, offset) or 'no output'}; full log {log}); check network access to the "
-                "package index and free disk space (about 3 GB), then retry"
+                "package indexes and free disk space (about 3 GB), then retry"
             )
         return code
 
@@ -380,8 +380,9 @@ def _tail(log: Path, offset: int) -> str:
             text = fh.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    noise = ("WARNING: Location ", "[notice]")
-    return short_tail("\n".join(line for line in text.splitlines() if not line.startswith(noise)))
+    # pip's warnings (ignored index locations, retries) bury the one line that says why.
+    kept = [line for line in text.splitlines() if not line.startswith(("WARNING:", "[notice]"))]
+    return short_tail("\n".join(kept), lines=2)
 
 
 def torch_pip_options(configured_has_it: bool) -> list[str]:
@@ -416,7 +417,8 @@ def _install(paths: DemoPaths, say: Say) -> None:
                 say(f"{TORCH} is not on the configured package indexes; taking it from {PYTORCH_CPU_INDEX}")
         # The first step installs torch itself; every later one is held to that torch.
         pins = ["-c", str(constraints)] if i else []
-        steps.run(what, pip + pins + extra + list(opts) + list(reqs), env)
+        where = f" from {PYTORCH_CPU_INDEX}" if extra else ""
+        steps.run(what + where, pip + pins + extra + list(opts) + list(reqs), env)
         steps.end(what, t)
     _patch_torchvision(paths, env)
     _write_shim(paths)

@@ -4,6 +4,7 @@ that exit at once, never answer, spawn children or ignore SIGTERM."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -16,6 +17,7 @@ import httpx
 import pytest
 from simharness import SIM_SCRIPT, wait_until
 
+from synthgen import demo
 from synthgen.errors import EXIT_SERVER
 from synthgen.launcher import (
     ServerLaunchError,
@@ -317,3 +319,80 @@ def test_stop_before_start_and_close_with_keep_do_nothing(servers, tmp_path):
     assert kept.exited() is None
     kept.stop(grace=5)
     assert kept.exited() == -signal.SIGTERM
+
+
+# -- the demo server's install and command (synthgen.demo), without installing anything
+
+
+def fake_cache(tmp_path: Path, python_script: str) -> demo.DemoPaths:
+    """A cache whose venv 'python' is a shell script, so install steps run real processes fast."""
+    paths = demo.DemoPaths(tmp_path / "real-sglang")
+    paths.python.parent.mkdir(parents=True)
+    paths.python.write_text("#!/bin/sh\n" + python_script)
+    paths.python.chmod(0o755)
+    return paths
+
+
+def test_the_cache_is_under_synthgen_cache_when_set_and_in_the_checkout_otherwise(monkeypatch, tmp_path):
+    monkeypatch.setenv(demo.CACHE_ENV, str(tmp_path))
+    assert demo.DemoPaths.default().cache == tmp_path / "real-sglang"
+    monkeypatch.delenv(demo.CACHE_ENV)
+    assert demo.DemoPaths.default().cache == demo.REPO / ".cache" / "real-sglang"
+
+
+def test_torch_comes_from_the_pytorch_cpu_index_only_when_the_configured_indexes_lack_it():
+    assert demo.torch_pip_options(configured_has_it=True) == []
+    assert demo.torch_pip_options(configured_has_it=False) == ["--extra-index-url", demo.PYTORCH_CPU_INDEX]
+
+
+def test_demo_command_on_a_set_up_cache_installs_nothing_and_carries_its_environment(tmp_path):
+    paths = fake_cache(tmp_path, "exit 0\n")
+    (paths.tiny).mkdir(parents=True)
+    (paths.tiny / "config.json").write_text("{}")
+    (paths.shim / "sgl_kernel").mkdir(parents=True)
+    (paths.shim / "sgl_kernel" / "__init__.py").write_text("")
+    paths.stamp.write_text(json.dumps({"spec_hash": demo.spec_hash()}))
+    said: list[str] = []
+
+    argv = demo.demo_command(30123, say=said.append, paths=paths)
+
+    assert said == []
+    assert argv[:5] == ["env", "-u", "VIRTUAL_ENV", "-u", "PYTHONHOME"]
+    assert "SGLANG_USE_CPU_ENGINE=1" in argv and f"PYTHONPATH={paths.shim}" in argv
+    server = argv.index(str(paths.python))
+    assert argv[server:] == demo.server_command(paths, 30123)
+    assert argv[server + 1 : server + 7] == [
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(paths.tiny),
+        "--port",
+        "30123",
+    ]
+
+
+def test_an_install_that_cannot_get_torch_fails_with_one_line_naming_the_step_and_the_fix(tmp_path):
+    # Every pip call "fails" the way pip does when no index has the pinned build.
+    paths = fake_cache(
+        tmp_path, 'echo "WARNING: Retrying (noise)"\necho "ERROR: No matching distribution found for x"\nexit 1\n'
+    )
+    said: list[str] = []
+
+    with pytest.raises(demo.DemoSetupError) as info:
+        demo.demo_command(30123, say=said.append, paths=paths)
+
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "the demo SGLang server could not be installed: torch (CPU wheel) from "
+        f"{demo.PYTORCH_CPU_INDEX} failed with exit 1 (ERROR: No matching distribution found for x; "
+        f"full log {paths.setup_log}); check network access"
+    )
+    assert info.value.exit_code == EXIT_SERVER
+    assert re.fullmatch(r"demo server: venv: done in \d+ s", said.pop(2))
+    assert said[1:] == [
+        "demo server: installing a venv 1/7 ...",
+        "demo server: installing torch (CPU wheel) 2/7 ...",
+        f"demo server: {demo.TORCH} is not on the configured package indexes; taking it from {demo.PYTORCH_CPU_INDEX}",
+    ]
+    assert not demo.is_setup(paths)
