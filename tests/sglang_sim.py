@@ -332,8 +332,9 @@ class FakeModel:
         ids: list[int] = []
         eos = read_json(tokenizer_dir / "tokenizer_config.json").get("eos_token")
         eos = eos["content"] if isinstance(eos, dict) else eos
-        if isinstance(eos, str) and self.tokenizer.token_to_id(eos) is not None:
-            ids.append(self.tokenizer.token_to_id(eos))
+        eos_id = self.tokenizer.token_to_id(eos) if isinstance(eos, str) else None
+        if eos_id is not None:
+            ids.append(eos_id)
         for name in ("config.json", "generation_config.json"):
             value = read_json(tokenizer_dir / name).get("eos_token_id")
             for token in value if isinstance(value, list) else [value]:
@@ -406,7 +407,7 @@ def last_turn(prompt: str) -> tuple[str, str]:
     """("user" | "tool", U) for the prompt's last user or tool turn (see the module docstring)."""
     found: tuple[str, str, int] | None = None  # kind, format, content start
     for match in TURN_HEADER.finditer(prompt):
-        fmt = match.lastgroup if match.lastgroup != "kimi_name" else "kimi"
+        fmt = str(match.lastgroup) if match.lastgroup != "kimi_name" else "kimi"
         kind = turn_kind(fmt, match)
         if kind:
             found = (kind, fmt, match.end())
@@ -571,7 +572,8 @@ def normalize_prompts(body: dict, model: FakeModel) -> tuple[list[list[int]], bo
     # With both given, the real 0.5.23 server answers 200 from input_ids (seen on CPU).
     if input_ids is None:
         is_batch = isinstance(text, list)
-        prompts = [model.encode_prompt(t) for t in (text if is_batch else [text])]
+        texts: list = text if isinstance(text, list) else [text]
+        prompts = [model.encode_prompt(t) for t in texts]
     else:
         is_batch = bool(input_ids) and isinstance(input_ids[0], list)
         prompts = input_ids if is_batch else [input_ids]
@@ -1267,6 +1269,7 @@ def response_item(seq: Sequence, model: FakeModel, settings: Settings, started: 
                 "completion_tokens": len(output),
             },
         }
+    finish: dict[str, str | int | None]
     if seq.aborted:
         finish = dict(ABORTED)
     elif len(output) >= seq.max_new_tokens:
@@ -1582,16 +1585,17 @@ class SimHandler(BaseHTTPRequestHandler):
         }
         if sections == {"core"}:
             return load
-        every = sections is None or "all" in sections
-        if every or "memory" in sections:
+        chosen = sections or {"all"}
+        every = "all" in chosen
+        if every or "memory" in chosen:
             load["memory"] = {"weight_gb": 0.0, "kv_cache_gb": 0.0, "graph_gb": 0.0, "token_capacity": s.kv_pool_tokens}
-        if every or "disagg" in sections:
+        if every or "disagg" in chosen:
             load["disaggregation"] = {
                 "mode": "null", "prefill_bootstrap_queue_reqs": 0, "prefill_inflight_queue_reqs": 0,
                 "decode_prealloc_queue_reqs": 0, "decode_transfer_queue_reqs": 0,
                 "decode_retracted_queue_reqs": 0, "kv_transfer_speed_gb_s": 0.0, "kv_transfer_latency_ms": 0.0,
             }  # fmt: skip
-        if every or "queues" in sections:
+        if every or "queues" in chosen:
             load["queues"] = {
                 "waiting": current["num_waiting_reqs"], "grammar": 0, "paused": 0,
                 "retracted": current["retracted"], "prealloc_ready": 0,

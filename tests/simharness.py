@@ -54,7 +54,7 @@ class Sim:
         self.args = list(args)
         self.env = None if env is None else {**os.environ, **env}
         self._log = tempfile.TemporaryFile()
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen
         self.port = 0
         self._launch(port=None)
         # Shared and kept alive: a fresh httpx client per request costs ~25 ms building its SSL context.
@@ -71,12 +71,21 @@ class Sim:
     # -- querying
 
     def stats(self) -> dict:
-        """``GET /sim/stats``: generate_requests, completed, in_flight, by_outcome, prompt_counts."""
+        """``GET /sim/stats``: generate_requests, completed, in_flight, by_outcome, prompt_counts,
+        and the load figures (running, waiting, peaks, busy_time, queue times, retractions, ...)."""
         return self._control("GET", "/sim/stats")
+
+    def pause(self, mode: str = "in_place") -> None:
+        """``POST /pause_generation``: requests queue (and, in place, stop) until ``resume``."""
+        self._control("POST", "/pause_generation", json={"mode": mode})
+
+    def resume(self) -> None:
+        """``POST /continue_generation``."""
+        self._control("POST", "/continue_generation", json={})
 
     def configure(self, **changes) -> dict:
         """``POST /sim/config`` (rate_503, rate_drop, rate_abort, rate_slow, slow_seconds,
-        token_delay, fail_first_n); returns the whole new fault configuration."""
+        token_delay, fail_first_n, malformed, no_workers); returns the whole new configuration."""
         return self._control("POST", "/sim/config", json=changes)
 
     def reset(self) -> None:
@@ -111,16 +120,22 @@ class Sim:
         """Wait for the process to exit on its own (e.g. after a crash); returns the exit code."""
         return self.proc.wait(timeout)
 
-    def restart(self) -> None:
-        """Stop the server and start a fresh one with the same arguments on the same port."""
+    def restart(self, *args: str) -> None:
+        """Stop the server (if it still runs) and start a fresh one on the same port.
+
+        With ``args`` the new process gets these options instead of the old ones, e.g. another
+        ``--served-model-name`` to play a different model behind the same URL.
+        """
         self.stop()
-        self.proc.stdout.close()
+        self._stdout().close()
+        if args:
+            self.args = list(args)
         self._launch(port=self.port)
 
     def close(self) -> None:
         """Stop the process and release the handle's resources."""
         self.stop()
-        self.proc.stdout.close()
+        self._stdout().close()
         self.client.close()
         self._log.close()
 
@@ -149,8 +164,12 @@ class Sim:
             raise SimStartError(f"simulator did not start: {line!r}\n{self.log_text()}")
         self.port = int(line.split()[2].removeprefix("port="))
 
+    def _stdout(self):
+        assert self.proc.stdout is not None  # always a pipe: _launch asks for one
+        return self.proc.stdout
+
     def _read_ready_line(self) -> str:
-        fd = self.proc.stdout.fileno()
+        fd = self._stdout().fileno()
         deadline = time.monotonic() + READY_TIMEOUT
         received = b""
         while b"\n" not in received:

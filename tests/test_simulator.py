@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 from sglang_sim import prompt_sha1
 from simharness import Sim, start_sim, wait_until
 from tiny_tokenizers import build_all, build_tokenizer
+from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
 CONTEXT = 4096
@@ -612,3 +614,341 @@ def test_text_and_input_ids_together_use_the_ids_as_the_real_server_does(sim):
                                                  "sampling_params": {"max_new_tokens": 1}})
     assert response.status_code == 200
     assert response.json()["meta_info"]["prompt_tokens"] == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduler mode (--max-total-tokens): queue, admission, retraction, step time
+
+
+def messages_ids(tokenizer_dir: Path, messages: list[dict]) -> list[int]:
+    return hf_tokenizer(tokenizer_dir).apply_chat_template(messages, add_generation_prompt=True)["input_ids"]
+
+
+def queue_while_paused(sim: Sim, pool: ThreadPoolExecutor, payloads: list[dict]) -> list[Future]:
+    """Pause the engine, queue ``payloads`` in this order, and return their pending answers."""
+    sim.pause()
+    futures = []
+    for payload in payloads:
+        before = sim.stats()["http_in_flight"]
+        futures.append(pool.submit(generate, sim, payload))
+        wait_until(lambda before=before: sim.stats()["waiting"] + sim.stats()["running"] > before
+                   or futures[-1].done(), what="queued")
+        assert not futures[-1].done(), futures[-1].result().text
+    return futures
+
+
+def test_scheduler_runs_at_most_max_running_requests_and_queues_the_rest(tokenizer_dirs, background):
+    directory = tokenizer_dirs["chatml"]
+    args = ("--max-total-tokens", "4096", "--max-running-requests", "2")
+    with start_sim(directory, *args) as sim:
+        payloads = [{"input_ids": chat_ids(directory, f"q{i}"), "rid": f"r{i}"} for i in range(4)]
+        pending = queue_while_paused(sim, background, payloads)
+        loads = sim.client.get("/v1/loads").json()["loads"][0]
+        assert (loads["num_running_reqs"], loads["num_waiting_reqs"], loads["max_running_requests"]) == (0, 4, 2)
+        sim.resume()
+        bodies = [f.result(timeout=60).json() for f in pending]
+        stats = sim.stats()
+    assert [b["text"] for b in bodies] == [f"Reasoning about: q{i}Answer: q{i}" for i in range(4)]
+    assert (stats["mode"], stats["peak_running"], stats["peak_waiting"], stats["retractions"]) == (
+        "scheduler", 2, 4, 0,
+    )  # fmt: skip
+    assert stats["queue_time_max"] > 0 and stats["queue_time_total"] >= stats["queue_time_max"]
+    assert stats["tokens_generated"] == sum(len(b["output_ids"]) for b in bodies)
+    assert stats["peak_in_flight"] == 4 and stats["busy_time"] > 0
+    assert stats["first_request_at"] <= stats["last_finish_at"]
+
+
+def test_scheduler_retracts_requests_when_the_kv_pool_runs_out_and_still_finishes_them(tokenizer_dirs, background):
+    # Pool 200: the first request (10 + 100 reserved) is admitted alone; one step later the
+    # running one reserves only 70 % of its rest, so a second fits, and both outgrow the pool.
+    directory = tokenizer_dirs["chatml"]
+    with start_sim(directory, "--max-total-tokens", "200", "--output-len-dist", "fixed:95") as sim:
+        payloads = [
+            {"input_ids": [FILLER_ID] * 10, "rid": f"r{i}", "sampling_params": {"max_new_tokens": 100}}
+            for i in range(3)
+        ]
+        pending = queue_while_paused(sim, background, payloads)
+        sim.resume()
+        bodies = [f.result(timeout=60).json() for f in pending]
+        stats = sim.stats()
+    retractions = [b["meta_info"]["num_retractions"] for b in bodies]
+    assert sum(retractions) == stats["retractions"] > 0
+    for body in bodies:
+        assert len(body["output_ids"]) == 95
+        assert body["meta_info"]["finish_reason"]["type"] == "stop"
+    assert stats["peak_running"] >= 2 and stats["tokens_generated"] == 285
+
+
+def test_scheduler_step_time_grows_with_the_batch(tokenizer_dirs):
+    directory = tokenizer_dirs["chatml"]
+    args = ("--max-total-tokens", "4096", "--step-time", "0.01", "--step-time-per-req", "0.01",
+            "--output-len-dist", "fixed:5")
+    with start_sim(directory, *args) as sim:
+        body = generate(sim, {"input_ids": [1, 2, 3]}).json()
+        stats = sim.stats()
+    # Five steps of at least 0.01 + 0.01 * 1 seconds each: lower bounds only.
+    assert body["meta_info"]["e2e_latency"] >= 0.1
+    assert stats["busy_time"] >= 0.1 and stats["decode_steps"] == 5
+
+
+def test_scheduler_abort_in_the_waiting_queue_answers_200_with_the_waiting_queue_reason(tokenizer_dirs, background):
+    with start_sim(tokenizer_dirs["chatml"], "--max-total-tokens", "4096") as sim:
+        (pending,) = queue_while_paused(sim, background, [{"input_ids": [1, 2, 3], "rid": "w1"}])
+        abort(sim, "w1")
+        response = pending.result(timeout=60)
+        sim.resume()
+    assert response.status_code == 200
+    body = response.json()
+    assert body["meta_info"]["finish_reason"] == {"type": "abort", "message": "Abort in waiting queue"}
+    assert body["output_ids"] == []
+
+
+def test_scheduler_abort_of_a_running_request_returns_partial_output(tokenizer_dirs, background):
+    with start_sim(tokenizer_dirs["chatml"], "--max-total-tokens", "4096") as sim:
+        sim.configure(token_delay=600)
+        pending = start_blocked_request(sim, background, {"input_ids": chat_ids(tokenizer_dirs["chatml"]),
+                                                          "rid": "run-1"})
+        wait_until(lambda: sim.stats()["running"] == 1, what="running")
+        abort(sim, "run-1")
+        body = pending.result(timeout=60).json()
+    assert body["meta_info"]["finish_reason"] == ABORTED
+    assert len(body["output_ids"]) < 5
+
+
+def test_pause_in_place_holds_a_per_request_generation_until_continue(sim, background):
+    sim.pause()
+    try:
+        pending = start_blocked_request(sim, background, {"input_ids": [1, 2, 3]})
+        assert sim.stats()["in_flight"] == 1
+    finally:
+        sim.resume()
+    assert pending.result(timeout=60).status_code == 200
+
+
+# ---------------------------------------------------------------------------------------------
+# /v1/loads, /server_info, /model_info
+
+LOAD_CORE_KEYS = {
+    "timestamp", "dp_rank", "num_running_reqs", "num_waiting_reqs", "num_waiting_uncached_tokens",
+    "num_used_tokens", "num_total_tokens", "num_active_tokens", "num_prealloc_ready_tokens",
+    "max_total_num_tokens", "max_running_requests", "token_usage", "gen_throughput", "cache_hit_rate",
+    "utilization", "total_prefill_uncached_tokens", "total_prefill_busy_us", "decode_moments",
+}  # fmt: skip
+
+
+def test_v1_loads_reports_in_flight_requests_as_running_without_the_scheduler(sim, background):
+    sim.configure(token_delay=600)
+    pending = start_blocked_request(sim, background, {"input_ids": [1, 2, 3]})
+    body = sim.client.get("/v1/loads").json()
+    abort(sim, abort_all=True)
+    pending.result(timeout=60)
+    assert set(body) == {"timestamp", "version", "accelerator", "num_accelerators", "loads"}
+    (load,) = body["loads"]
+    assert set(load) == LOAD_CORE_KEYS | {"memory", "disaggregation", "queues"}
+    assert (load["num_running_reqs"], load["num_waiting_reqs"], load["max_total_num_tokens"]) == (1, 0, 65536)
+    core = sim.client.get("/v1/loads", params={"include": "core"}).json()["loads"][0]
+    assert set(core) == LOAD_CORE_KEYS
+    assert sim.client.get("/v1/loads", params={"include": "bogus"}).status_code == 400
+
+
+def test_v1_loads_is_404_when_the_server_is_started_as_an_older_one(tokenizer_dirs):
+    with start_sim(tokenizer_dirs["chatml"], "--no-v1-loads") as sim:
+        assert sim.client.get("/v1/loads").status_code == 404
+
+
+def test_server_info_reports_the_kv_pool_and_the_effective_max_running_requests(tokenizer_dirs):
+    args = ("--max-total-tokens", "1000", "--max-running-requests", "8", "--reasoning-parser", "qwen3",
+            "--tool-call-parser", "qwen25", "--weight-version", "v7")
+    with start_sim(tokenizer_dirs["chatml"], *args) as sim:
+        info = sim.client.get("/server_info").json()
+        model = sim.client.get("/model_info").json()
+        meta = generate(sim, {"input_ids": [1, 2, 3]}).json()["meta_info"]
+    assert (info["max_total_num_tokens"], info["max_req_input_len"]) == (1000, 1000 - 1 - 5)
+    assert info["internal_states"][0]["effective_max_running_requests_per_dp"] == 8
+    assert (info["reasoning_parser"], info["tool_call_parser"]) == ("qwen3", "qwen25")
+    assert (model["reasoning_parser"], model["tool_call_parser"], model["weight_version"]) == ("qwen3", "qwen25", "v7")
+    assert meta["weight_version"] == "v7"
+
+
+def test_server_info_parsers_are_null_by_default(sim):
+    info = sim.client.get("/server_info").json()
+    assert (info["reasoning_parser"], info["tool_call_parser"]) == (None, None)
+    assert info["internal_states"][0]["effective_max_running_requests_per_dp"] == 4096
+
+
+# ---------------------------------------------------------------------------------------------
+# Output styles, multi-turn prompts, lengths, reasoning_tokens
+
+KEEP_SPECIAL = {"skip_special_tokens": False}
+QWEN_CALL = '<tool_call>\n{"name": "lookup", "arguments": {"query": "hello world"}}\n</tool_call>'
+KIMI_CALL = (
+    "<|tool_calls_section_begin|><|tool_call_begin|>functions.lookup:0<|tool_call_argument_begin|>"
+    '{"query": "hello world"}<|tool_call_end|><|tool_calls_section_end|>'
+)
+THINK = f"<think>{REASONING}</think>"
+HARMONY = (
+    f"<|channel|>analysis<|message|>{REASONING}<|end|><|start|>assistant"
+    f"<|channel|>final<|message|>{ANSWER}<|return|>"
+)
+
+
+@pytest.mark.parametrize(
+    ("style", "expected"),
+    [("think", THINK + ANSWER), ("qwen_tool", THINK + QWEN_CALL), ("kimi_tool", THINK + KIMI_CALL),
+     ("harmony", HARMONY)],
+)
+def test_output_style_writes_the_documented_text(tokenizer_dirs, style, expected):
+    directory = tokenizer_dirs["chatml"]
+    with start_sim(directory, "--output-style", style) as sim:
+        body = generate(sim, {"input_ids": chat_ids(directory), "sampling_params": KEEP_SPECIAL}).json()
+    assert body["text"] == expected
+    assert body["output_ids"][-1] == token_id(directory, "<|im_end|>")
+
+
+def test_tool_styles_answer_a_tool_result_with_text(tokenizer_dirs):
+    directory = tokenizer_dirs["chatml"]
+    messages = [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": QWEN_CALL},
+        {"role": "tool", "content": " 21 C "},
+    ]
+    with start_sim(directory, "--output-style", "qwen_tool", "--no-reasoning") as sim:
+        body = generate(sim, {"input_ids": messages_ids(directory, messages)}).json()
+    assert body["text"] == "Answer: 21 C"
+
+
+def test_qwen3_tool_response_inside_a_user_turn_is_read_as_the_tool_result(sim, tokenizer_dirs):
+    directory = tokenizer_dirs["chatml"]
+    messages = [
+        {"role": "user", "content": "weather?"},
+        {"role": "user", "content": "<tool_response>\nfirst\n</tool_response>\n<tool_response>\nsunny\n"
+                                    "</tool_response>"},
+    ]
+    body = generate(sim, {"input_ids": messages_ids(directory, messages)}).json()
+    assert body["text"] == "Reasoning about: sunnyAnswer: sunny"
+
+
+def test_multi_turn_prompt_is_answered_from_the_last_user_message(sim, tokenizer_dirs):
+    directory = tokenizer_dirs["chatml"]
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "Answer: first"},
+        {"role": "user", "content": "second"},
+    ]
+    body = generate(sim, {"input_ids": messages_ids(directory, messages)}).json()
+    assert body["text"] == "Reasoning about: secondAnswer: second"
+
+
+def test_harmony_return_is_the_stop_token_when_the_tokenizer_has_it(tokenizer_dirs, tmp_path):
+    # Any HF tokenizer folder works: here one with gpt-oss's <|return|> as a special stop id.
+    directory = tmp_path / "harmony"
+    shutil.copytree(tokenizer_dirs["chatml"], directory)
+    tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    tokenizer.add_special_tokens(["<|channel|>", "<|message|>", "<|end|>", "<|start|>", "<|return|>"])
+    tokenizer.save(str(directory / "tokenizer.json"))
+    return_id = tokenizer.token_to_id("<|return|>")
+    eos_id = tokenizer.token_to_id("<|im_end|>")
+    (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": [return_id, eos_id]}))
+    ids = chat_ids(tokenizer_dirs["chatml"])
+    with start_sim(directory, "--output-style", "harmony") as sim:
+        body = generate(sim, {"input_ids": ids, "sampling_params": KEEP_SPECIAL}).json()
+        stripped = generate(sim, {"input_ids": ids}).json()
+    assert body["output_ids"][-1] == return_id
+    assert body["meta_info"]["finish_reason"] == {"type": "stop", "matched": return_id}
+    assert body["text"] == HARMONY.removesuffix("<|return|>")
+    assert stripped["text"] == f"analysis{REASONING}assistantfinal{ANSWER}"
+
+
+@pytest.mark.parametrize(("dist", "low", "high"), [("fixed:7", 7, 7), ("uniform:3-40", 3, 40)])
+def test_output_len_dist_sets_a_per_prompt_length_that_repeats(tokenizer_dirs, dist, low, high):
+    with start_sim(tokenizer_dirs["chatml"], "--output-len-dist", dist) as sim:
+        lengths = [[generate(sim, {"input_ids": [1, i]}).json()["meta_info"]["completion_tokens"]
+                    for i in range(2, 10)] for _ in range(2)]
+    assert lengths[0] == lengths[1]
+    assert all(low <= n <= high for n in lengths[0])
+
+
+def test_reasoning_tokens_count_through_the_think_end_with_require_reasoning(tokenizer_dirs):
+    directory = tokenizer_dirs["chatml"]
+    with start_sim(directory, "--reasoning-parser", "qwen3") as sim:
+        body = generate(sim, {"input_ids": chat_ids(directory), "require_reasoning": True}).json()
+        plain = generate(sim, {"input_ids": chat_ids(directory)}).json()
+    end = body["output_ids"].index(token_id(directory, "</think>"))
+    assert body["meta_info"]["reasoning_tokens"] == end + 1
+    assert plain["meta_info"]["reasoning_tokens"] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Request log, crashes and restarts, malformed answers, the router's no-workers answer
+
+
+def test_request_log_records_what_a_200_received_and_returned(tokenizer_dirs, tmp_path):
+    log_file = tmp_path / "requests.jsonl"
+    directory = tokenizer_dirs["chatml"]
+    with start_sim(directory, "--request-log", str(log_file)) as sim:
+        body = generate(sim, {"input_ids": chat_ids(directory), "rid": "logged"}).json()
+    (line,) = [json.loads(x) for x in log_file.read_text().splitlines()]
+    assert line["answers"] == [{
+        "rid": "logged", "input_ids": chat_ids(directory), "output_ids": body["output_ids"],
+        "text": body["text"], "finish_reason": body["meta_info"]["finish_reason"],
+    }]  # fmt: skip
+    assert line["answers"][0]["output_ids"][-1] == token_id(directory, "<|im_end|>")
+
+
+def test_exit_after_crashes_on_the_nth_request_and_restart_can_bring_another_model(tokenizer_dirs):
+    with start_sim(tokenizer_dirs["chatml"], "--exit-after", "2") as sim:
+        assert generate(sim, {"input_ids": [1, 2]}).status_code == 200
+        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError, httpx.ConnectError)):
+            generate(sim, {"input_ids": [1, 2]})
+        assert sim.wait_exit() == 1
+        sim.restart("--served-model-name", "other", "--tokenizer-path-report", "org/other")
+        info = sim.client.get("/model_info").json()
+        assert (info["served_model_name"], info["model_path"]) == ("other", "org/other")
+        assert generate(sim, {"input_ids": [1, 2]}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("kind", "check"),
+    [
+        ("finish_reason_list", lambda body: isinstance(body["meta_info"]["finish_reason"], list)),
+        ("prompt_tokens_string", lambda body: body["meta_info"]["prompt_tokens"] == "3"),
+        ("no_finish_reason", lambda body: "finish_reason" not in body["meta_info"]),
+        ("negative_completion_tokens", lambda body: body["meta_info"]["completion_tokens"] < 0),
+        ("no_meta_info", lambda body: "meta_info" not in body and "output_ids" in body),
+    ],
+)
+def test_malformed_answers_break_the_documented_field(sim, kind, check):
+    sim.configure(malformed=kind)
+    assert check(generate(sim, {"input_ids": [1, 2, 3]}).json())
+
+
+def test_malformed_bad_gzip_claims_gzip_for_a_plain_body(sim):
+    sim.configure(malformed="bad_gzip")
+    with pytest.raises(httpx.DecodingError):
+        generate(sim, {"input_ids": [1, 2, 3]})
+    connection = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=60)
+    try:
+        connection.request("POST", "/generate", body=b'{"input_ids": [1, 2]}')
+        response = connection.getresponse()
+        assert response.headers["Content-Encoding"] == "gzip"
+        assert "meta_info" in json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def test_malformed_kind_is_validated_and_can_be_switched_off(sim):
+    assert sim.client.post("/sim/config", json={"malformed": "nonsense"}).status_code == 400
+    sim.configure(malformed="no_meta_info")
+    sim.configure(malformed=None)
+    assert "meta_info" in generate(sim, {"input_ids": [1, 2]}).json()
+
+
+def test_no_workers_answers_like_sglang_router_with_plain_text_503(tokenizer_dirs):
+    with start_sim(tokenizer_dirs["chatml"], "--no-workers") as sim:
+        response = generate(sim, {"input_ids": [1, 2]})
+        sim.configure(no_workers=False)
+        recovered = generate(sim, {"input_ids": [1, 2]})
+    assert (response.status_code, response.text) == (503, "No available workers (all circuits open or unhealthy)")
+    assert response.headers["content-type"].startswith("text/plain")
+    assert recovered.status_code == 200
