@@ -406,3 +406,60 @@ def test_export_training_py_runs_as_a_script(project):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines() == ["chat: 1 of 1 rows", "wrote o.jsonl (1 rows, specforge)"]
+
+
+# --- rendering with real chat templates --------------------------------------------------------------
+SPECFORGE_MESSAGE_KEYS = {"role", "content", "tool_calls", "reasoning_content", "name", "tool_call_id"}
+# What each model writes after its generation prompt, and what its template puts after the answer.
+WRITTEN = {
+    "qwen3": ("<think>\nPrimes have two divisors.\n</think>\n\nSeven.", "<|im_end|>\n"),
+    "minimax-m2": ("Primes have two divisors.\n</think>\n\nSeven.", "[e~[\n"),  # the prompt opened <think>
+    # Kimi-K2-Thinking's template drops the reasoning of the last answered turn: see the test below.
+    "kimi-k2-thinking": ("<think>Primes have two divisors.</think>Seven.", "<|im_end|>"),
+}
+
+
+def specforge_render(tokenizer, row: dict) -> str:
+    """What SpecForge's ThinkingParser renders for a row as Arrow loaded it (build_eagle3_dataset pops id,
+    conversations and tools and passes every other column to the template)."""
+    messages = []
+    for raw in row["conversations"]:
+        message = {k: v for k, v in raw.items() if k in SPECFORGE_MESSAGE_KEYS}
+        for call in message.get("tool_calls") or []:
+            call["function"]["arguments"] = json.loads(call["function"]["arguments"])
+        messages.append(message)
+    extra = {k: v for k, v in row.items() if k not in ("id", "conversations", "tools")}
+    tools = json.loads(row["tools"]) if row.get("tools") else None
+    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=False,
+                                         **extra)
+
+
+@pytest.mark.parametrize("model", sorted(WRITTEN))
+def test_a_specforge_row_renders_back_to_the_prompt_the_model_saw_and_the_text_it_wrote(project, model):
+    from model_tokenizers import build_model_tokenizer
+
+    from synthgen.reasoning import split_reasoning
+    from synthgen.templating import load_tokenizer
+
+    tokenizer = load_tokenizer(str(build_model_tokenizer(project / "tok", model)))
+    prompt = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a prime."}]
+    seen = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    written, end_of_turn = WRITTEN[model]
+    split = split_reasoning(written, seen.rstrip().endswith("<think>"))
+    assistant = {"role": "assistant", "content": split.content, "reasoning_content": split.reasoning}
+    row = record("p", messages=[*prompt, assistant], content=split.content, reasoning_content=split.reasoning,
+                 output_text=written)
+    write_results(project, "chat", [row, record("q")])
+    assert main(["--dataset", "chat", "--out", "sf.jsonl"]) == 0
+    loaded = read_arrow(project / "sf.jsonl")[0]
+    rendered = specforge_render(tokenizer, loaded)
+    if model == "minimax-m2":
+        # Given reasoning_content, MiniMax-M2's template adds its own newlines around it without stripping
+        # the model's: the text differs in whitespace, so train MiniMax drafters on --format tokens.
+        assert rendered != seen + written + end_of_turn and "Primes have two divisors." in rendered
+    elif model == "kimi-k2-thinking":
+        # The template keeps reasoning only after the last plain assistant turn: a finished conversation
+        # renders with empty <think></think>, so train Kimi-K2-Thinking drafters on --format tokens.
+        assert rendered == seen + "<think></think>Seven." + end_of_turn
+    else:
+        assert rendered == seen + written + end_of_turn
