@@ -56,7 +56,8 @@ def parse_count(text: str, flag: str) -> int:
     """A positive whole number of tokens: ``10M``, ``2.5B``, ``500K``, ``10m``, ``10000000``."""
     value = parse_amount(text, flag)
     if value.denominator != 1:
-        comes_to = "" if _NUMBER.fullmatch(text.strip()).group(2) == "" else f" ({fmt_number(value)})"
+        match = _NUMBER.fullmatch(text.strip())
+        comes_to = "" if match is None or match.group(2) == "" else f" ({fmt_number(value)})"
         raise UsageError(f"{flag}: '{text}'{comes_to} is not a whole number of tokens")
     return int(value)
 
@@ -206,11 +207,11 @@ class Plan:
 
     @property
     def fixed_tokens(self) -> int:
-        return sum(d.expected_tokens for d in self.datasets if d.fixed)
+        return sum(d.expected_tokens or 0 for d in self.datasets if d.fixed)
 
     @property
     def generation_tokens(self) -> int:
-        return sum(d.expected_tokens for d in self.generated)
+        return sum(d.expected_tokens or 0 for d in self.generated)
 
     @property
     def total_tokens(self) -> int:
@@ -218,11 +219,11 @@ class Plan:
 
     @property
     def total_samples(self) -> int:
-        return sum(d.max_samples for d in self.generated)
+        return sum(d.max_samples or 0 for d in self.generated)
 
     @property
     def total_available(self) -> int:
-        return sum(d.available for d in self.datasets if not d.fixed)
+        return sum(d.available or 0 for d in self.datasets if not d.fixed)
 
     def hours(self) -> tuple[float, ...]:
         """Generation time at each throughput figure, in the order given (slowest first)."""
@@ -253,6 +254,7 @@ def source_label(plan: DatasetPlan) -> str:
         return "no estimate"
     if plan.estimate.source == "measured":
         m = plan.estimate.measurement
+        assert m is not None  # a measured estimate carries its measurement
         rows = "row" if m.rows == 1 else "rows"
         return f"measured: {m.rows:,} {rows}, p50 {m.p50:,}, p90 {m.p90:,}"
     return f"--{plan.estimate.source}"
@@ -301,33 +303,3 @@ def format_table(plan: Plan) -> str:
         names = ", ".join(d.name for d in missing)
         lines.append(f"No estimate: {names} (no sample count, not in the totals; see the notes on stderr)")
     return "\n".join(lines)
-
-
-def _json_number(value: Fraction) -> int | float:
-    return int(value) if value.denominator == 1 else round(float(value), 2)
-
-
-def plan_json(plan: Plan) -> dict:
-    """The budget file run_inference.py --budget reads.
-
-    A fixed dataset has max_samples 0, available null, avg_completion_tokens null and
-    avg_source "fixed", so a run given the budget generates nothing for it. A dataset with
-    no estimate is left out of "datasets" and named under "no_estimate": the runner
-    refuses to run it with this budget rather than guess.
-    """
-    datasets = {}
-    for d in plan.datasets:
-        if not d.has_estimate:
-            continue
-        datasets[d.name] = {
-            "max_samples": d.max_samples,
-            "available": d.available,
-            "avg_completion_tokens": None if d.fixed else _json_number(d.estimate.avg),
-            "avg_source": FIXED if d.fixed else d.estimate.source,
-            "expected_tokens": d.expected_tokens,
-        }
-    return {
-        "tokens_per_dataset": plan.tokens_per_dataset,
-        "datasets": datasets,
-        "no_estimate": [d.name for d in plan.no_estimate],
-    }

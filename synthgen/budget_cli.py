@@ -8,15 +8,14 @@ runner makes, so "available" here is what a run would see (unique ids after de-d
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
+from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
-import orjson
-
 from . import budget
-from .errors import InputFileError, StoreWriteError, SynthgenError, UsageError
+from .budget_file import write_budget
+from .errors import InputFileError, UsageError, run_guarded
 from .prompts import DatasetSource, discover, scan_dataset
 from .store import RESULTS, iter_rows
 
@@ -95,6 +94,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@dataclass(frozen=True)
+class BudgetConfig:
+    """compute_budget.py's one configuration object, parsed and checked before any file is read."""
+
+    # --- which datasets
+    prompts_dir: Path = DEFAULT_PROMPTS_DIR
+    partition: str = "all"
+    datasets: tuple[str, ...] = ()
+    skip_bad_lines: bool = False
+    # --- budget and averages
+    tokens_per_dataset: int = 10_000_000
+    output_dir: Path = DEFAULT_OUTPUT_DIR
+    avg_tokens: dict[str, Fraction] = field(default_factory=dict)
+    default_avg: Fraction | None = None
+    fixed: dict[str, int] = field(default_factory=dict)
+    throughput: tuple[Fraction, ...] = (Fraction(1000), Fraction(1500))
+    # --- output
+    out: Path | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> BudgetConfig:
+        tokens = budget.parse_count(args.tokens_per_dataset, "--tokens-per-dataset")
+        throughput = budget.parse_throughput(args.throughput)
+        default_avg = budget.parse_amount(args.default_avg, "--default-avg") if args.default_avg is not None else None
+        given = budget.parse_assignments(args.avg_tokens, "--avg-tokens", budget.parse_amount)
+        fixed = budget.parse_assignments(args.fixed, "--fixed", budget.parse_count)
+        both = [name for name in given if name in fixed]
+        if both:
+            raise UsageError(
+                f"'{both[0]}' has both --fixed and --avg-tokens; a fixed dataset needs no average, drop one")
+        return cls(
+            prompts_dir=args.prompts_dir,
+            partition=args.partition,
+            datasets=tuple(dict.fromkeys(args.dataset)),
+            skip_bad_lines=args.skip_bad_lines,
+            tokens_per_dataset=tokens,
+            output_dir=args.output_dir,
+            avg_tokens=given,  # type: ignore[arg-type]
+            default_avg=default_avg,
+            fixed=fixed,  # type: ignore[arg-type]
+            throughput=throughput,
+            out=args.out,
+        )
+
+
 # --- reading ---------------------------------------------------------------------------------------
 def measure_outputs(output_dir: Path, dataset: str) -> budget.Measurement | None:
     """completion_tokens of the completed rows (one per id, first wins, as the resume scan counts)."""
@@ -118,7 +162,7 @@ def measure_outputs(output_dir: Path, dataset: str) -> budget.Measurement | None
     return budget.measure(tokens, truncated)
 
 
-def _measure_hint(source: DatasetSource, args: argparse.Namespace) -> str:
+def _measure_hint(source: DatasetSource, args: BudgetConfig) -> str:
     command = f"python run_inference.py --partition {source.partition} --dataset {source.name}"
     if args.prompts_dir != DEFAULT_PROMPTS_DIR:
         command += f" --prompts-dir {args.prompts_dir}"
@@ -138,20 +182,11 @@ def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
-def build_plan(args: argparse.Namespace) -> budget.Plan:
-    # Every argument is checked before the (possibly long) scan of the prompt files.
-    tokens = budget.parse_count(args.tokens_per_dataset, "--tokens-per-dataset")
-    throughput = budget.parse_throughput(args.throughput)
-    default_avg = budget.parse_amount(args.default_avg, "--default-avg") if args.default_avg is not None else None
-    given = budget.parse_assignments(args.avg_tokens, "--avg-tokens", budget.parse_amount)
-    fixed = budget.parse_assignments(args.fixed, "--fixed", budget.parse_count)
-    both = [name for name in given if name in fixed]
-    if both:
-        raise UsageError(f"'{both[0]}' has both --fixed and --avg-tokens; a fixed dataset needs no average, drop one")
-
+def build_plan(cfg: BudgetConfig) -> budget.Plan:
     # A --fixed dataset is never generated, so its prompt file (if any) is not scanned.
-    wanted = [name for name in dict.fromkeys(args.dataset) if name not in fixed]
-    sources = discover(args.prompts_dir, args.partition, wanted) if wanted or not args.dataset else []
+    given, fixed = cfg.avg_tokens, cfg.fixed
+    wanted = [name for name in cfg.datasets if name not in fixed]
+    sources = discover(cfg.prompts_dir, cfg.partition, wanted) if wanted or not cfg.datasets else []
     sources = [s for s in sources if s.name not in fixed]
     unknown = [name for name in given if name not in {s.name for s in sources}]
     if unknown:
@@ -163,64 +198,41 @@ def build_plan(args: argparse.Namespace) -> budget.Plan:
 
     rows = []
     for source in sources:
-        index = scan_dataset(source, skip_bad_lines=args.skip_bad_lines)
+        index = scan_dataset(source, skip_bad_lines=cfg.skip_bad_lines)
         if index.bad_lines:
             _warn(f"{source.path}: skipped {index.bad_lines:,} bad line(s); first: {index.first_bad[0]}")
         if index.duplicates:
             _note(f"{source.name}: {index.duplicates:,} repeated id(s) counted once, as the runner does")
-        measured = None if source.name in given else measure_outputs(args.output_dir, source.name)
-        estimate = budget.choose_estimate(given.get(source.name), measured, default_avg)
+        measured = None if source.name in given else measure_outputs(cfg.output_dir, source.name)
+        estimate = budget.choose_estimate(given.get(source.name), measured, cfg.default_avg)
         if estimate is None:
-            _note(_measure_hint(source, args))
-        elif estimate.source == "measured" and measured.truncated:
+            _note(_measure_hint(source, cfg))
+        elif estimate.source == "measured" and measured is not None and measured.truncated:
             _note(
                 f"{source.name}: {measured.truncated:,} of {measured.rows:,} measured rows stopped at max_tokens "
                 "(finish_reason 'length'); the average counts them at their capped length"
             )
-        rows.append(budget.plan_dataset(source.name, len(index.ids), estimate, tokens, source.partition))
+        rows.append(budget.plan_dataset(source.name, len(index.ids), estimate, cfg.tokens_per_dataset,
+                                        source.partition))
     rows += [budget.fixed_dataset(name, value) for name, value in fixed.items()]
-    return budget.Plan(tokens, tuple(rows), throughput)
+    return budget.Plan(cfg.tokens_per_dataset, tuple(rows), cfg.throughput)
 
 
-# --- writing ---------------------------------------------------------------------------------------
-def write_json(path: Path, data: dict) -> None:
-    """Temp file in the same folder, fsync, os.replace: a reader sees the old file or the new one."""
-    path = Path(path)
-    payload = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-        raise StoreWriteError(f"{path}: cannot write the budget file ({exc.strerror}); "
-                              "check that its folder exists and is writable") from exc
-
-
-def run(args: argparse.Namespace) -> int:
-    plan = build_plan(args)
+def run(cfg: BudgetConfig) -> int:
+    plan = build_plan(cfg)
     # The file first: if it cannot be written, no table suggests that the plan was saved.
-    if args.out is not None:
-        write_json(args.out, budget.plan_json(plan))
+    if cfg.out is not None:
+        write_budget(cfg.out, plan)
     print(budget.format_table(plan))
-    if args.out is not None:
-        print(f"wrote {args.out}; use it with: python run_inference.py --budget {args.out}", file=sys.stderr)
+    if cfg.out is not None:
+        print(f"wrote {cfg.out}; use it with: python run_inference.py --budget {cfg.out}", file=sys.stderr)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        return run(build_parser().parse_args(argv))
-    except SynthgenError as exc:
-        if "--debug" in argv:
-            raise
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return run_guarded(PROG, lambda: run(BudgetConfig.from_args(build_parser().parse_args(argv))),
+                           sys.stderr, debug="--debug" in argv)
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0

@@ -12,8 +12,9 @@ import orjson
 
 from . import __version__
 from .budget import parse_count
+from .budget_file import read_budget
 from .config import RunConfig
-from .errors import EXIT_SIGINT, SynthgenError, UsageError
+from .errors import UsageError, run_guarded
 from .runner import Runner
 from .selection import SAMPLE_MODES
 
@@ -122,28 +123,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_budget(path: Path) -> dict[str, int]:
-    """dataset -> max_samples from a compute_budget.py plan file."""
-    try:
-        data = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise UsageError(f"{path}: budget file not found; create it with compute_budget.py --out {path}") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the budget file ({exc.strerror})") from None
-    except orjson.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc}); recreate it with compute_budget.py --out {path}") from None
-    datasets = data.get("datasets") if isinstance(data, dict) else None
-    if not isinstance(datasets, dict):
-        raise UsageError(f"{path}: no 'datasets' object; recreate it with compute_budget.py --out {path}")
-    caps = {}
-    for name, entry in datasets.items():
-        value = entry.get("max_samples") if isinstance(entry, dict) else None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise UsageError(f"{path}: dataset '{name}' has no valid max_samples (a whole number, 0 or more)")
-        caps[name] = value
-    return caps
-
-
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     try:
         template_kwargs = orjson.loads(args.chat_template_kwargs)
@@ -161,7 +140,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         output_dir=args.output_dir,
         skip_bad_lines=args.skip_bad_lines,
         max_samples=args.max_samples,
-        budget=load_budget(args.budget) if args.budget else {},
+        budget=read_budget(args.budget) if args.budget else {},
         budget_path=args.budget,
         max_tokens_per_dataset=token_cap,
         sample=args.sample,
@@ -192,15 +171,5 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 def main(argv: list[str] | None = None, stream=None, tty: bool | None = None) -> int:
     args = build_parser().parse_args(argv)
-    stream = stream or sys.stderr
-    try:
-        config = config_from_args(args)
-        return asyncio.run(Runner(config, stream, tty).run())
-    except SynthgenError as exc:
-        if args.debug:
-            raise
-        print(f"{PROG}: error: {exc}", file=stream, flush=True)
-        return exc.exit_code
-    except KeyboardInterrupt:  # Ctrl-C before the run installed its own handler: nothing was written
-        print(f"{PROG}: interrupted", file=stream, flush=True)
-        return EXIT_SIGINT
+    out = stream or sys.stderr
+    return run_guarded(PROG, lambda: asyncio.run(Runner(config_from_args(args), out, tty).run()), out, args.debug)

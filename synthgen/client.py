@@ -149,7 +149,8 @@ class SGLangClient:
     """One AsyncClient for the whole run, sized for ``concurrency`` long generations."""
 
     def __init__(self, base_url: str, api_key: str | None, concurrency: int,
-                 request_timeout: float, connect_timeout: float = 10.0):
+                 request_timeout: float, connect_timeout: float = 10.0,
+                 transport: httpx.AsyncBaseTransport | None = None):
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # httpx's defaults (5 s read timeout, 100 connections) would time out every long
@@ -161,6 +162,7 @@ class SGLangClient:
             timeout=httpx.Timeout(connect=connect_timeout, read=request_timeout, write=60.0, pool=None),
             limits=httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4),
             trust_env=False,  # an http_proxy meant for the internet must not swallow a local server
+            transport=transport,  # tests drive the runner in-process through httpx.MockTransport
         )
 
     async def aclose(self) -> None:

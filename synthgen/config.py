@@ -77,9 +77,9 @@ class RunConfig:
             if value is None or value <= 0 or (isinstance(value, float) and not math.isfinite(value)):
                 raise UsageError(f"{flag} must be a positive number, got {value}")
         optional = {"--max-seq-len": self.max_seq_len, "--max-tokens-per-dataset": self.max_tokens_per_dataset}
-        for flag, value in optional.items():
-            if value is not None and value <= 0:
-                raise UsageError(f"{flag} must be a positive number, got {value}")
+        for flag, limit in optional.items():
+            if limit is not None and limit <= 0:
+                raise UsageError(f"{flag} must be a positive number, got {limit}")
         if self.max_samples is not None and self.max_samples < 0:
             raise UsageError(f"--max-samples must be 0 or more, got {self.max_samples}")
         for flag, value in {"--server-wait": self.server_wait, "--drain-timeout": self.drain_timeout}.items():

@@ -15,6 +15,9 @@ caught, with ``raise ... from exc``; nothing matches on the text of an error.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TextIO
+
 EXIT_OK = 0
 EXIT_FAILURES = 1  # the run finished, but some prompts failed (see errors.jsonl); rerun retries them
 EXIT_USAGE = 2
@@ -62,3 +65,19 @@ class RunLockedError(SynthgenError):
 
 class StoreWriteError(SynthgenError):
     exit_code = EXIT_WRITE
+
+
+def run_guarded(prog: str, body: Callable[[], int], stream: TextIO, debug: bool = False) -> int:
+    """The one error path of every entry script: our errors become one line and their exit code
+    (``debug`` re-raises them with the traceback); Ctrl-C before a run installs its own handler
+    is a plain "interrupted"."""
+    try:
+        return body()
+    except SynthgenError as exc:
+        if debug:
+            raise
+        print(f"{prog}: error: {exc}", file=stream, flush=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=stream, flush=True)
+        return EXIT_SIGINT

@@ -44,11 +44,16 @@ class DatasetStats:
     skipped: int = 0
     failed: int = 0
     completion_tokens: int = 0  # this run
+    tokens_before: int = 0  # output tokens of the rows earlier runs left
     first_start: float | None = None
     last_finish: float | None = None
     token_budget: int | None = None
-    budget_tokens_done: int = 0  # earlier runs included
     budget_stopped: bool = False
+
+    @property
+    def budget_tokens_done(self) -> int:
+        """Output tokens of the dataset, earlier runs included: what --max-tokens-per-dataset counts."""
+        return self.tokens_before + self.completion_tokens
 
     @property
     def wall(self) -> float:
@@ -102,6 +107,30 @@ class Progress:
     def skipped_one(self) -> None:
         self.skipped += 1
         self._advance()
+
+    def request_started(self) -> None:
+        self.in_flight += 1
+
+    def request_ended(self) -> None:
+        self.in_flight -= 1
+
+    def budget_closed(self, dataset: str, cap: int, done_tokens: int, in_flight: int, withdrawn: int) -> None:
+        """A dataset takes no new requests: its untried prompts leave the total."""
+        self.total -= withdrawn
+        self.message(f"{dataset}: token budget {cap:,} reached ({done_tokens:,} done + {in_flight} in flight); "
+                     "no new requests for this dataset")
+
+    def outage_began(self, url: str, reason: str, wait: float) -> None:
+        self.outage_since = time.monotonic()
+        self.message(f"OUTAGE: server {url} is not healthy ({reason}); "
+                     f"waiting up to {fmt_duration(wait)} for it to come back")
+
+    def outage_ended(self, seconds: float) -> None:
+        self.outage_since = None
+        self.message(f"RECOVERED: server is healthy again after {fmt_duration(seconds)} of outage; resuming")
+
+    def gave_up(self, why: str) -> None:
+        self.message(f"GIVE UP: {why}")
 
     def _advance(self) -> None:
         if self._bar is not None:

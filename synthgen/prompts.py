@@ -19,6 +19,7 @@ import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 
@@ -223,16 +224,17 @@ class PromptReader:
 
     def __init__(self, index: DatasetIndex):
         self.index = index
-        self._fh = None
+        self._fh: BinaryIO | None = None
 
     def read(self, prompt_id: str) -> Prompt:
         offset, lineno = self.index.offsets[prompt_id]
         path = self.index.source.path
         try:
-            if self._fh is None:
-                self._fh = open(path, "rb")
-            self._fh.seek(offset)
-            line = self._fh.readline()
+            fh = self._fh
+            if fh is None:
+                fh = self._fh = open(path, "rb")
+            fh.seek(offset)
+            line = fh.readline()
         except OSError as exc:
             raise InputFileError(path, lineno, f"cannot read ({exc.strerror})") from exc
         try:

@@ -23,20 +23,16 @@ from pathlib import Path
 import orjson
 
 from .errors import RunLockedError, StoreWriteError
+from .records import DoneEntry, ErrorRecord, ResultRecord, parse_line
 
 RESULTS = "raw_responses.jsonl"
 ERRORS = "errors.jsonl"
 LOCK = ".lock"
 
 
-def _row_id(line: bytes) -> str | None:
-    try:
-        row = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    if isinstance(row, dict) and isinstance(row.get("id"), str):
-        return row["id"]
-    return None
+def _done_entry(line: bytes) -> DoneEntry | None:
+    row = parse_line(line)
+    return None if row is None else DoneEntry.from_dict(row)
 
 
 def iter_rows(path: Path) -> Iterator[dict]:
@@ -47,27 +43,27 @@ def iter_rows(path: Path) -> Iterator[dict]:
         return
     with fh:
         for line in fh:
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(row, dict):
+            row = parse_line(line)
+            if row is not None:
                 yield row
+
+
+def iter_results(path: Path) -> Iterator[ResultRecord]:
+    """Read-only: every result row of a results file, as records (old rows included)."""
+    for row in iter_rows(path):
+        if isinstance(row.get("id"), str):
+            yield ResultRecord.from_dict(row)
 
 
 @dataclass
 class ResumeState:
     """What earlier runs left in raw_responses.jsonl."""
 
-    done: set[str] = field(default_factory=set)
-    completion_tokens: int = 0  # over done rows, kept current by the run: --max-tokens-per-dataset counts them
+    done: set[str] = field(default_factory=set)  # kept current by the run as prompts finish
+    completion_tokens: int = 0  # over the rows found: --max-tokens-per-dataset counts them
     duplicate_rows: int = 0  # should stay 0; reported if another tool wrote the file
     bad_lines: list[int] = field(default_factory=list)  # unreadable lines other than the last
     repaired: str | None = None  # what recover() did to the last line, if anything
-
-    @property
-    def mean_completion_tokens(self) -> float | None:
-        return self.completion_tokens / len(self.done) if self.done else None
 
 
 class DatasetStore:
@@ -122,7 +118,7 @@ class DatasetStore:
         if tail is None:
             return state
         start, fragment = tail
-        if _row_id(fragment) is not None:
+        if _done_entry(fragment) is not None:
             # The whole record made it; only the newline is missing.
             self._count(state, fragment, lineno)
             state.repaired = "added the missing newline after the last record"
@@ -141,20 +137,15 @@ class DatasetStore:
 
     @staticmethod
     def _count(state: ResumeState, line: bytes, lineno: int) -> None:
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            row = None
-        if not (isinstance(row, dict) and isinstance(row.get("id"), str)):
+        entry = _done_entry(line)
+        if entry is None:
             state.bad_lines.append(lineno)
             return
-        if row["id"] in state.done:
+        if entry.id in state.done:
             state.duplicate_rows += 1
             return
-        state.done.add(row["id"])
-        tokens = row.get("completion_tokens")
-        if isinstance(tokens, int):
-            state.completion_tokens += tokens
+        state.done.add(entry.id)
+        state.completion_tokens += entry.completion_tokens
 
     def compact_errors(self, drop: set[str]) -> None:
         """Rewrite errors.jsonl (atomically) without the rows of ``drop``, the prompts that are
@@ -163,8 +154,10 @@ class DatasetStore:
             return
         latest: dict = {}
         for row in iter_rows(self.errors_path):
-            latest.pop(row.get("id"), None)  # re-insert so the order follows the latest attempt
-            latest[row.get("id")] = row
+            key = row.get("id")
+            key = key if isinstance(key, str) else orjson.dumps(key)  # a hand-edited id of another type
+            latest.pop(key, None)  # re-insert so the order follows the latest attempt
+            latest[key] = row
         keep = [row for key, row in latest.items() if key not in drop]
         tmp = self.errors_path.with_suffix(".jsonl.tmp")
         try:
@@ -178,14 +171,11 @@ class DatasetStore:
             raise StoreWriteError(f"{self.errors_path}: cannot rewrite ({exc.strerror})") from exc
 
     # --- appends ------------------------------------------------------------------------------------
-    def append_result(self, row: dict) -> None:
-        self._append(self.results_path, row)
+    def append_result(self, record: ResultRecord) -> None:
+        self._write_raw(self.results_path, record.to_json())
 
-    def append_error(self, row: dict) -> None:
-        self._append(self.errors_path, row)
-
-    def _append(self, path: Path, row: dict) -> None:
-        self._write_raw(path, orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+    def append_error(self, record: ErrorRecord) -> None:
+        self._write_raw(self.errors_path, record.to_json())
 
     def _fd(self, path: Path) -> int:
         fd = self._fds.get(path)

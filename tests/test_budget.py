@@ -22,9 +22,9 @@ from synthgen.budget import (
     parse_throughput,
     percentile,
     plan_dataset,
-    plan_json,
     samples_for,
 )
+from synthgen.budget_file import plan_json
 from synthgen.errors import UsageError
 
 FLAG = "--tokens-per-dataset"

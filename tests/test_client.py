@@ -5,7 +5,7 @@ import pytest
 
 from synthgen.client import Rejected, Transient, build_payload, error_message, parse_generation
 from synthgen.errors import AuthError
-from synthgen.runner import fit_max_new_tokens
+from synthgen.server import fit_max_new_tokens
 
 
 def body(obj) -> bytes:

@@ -43,7 +43,7 @@ def test_the_bar_does_not_move_when_a_request_is_sent_only_when_it_finishes():
 
 
 def test_summary_reports_the_token_budget_overshoot():
-    s = DatasetStats("d", target=10, done=4, completion_tokens=450, token_budget=400, budget_tokens_done=450,
+    s = DatasetStats("d", target=10, done=4, completion_tokens=450, token_budget=400,
                      budget_stopped=True, first_start=0.0, last_finish=10.0)
     table = summary_table([s], 10.0)
     assert "d: token budget 400 reached; 450 output tokens in total (overshot by 50)" in table

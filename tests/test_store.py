@@ -8,11 +8,16 @@ import orjson
 import pytest
 
 from synthgen.errors import RunLockedError, StoreWriteError
+from synthgen.records import ResultRecord
 from synthgen.store import DatasetStore
 
 
 def row(i, tokens=10):
     return orjson.dumps({"id": f"p{i}", "completion_tokens": tokens}) + b"\n"
+
+
+def result(rid: str, content: str = "") -> ResultRecord:
+    return ResultRecord.from_dict({"id": rid, "content": content})
 
 
 def make(tmp_path, content: bytes) -> DatasetStore:
@@ -26,7 +31,7 @@ def test_a_torn_last_line_is_moved_aside_before_anything_is_appended(tmp_path):
     store = make(tmp_path, row(1) + row(2) + b'{"id": "p3", "content": "half')
     state = store.recover()
     assert state.done == {"p1", "p2"} and "torn" in state.repaired
-    store.append_result({"id": "p3"})
+    store.append_result(result("p3"))
     store.close()
     lines = store.results_path.read_bytes().splitlines()
     assert [orjson.loads(x)["id"] for x in lines] == ["p1", "p2", "p3"]
@@ -37,7 +42,7 @@ def test_a_complete_last_record_without_newline_is_kept(tmp_path):
     store = make(tmp_path, row(1) + row(2).rstrip(b"\n"))
     state = store.recover()
     assert state.done == {"p1", "p2"} and state.completion_tokens == 20
-    store.append_result({"id": "p3"})
+    store.append_result(result("p3"))
     store.close()
     assert len(store.results_path.read_bytes().splitlines()) == 3
 
@@ -67,7 +72,7 @@ def test_a_failed_write_is_cut_back_and_reported(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "write", short_then_fail)
     with pytest.raises(StoreWriteError, match="write failed \\(disk full\\); everything before this record is intact"):
-        store.append_result({"id": "p2", "content": "x" * 100})
+        store.append_result(result("p2", "x" * 100))
     monkeypatch.undo()
     store.close()
     assert store.results_path.read_bytes() == row(1)

@@ -1,0 +1,141 @@
+"""The runner driven in-process through httpx.MockTransport: retries, aborts, outages and a refused
+API key, decided by a scripted server, with no subprocess and no simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from synthgen.client import SGLangClient
+from synthgen.config import RunConfig
+from synthgen.errors import AuthError
+from synthgen.records import ResultRecord
+from synthgen.runner import Runner
+
+URL = "http://sglang.test"
+
+
+def answer(text: str = "<think>r</think>a", finish: dict | None = None, completion: int = 5) -> httpx.Response:
+    meta = {"id": "x", "finish_reason": finish or {"type": "stop", "matched": 1}, "prompt_tokens": 3,
+            "completion_tokens": completion, "cached_tokens": 0, "e2e_latency": 0.01}
+    return httpx.Response(200, json={"text": text, "output_ids": [1] * completion, "meta_info": meta})
+
+
+class ScriptedServer:
+    """Answers the informational endpoints; /generate answers come from ``script`` in order,
+    then ``answer()``; /health follows ``healthy``."""
+
+    def __init__(self, tokenizer: Path, script: list[Callable[[], httpx.Response]] | None = None):
+        self.tokenizer = tokenizer
+        self.script = list(script or [])
+        self.healthy = True
+        self.generate_calls = 0
+        self.health_calls = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/model_info":
+            return httpx.Response(200, json={"model_path": str(self.tokenizer), "tokenizer_path": str(self.tokenizer)})
+        if path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 4096}]})
+        if path == "/server_info":
+            return httpx.Response(200, json={"max_req_input_len": 4000})
+        if path == "/health":
+            self.health_calls += 1
+            if self.healthy:
+                return httpx.Response(200)
+            self.healthy = True  # down for one check, then back
+            raise httpx.ConnectError("connection refused")
+        if path == "/generate":
+            self.generate_calls += 1
+            if self.script:
+                return self.script.pop(0)()
+            return answer()
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+
+def run(tmp_path: Path, server: ScriptedServer, **overrides) -> tuple[int, str]:
+    folder = tmp_path / "prompts" / "p"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "d.jsonl").write_bytes(b"".join(orjson.dumps({"id": f"q{i}", "prompt": f"question {i}"}) + b"\n"
+                                              for i in range(overrides.pop("prompts", 1))))
+    cfg = RunConfig(partition="p", prompts_dir=tmp_path / "prompts", output_dir=tmp_path / "out",
+                    server_url=URL, concurrency=2, backoff_base=0.001, backoff_max=0.001, **overrides).validate()
+    out = io.StringIO()
+    client = SGLangClient(URL, None, cfg.concurrency, 30.0, transport=httpx.MockTransport(server))
+
+    async def main() -> int:
+        try:
+            return await Runner(cfg, out, tty=False, client=client).run()
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main()), out.getvalue()
+
+
+def rows(tmp_path: Path, name: str = "raw_responses.jsonl") -> list[dict]:
+    path = tmp_path / "out" / "d" / name
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
+
+
+@pytest.fixture
+def tok(tokenizers) -> Path:
+    return tokenizers["chatml"]
+
+
+def test_a_503_is_retried_and_the_second_attempt_is_saved(tmp_path, tok):
+    server = ScriptedServer(tok, [lambda: httpx.Response(500, json={"error": {"message": "boom"}})])
+    code, _ = run(tmp_path, server)
+    assert code == 0 and server.generate_calls == 2
+    (row,) = rows(tmp_path)
+    record = ResultRecord.from_dict(row)
+    assert (record.attempts, record.reasoning_content, record.content) == (2, "r", "a")
+
+
+def test_an_aborted_answer_is_retried_never_saved(tmp_path, tok):
+    server = ScriptedServer(tok, [lambda: answer("partial", {"type": "abort", "message": "Abort"})])
+    code, _ = run(tmp_path, server)
+    assert code == 0
+    assert [r["output_text"] for r in rows(tmp_path)] == ["<think>r</think>a"]
+
+
+def test_a_prompt_that_keeps_failing_is_recorded_after_max_attempts(tmp_path, tok):
+    server = ScriptedServer(tok, [lambda: httpx.Response(500, json={"error": "boom"})] * 3)
+    code, _ = run(tmp_path, server, max_attempts=3)
+    assert code == 1 and rows(tmp_path) == []
+    (error,) = rows(tmp_path, "errors.jsonl")
+    assert (error["status"], error["error_type"], error["attempts"]) == ("failed", "http_500", 3)
+
+
+def test_a_400_is_recorded_at_once_without_retrying(tmp_path, tok):
+    server = ScriptedServer(tok, [lambda: httpx.Response(400, json={"error": {"message": "bad"}})])
+    code, _ = run(tmp_path, server)
+    assert code == 1 and server.generate_calls == 1
+    assert rows(tmp_path, "errors.jsonl")[0]["error_type"] == "http_400"
+
+
+def test_an_outage_is_waited_out_and_does_not_count_as_an_attempt(tmp_path, tok):
+    server = ScriptedServer(tok)
+
+    def refused() -> httpx.Response:
+        server.healthy = False
+        raise httpx.ConnectError("connection refused")
+
+    server.script = [refused]
+    code, log = run(tmp_path, server, max_attempts=1)
+    assert code == 0, log
+    assert "OUTAGE" in log and "RECOVERED" in log
+    assert rows(tmp_path)[0]["attempts"] == 1
+
+
+def test_a_refused_api_key_stops_the_whole_run(tmp_path, tok):
+    server = ScriptedServer(tok, [lambda: httpx.Response(401, json={"error": "Unauthorized"})] * 5)
+    with pytest.raises(AuthError, match="refused the API key"):
+        run(tmp_path, server, prompts=3)
+    assert rows(tmp_path) == []
