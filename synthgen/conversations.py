@@ -169,9 +169,10 @@ def _tools(value: Any) -> list[dict] | None:
         return None
     if isinstance(value, str):
         try:
-            value = json.loads(value)
-        except ValueError as exc:
-            raise ConversationError(f"'tools' is a string that is not valid JSON ({exc})") from None
+            # orjson, as for the file itself: the tools go into ids and hashes, which orjson writes.
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            raise ConversationError("'tools' is a string that is not valid JSON") from None
     if not isinstance(value, list) or not all(isinstance(tool, dict) for tool in value):
         raise ConversationError("'tools' must be a list of objects (or a JSON string of one)")
     return value
@@ -193,7 +194,7 @@ def _tool_calls(value: Any, where: str) -> list[str]:
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise ConversationError(f"{at} arguments are not valid JSON") from None
         if not isinstance(arguments, dict):
             raise ConversationError(f"{at} arguments must be a JSON object (or a string of one)")
@@ -221,8 +222,8 @@ def _message(message: Any, where: str) -> dict:
     if role == "assistant" and calls is not None and content is None:
         normalised["content"] = None
     else:
-        # An assistant turn that only calls tools may be empty; every other turn must say something.
-        empty_ok = role == "system" or (role == "assistant" and calls is not None)
+        # A turn that only calls tools, or a tool that printed nothing, may be empty; a user turn may not.
+        empty_ok = role in ("system", "tool") or (role == "assistant" and calls is not None)
         normalised["content"] = _text(content, f"{where} content", allow_empty=empty_ok)
     return normalised
 
@@ -241,6 +242,8 @@ def _check_tool_flow(messages: list[dict], key: str) -> None:
             if not any_call:
                 raise ConversationError(f"{where} is a tool result with no tool call before it")
             call_id = message.get("tool_call_id")
+            if call_id is not None and not isinstance(call_id, str):
+                raise ConversationError(f"{where} tool_call_id is {type(call_id).__name__}, expected a string")
             if call_id is not None and call_id not in open_ids:
                 raise ConversationError(f"{where} answers unknown tool_call_id {_shown(call_id)}")
         elif role != "assistant" and "tool_calls" in message:

@@ -86,6 +86,11 @@ def test_empty_system_turns_are_dropped_and_counted():
       "tool_calls": [{"function": {"arguments": "{}"}}]}]}, "messages[1] tool_calls[0] has no function name"),
     ({"messages": [*agent()["messages"], {"role": "tool", "tool_call_id": "c9", "content": "r"}]},
      "messages[3] answers unknown tool_call_id 'c9'"),
+    ({"messages": [*agent()["messages"], {"role": "tool", "tool_call_id": ["c1"], "content": "r"}]},
+     "messages[3] tool_call_id is list, expected a string"),
+    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "",
+      "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "[" * 100_000}}]}]},
+     "messages[1] tool_calls[0] arguments are not valid JSON"),
     ({"messages": [{"role": "user", "content": "q", "tool_calls": [CALL]}]},
      "messages[0] is a user turn with tool_calls"),
     ({"messages": [{"role": "user", "content": ""}]}, "messages[0] content is empty"),
@@ -105,6 +110,12 @@ def test_an_assistant_turn_that_only_calls_tools_may_have_empty_content():
         record = agent()
         record["messages"][1]["content"] = content
         assert parse_record(record).messages[1]["content"] == content
+
+
+def test_a_tool_result_may_be_empty():
+    record = agent()
+    record["messages"][2]["content"] = ""
+    assert parse_record(record).messages[2]["content"] == ""
 
 
 def test_last_cuts_the_trailing_assistant_turns():
