@@ -47,16 +47,10 @@ from pathlib import Path
 
 import orjson
 
-# transformers (imported by the tokenizer builder) prints an advisory about missing PyTorch.
-os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
-
-from simharness import start_sim  # noqa: E402
-from tiny_tokenizers import build_tokenizer  # noqa: E402
-from workspace import RUN, cli_env  # noqa: E402
-
-from synthgen.prompts import DatasetSource, scan_dataset  # noqa: E402
+from bench.simproc import RUN, Simulator, build_tokenizer, cli_env
+from synthgen.prompts import DatasetSource, scan_dataset
+from synthgen.records import ResultRecord
+from synthgen.store import iter_results
 
 PARTITION = "bench"
 # Word-like text, so tokenizing costs what it would on prose (3.5 characters per token here).
@@ -118,8 +112,6 @@ class RunFigures:
     prompts: int
     file_mb: float
     exit_code: int = -1
-    plan_printed_s: float | None = None
-    model_printed_s: float | None = None
     first_request_s: float | None = None
     wall_s: float = 0.0
     completed: int = 0
@@ -173,7 +165,7 @@ def run_once(args, tokenizer_dir: Path, ws: Path, per_dataset: int, pool: str) -
     if args.token_delay:
         sim_args += ["--token-delay", str(args.token_delay)]
 
-    with start_sim(tokenizer_dir, *sim_args) as sim:
+    with Simulator(tokenizer_dir, *sim_args) as sim:
         command = [
             sys.executable, str(RUN), "--partition", PARTITION, "--prompts-dir", str(ws / "prompts"),
             "--output-dir", str(ws / "outputs"), "--server-url", sim.url, "--max-tokens", str(args.max_tokens),
@@ -219,20 +211,13 @@ def run_once(args, tokenizer_dir: Path, ws: Path, per_dataset: int, pool: str) -
         reader.join(5)
         proc.stderr.close()
 
-    for t, line in stderr_lines:
-        if figures.plan_printed_s is None and " synthgen: " in line:
-            figures.plan_printed_s = t
-        if figures.model_printed_s is None and "; tokenizer " in line:
-            figures.model_printed_s = t
     figures.stderr_tail = [line for _, line in stderr_lines[-12:]]
 
-    rows = []
+    rows: list[ResultRecord] = []
     for name in names:
-        path = ws / "outputs" / name / "raw_responses.jsonl"
-        if path.exists():
-            rows += [orjson.loads(line) for line in path.read_bytes().splitlines()]
+        rows += iter_results(ws / "outputs" / name / "raw_responses.jsonl")
     figures.completed = len(rows)
-    figures.output_tokens = sum(r["completion_tokens"] for r in rows)
+    figures.output_tokens = sum(r.completion_tokens for r in rows)
     in_flight_timeline(figures, rows, request_log, t0_wall, args.concurrency, names)
     pool = figures.client_pool
     if pool is not None and pool.full_s is not None:
@@ -262,7 +247,7 @@ def pool_figures(spans: list[tuple[float, float, str]], concurrency: int) -> Poo
     return pool
 
 
-def in_flight_timeline(figures: RunFigures, rows: list[dict], request_log: Path, t0_wall: float,
+def in_flight_timeline(figures: RunFigures, rows: list[ResultRecord], request_log: Path, t0_wall: float,
                        concurrency: int, names: list[str]) -> None:
     """In-flight counts over time as the server saw them and as the CLI saw them.
 
@@ -280,10 +265,10 @@ def in_flight_timeline(figures: RunFigures, rows: list[dict], request_log: Path,
         done_at[entry["rid"]] = entry["time"] - t0_wall
     server, client = [], []  # (start, end, dataset), seconds since launch
     for row in rows:
-        end = done_at.get(row["request_id"])
-        if end is not None and row.get("server_latency_s") is not None:
-            server.append((end - row["server_latency_s"], end, row["dataset"]))
-            client.append((end - row["latency_s"], end, row["dataset"]))
+        end = done_at.get(row.request_id)
+        if end is not None and row.server_latency_s is not None:
+            server.append((end - row.server_latency_s, end, row.dataset))
+            client.append((end - row.latency_s, end, row.dataset))
     if not server:
         return
     figures.server_pool, figures.client_pool = pool_figures(server, concurrency), pool_figures(client, concurrency)
@@ -346,11 +331,9 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
 def report(runs: list[RunFigures], startup_only: bool) -> str:
     lines = ["start-up and memory of the CLI"]
     lines += table(
-        ("prompts", "file MB", "plan s", "model s", "1st request s", "RSS@1st MB", "RSS mid MB", "RSS end MB",
-         "peak RSS MB"),
-        [(f"{f.prompts:,}", f"{f.file_mb:.0f}", fmt(f.plan_printed_s, ".2f"), fmt(f.model_printed_s, ".2f"),
-          fmt(f.first_request_s, ".2f"), fmt(f.rss_first_mb, ".0f"), fmt(f.rss_mid_mb, ".0f"),
-          fmt(f.rss_end_mb, ".0f"), f"{f.peak_rss_mb:.0f}") for f in runs],
+        ("prompts", "file MB", "1st request s", "RSS@1st MB", "RSS mid MB", "RSS end MB", "peak RSS MB"),
+        [(f"{f.prompts:,}", f"{f.file_mb:.0f}", fmt(f.first_request_s, ".2f"), fmt(f.rss_first_mb, ".0f"),
+          fmt(f.rss_mid_mb, ".0f"), fmt(f.rss_end_mb, ".0f"), f"{f.peak_rss_mb:.0f}") for f in runs],
     )
     if startup_only:
         lines.append("(--startup-only: each run was stopped by SIGTERM at its first request)")
@@ -376,8 +359,7 @@ def report(runs: list[RunFigures], startup_only: bool) -> str:
 
 
 LEGEND = """\
-plan s / model s: when the CLI printed its plan (every file scanned) / its model line (server queried,
-  tokenizer loaded); 1st request s: when the first /generate was in flight at the server
+1st request s: when the first /generate was in flight at the server (from /sim/stats)
 RSS@1st / mid / end: the CLI's RSS at the first request, at half the prompts done, just before exit;
   peak RSS: its VmHWM just before exit
 CPU ms/prompt: user+sys CPU of the CLI and of the simulator over the run, per completed prompt
@@ -390,20 +372,20 @@ CLI / server in-flight: requests in flight as the CLI saw them (send to answer) 
 # ------------------------------------------------------------------------------------ main
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="bench/bench_run.py",
+        prog="python -m bench.bench_run",
         description="Time run_inference.py against the SGLang simulator for several dataset sizes: first-request "
                     "latency, the CLI's memory, throughput and the server's in-flight count across dataset "
                     "boundaries; then the cost of the validation scan. Prints figures, no pass/fail.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n"
                "  # the default: 2 datasets of 1,000, then of 10,000 prompts of 8,000 characters (~5 min)\n"
-               "  .venv/bin/python bench/bench_run.py\n\n"
+               "  python -m bench.bench_run\n\n"
                "  # a quick look with a slower server, so the pool is never short of CPU\n"
-               "  .venv/bin/python bench/bench_run.py --prompts 200 2000 --token-delay 0.02\n\n"
+               "  python -m bench.bench_run --prompts 200 2000 --token-delay 0.02\n\n"
                "  # start-up only, up to 1.6 GB of prompt files\n"
-               "  .venv/bin/python bench/bench_run.py --prompts 1000 10000 100000 --startup-only\n\n"
+               "  python -m bench.bench_run --prompts 1000 10000 100000 --startup-only\n\n"
                "  # four datasets of short prompts, files kept for inspection\n"
-               "  .venv/bin/python bench/bench_run.py --prompts 500 5000 --datasets 4 --prompt-chars 500 --keep\n",
+               "  python -m bench.bench_run --prompts 500 5000 --datasets 4 --prompt-chars 500 --keep\n",
     )
     p.add_argument("--prompts", type=int, nargs="+", default=[1000, 10000], metavar="N",
                    help="prompts per dataset; one run per value, in order (default: 1000 10000)")

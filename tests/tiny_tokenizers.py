@@ -169,3 +169,9 @@ def _corpus():
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     for path in sorted(stdlib.glob("*.py"))[:CORPUS_FILES]:
         yield path.read_text(encoding="utf-8", errors="ignore")
+
+
+if __name__ == "__main__":  # python tests/tiny_tokenizers.py OUT_DIR [STYLE]: what bench/ uses
+    import sys
+
+    print(build_tokenizer(Path(sys.argv[1]), style=sys.argv[2] if len(sys.argv) > 2 else "chatml"))
