@@ -60,6 +60,7 @@ class ResumeState:
     """What earlier runs left in raw_responses.jsonl."""
 
     done: set[str] = field(default_factory=set)  # kept current by the run as prompts finish
+    entries: dict[str, DoneEntry] = field(default_factory=dict)  # the rows found, by id (first wins)
     completion_tokens: int = 0  # over the rows found: --max-tokens-per-dataset counts them
     duplicate_rows: int = 0  # should stay 0; reported if another tool wrote the file
     bad_lines: list[int] = field(default_factory=list)  # unreadable lines other than the last
@@ -145,6 +146,7 @@ class DatasetStore:
             state.duplicate_rows += 1
             return
         state.done.add(entry.id)
+        state.entries[entry.id] = entry
         state.completion_tokens += entry.completion_tokens
 
     def compact_errors(self, drop: set[str]) -> None:
