@@ -71,6 +71,47 @@ the N-th request (``--exit-after``) serve client robustness tests. Fault setting
 at runtime through ``POST /sim/config``; ``GET /sim/stats`` reports what the server saw.
 ``/sim/*`` is the only non-SGLang surface and needs no API key.
 
+Control and statistics
+----------------------
+``POST /pause_generation`` (``mode`` abort | retract | in_place, as SGLang) and
+``POST /continue_generation``: while paused, requests queue and running ones stop between tokens
+(abort mode first aborts everything in flight; retract mode moves the scheduler's running requests
+back to the waiting queue, counting retractions; the per-request engine treats it as in_place).
+
+``GET /v1/loads`` answers as 0.5.23 does for one DP rank (``?include=`` core, memory, disagg,
+queues, all; ``?dp_rank=``; no prometheus format): ``num_running_reqs`` / ``num_waiting_reqs`` are
+the scheduler's, or in the per-request engine the sequences in flight and 0; ``token_usage`` is the
+KV pool share held; ``gen_throughput`` is output tokens per second over the last 5 s;
+``utilization`` is 0.0 as on the real server. ``--no-v1-loads`` makes it 404.
+
+``GET /sim/stats`` keys: ``generate_requests``, ``completed``, ``in_flight`` (requests registered
+and generating), ``by_outcome``, ``prompt_counts`` (by ``prompt_sha1``); ``mode`` (per_request |
+scheduler); ``http_in_flight`` / ``peak_in_flight`` (/generate requests received and not yet
+answered); ``running`` / ``peak_running`` and ``waiting`` / ``peak_waiting`` (sequences);
+``busy_time`` (seconds with at least one running sequence; per-request engine: one generating
+request); ``first_request_at`` / ``last_finish_at`` (``time.time()`` of the first /generate
+received and the last one answered, null before); ``queue_time_total`` / ``queue_time_max``
+(seconds sequences spent in the waiting queue, retractions included; the max is per sequence);
+``retractions``; ``decode_steps``; ``token_usage``; ``tokens_generated`` (output tokens in 200
+answers). ``POST /sim/reset`` zeroes them (peaks restart from the current values).
+
+``--request-log FILE`` appends one JSON line per /generate request: ``time``, ``prompt_sha1``
+(list), ``rid`` (as sent), ``outcome``, and for a 200 ``answers``: one
+``{rid, input_ids, output_ids, text, finish_reason}`` per sequence, as generated (before any
+``--malformed`` breakage).
+
+Malformed kinds (``--malformed`` or ``POST /sim/config {"malformed": KIND}``; null switches it
+off), applied to every item of every 200 /generate answer: ``finish_reason_list`` (the finish
+reason wrapped in a list), ``prompt_tokens_string``, ``no_finish_reason`` (key removed),
+``negative_completion_tokens`` (``-max(1, len(output_ids))``), ``bad_gzip`` (header
+``Content-Encoding: gzip`` on a plain JSON body), ``no_meta_info`` (key removed).
+``--no-workers`` (or ``no_workers: true``) answers every /generate with sglang-router's
+``503 text/plain "No available workers (all circuits open or unhealthy)"``. ``--exit-after N``
+exits with code 1, unanswered, as the N-th /generate request arrives.
+
+In the scheduler mode all faults work: 503s, drops and slow starts happen before the request is
+queued, rate_abort ends a sequence at half its length, and token_delay lengthens every step.
+
 Run ``python tests/sglang_sim.py --help`` for the command line. Once listening, the process prints
 exactly one line, ``SIM READY port=<port> pid=<pid>``, on stdout; everything else goes to stderr.
 """
@@ -1148,10 +1189,15 @@ class Scheduler:
                 break
             free -= need
             self.waiting.popleft()
+            self._account_queue_time(seq, now)
+            if seq.target <= seq.produced or seq.abort_at == 0:
+                # max_new_tokens 0 (n>1 warm-up) or a fault abort before the first token.
+                seq.aborted = seq.aborted or seq.abort_at == 0
+                self._finish_locked(seq)
+                continue
             self.running.append(seq)
             self.used += held
             admitted_tokens += held
-            self._account_queue_time(seq, now)
         self._after_change_locked(now)
         return admitted_tokens
 
@@ -1186,7 +1232,9 @@ class Scheduler:
         still_running = []
         for seq in self.running:
             seq.produced += 1
-            if seq.produced >= seq.target:
+            if seq.abort_at is not None and seq.produced >= seq.abort_at:
+                seq.aborted = True
+            if seq.aborted or seq.produced >= seq.target:
                 self.used -= len(seq.input_ids) + seq.produced
                 self._finish_locked(seq)
             else:

@@ -952,3 +952,18 @@ def test_no_workers_answers_like_sglang_router_with_plain_text_503(tokenizer_dir
     assert (response.status_code, response.text) == (503, "No available workers (all circuits open or unhealthy)")
     assert response.headers["content-type"].startswith("text/plain")
     assert recovered.status_code == 200
+
+
+def test_scheduler_keeps_fault_aborts_zero_token_requests_and_batches_working(tokenizer_dirs):
+    directory = tokenizer_dirs["chatml"]
+    ids = chat_ids(directory)
+    with start_sim(directory, "--max-total-tokens", "4096") as sim:
+        full = generate(sim, {"input_ids": ids}).json()
+        empty = generate(sim, {"input_ids": ids, "sampling_params": {"max_new_tokens": 0}}).json()
+        batch = generate(sim, {"input_ids": [ids, ids], "rid": "b"}).json()
+        sim.configure(rate_abort=1)
+        cut = generate(sim, {"input_ids": ids}).json()
+    assert (empty["output_ids"], empty["meta_info"]["finish_reason"]) == ([], {"type": "length", "length": 0})
+    assert [item["output_ids"] for item in batch] == [full["output_ids"]] * 2
+    assert cut["meta_info"]["finish_reason"] == ABORTED
+    assert cut["output_ids"] == full["output_ids"][: len(full["output_ids"]) // 2]
