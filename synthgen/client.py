@@ -221,6 +221,15 @@ class SGLangClient:
                 return card["max_model_len"]
         return None
 
+    async def loads(self, path: str = "/v1/loads") -> dict | None:
+        """The server's load report (SGLang 0.5.2x: per-rank running/waiting requests, KV usage), or
+        None where there is none (an older server, a router that does not pass it through) or the
+        server does not answer: a load poll never fails the run."""
+        try:
+            return await self._get_json(path)
+        except ServerError:
+            return None
+
     async def server_info(self) -> dict:
         for path in ("/server_info", "/get_server_info"):
             info = await self._get_json(path)
