@@ -343,9 +343,9 @@ class _Steps:
     def __init__(self, paths: DemoPaths, say: Say):
         self.paths, self.say, self.done = paths, say, 0
 
-    def begin(self, what: str) -> float:
+    def begin(self, doing: str) -> float:
         self.done += 1
-        self.say(f"installing {what} {self.done}/{self.TOTAL} ...")
+        self.say(f"{doing} {self.done}/{self.TOTAL} ...")
         return time.monotonic()
 
     def run(self, what: str, cmd: list[str], env: dict[str, str], check: bool = True) -> int:
@@ -398,7 +398,7 @@ def _install(paths: DemoPaths, say: Say) -> None:
     paths.stamp.unlink(missing_ok=True)
     env = child_env(paths)
     steps = _Steps(paths, say)
-    t = steps.begin("a venv")
+    t = steps.begin("creating a venv")
     if not paths.python.exists():
         steps.run("venv", [sys.executable, "-m", "venv", str(paths.venv)], env)
     steps.end("venv", t)
@@ -406,7 +406,7 @@ def _install(paths: DemoPaths, say: Say) -> None:
     constraints.write_text(CONSTRAINTS, encoding="utf-8")
     pip = [str(paths.python), "-m", "pip", "install", "--quiet", "--no-input", "--progress-bar", "off"]
     for i, (what, reqs, opts) in enumerate(PIP_STEPS):
-        t = steps.begin(what)
+        t = steps.begin(f"installing {what}")
         extra: list[str] = []
         if i == 0:
             # A dry run resolves without installing: it asks the configured indexes whether they
@@ -422,10 +422,10 @@ def _install(paths: DemoPaths, say: Say) -> None:
         steps.end(what, t)
     _patch_torchvision(paths, env)
     _write_shim(paths)
-    t = steps.begin("the tiny model")
+    t = steps.begin("building the tiny model")
     _build_tiny(paths, steps, env)
     steps.end("tiny model", t)
-    t = steps.begin("an import check")
+    t = steps.begin("checking that SGLang imports")
     steps.run("import check", [str(paths.python), "-c", IMPORT_CHECK], child_env(paths, **server_env(paths)))
     steps.end("import check", t)
     paths.stamp.write_text(json.dumps({"spec_hash": spec_hash(), "finished_at": time.time()}) + "\n", encoding="utf-8")

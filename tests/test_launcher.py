@@ -391,7 +391,7 @@ def test_an_install_that_cannot_get_torch_fails_with_one_line_naming_the_step_an
     assert info.value.exit_code == EXIT_SERVER
     assert re.fullmatch(r"demo server: venv: done in \d+ s", said.pop(2))
     assert said[1:] == [
-        "demo server: installing a venv 1/7 ...",
+        "demo server: creating a venv 1/7 ...",
         "demo server: installing torch (CPU wheel) 2/7 ...",
         f"demo server: {demo.TORCH} is not on the configured package indexes; taking it from {demo.PYTORCH_CPU_INDEX}",
     ]
