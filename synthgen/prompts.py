@@ -24,6 +24,7 @@ from typing import BinaryIO
 import orjson
 
 from .errors import InputFileError, UsageError
+from .openfiles import FilePool, limit_error, pool_size
 
 ROLE_ALIASES = {
     "system": "system",
@@ -67,23 +68,68 @@ class BadLine(ValueError):
     """One line's problem, without the location (the caller adds file:line)."""
 
 
+# Open prompt files across all readers; a small share of the descriptor limit.
+READ_POOL: FilePool[BinaryIO] = FilePool(pool_size(32), lambda fh: fh.close())
+
+
+SUFFIX = ".jsonl"
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a dataset or partition name (it becomes a folder of its own), or None."""
+    if not name:
+        return "is empty"
+    if not name.strip("."):
+        return "is made of dots only"
+    if name.startswith("."):
+        return "starts with a dot"
+    if "/" in name or "\\" in name or "\0" in name:
+        return "contains a path separator"
+    return None
+
+
+def _is_hidden(path: Path) -> bool:
+    """Hidden files (``.name.jsonl``, macOS's ``._name.jsonl``) are not datasets; ``..jsonl`` is no hidden file."""
+    return path.name.startswith(".") and bool(path.name[: -len(SUFFIX)].strip("."))
+
+
+def _entries(folder: Path, what: str) -> list[Path]:
+    try:
+        return sorted(folder.iterdir())
+    except OSError as exc:
+        raise limit_error(exc, folder) or UsageError(
+            f"{folder}: cannot list the {what} ({exc.strerror}); make it readable (chmod u+rx {folder})"
+        ) from exc
+
+
 def discover(prompts_dir: Path, partition: str, names: Iterable[str] = ()) -> list[DatasetSource]:
     """The datasets a run covers, in a stable order (partition, then file name)."""
     prompts_dir = Path(prompts_dir)
     if not prompts_dir.is_dir():
         raise UsageError(f"{prompts_dir}: prompts directory not found; pass --prompts-dir DIR")
+    if partition != "all" and (name_problem(partition) or Path(partition).is_absolute()):
+        raise UsageError(f"--partition {partition!r}: give the name of one folder under {prompts_dir} "
+                         "(e.g. short) or 'all', not a path")
     if partition == "all":
-        folders = sorted(p for p in prompts_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+        entries = _entries(prompts_dir, "prompts directory")
+        folders = [p for p in entries if p.is_dir() and not p.name.startswith(".")]
     else:
         folder = prompts_dir / partition
         if not folder.is_dir():
-            known = ", ".join(sorted(p.name for p in prompts_dir.iterdir() if p.is_dir())) or "none"
+            entries = _entries(prompts_dir, "prompts directory")
+            known = ", ".join(p.name for p in entries if p.is_dir()) or "none"
             raise UsageError(f"{folder}: no such partition (partitions here: {known}, or 'all')")
         folders = [folder]
     sources: dict[str, DatasetSource] = {}
     for folder in folders:
-        for path in sorted(folder.glob("*.jsonl")):
-            name = path.stem
+        for path in _entries(folder, "partition folder"):
+            if not path.name.endswith(SUFFIX) or _is_hidden(path):
+                continue
+            name = path.name[: -len(SUFFIX)]
+            problem = name_problem(name)
+            if problem:
+                raise UsageError(f"{path}: the dataset name {name!r} {problem}, so it cannot name an output "
+                                 f"folder; rename the file (e.g. to {folder / 'data.jsonl'})")
             if name in sources:
                 raise UsageError(
                     f"{path}: dataset '{name}' also exists as {sources[name].path}; "
@@ -187,7 +233,7 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
         with open(path, "rb") as fh:
             yield from enumerate(fh, start=1)
     except OSError as exc:
-        raise InputFileError(path, None, f"cannot read ({exc.strerror})") from exc
+        raise limit_error(exc, path) or InputFileError(path, None, f"cannot read ({exc.strerror})") from exc
 
 
 def scan_dataset(source: DatasetSource, skip_bad_lines: bool = False) -> DatasetIndex:
@@ -220,23 +266,23 @@ def scan_dataset(source: DatasetSource, skip_bad_lines: bool = False) -> Dataset
 
 
 class PromptReader:
-    """Reads single prompts by the byte offsets a scan recorded, in whatever order a run picks."""
+    """Reads single prompts by the byte offsets a scan recorded, in whatever order a run picks.
+
+    Readers share a few open files (an LRU, ``READ_POOL``): a partition of thousands of datasets
+    runs under a small ``ulimit -n``, and a dataset the run has moved past holds no descriptor."""
 
     def __init__(self, index: DatasetIndex):
         self.index = index
-        self._fh: BinaryIO | None = None
 
     def read(self, prompt_id: str) -> Prompt:
         offset, lineno = self.index.offsets[prompt_id]
         path = self.index.source.path
         try:
-            fh = self._fh
-            if fh is None:
-                fh = self._fh = open(path, "rb")
-            fh.seek(offset)
-            line = fh.readline()
+            with READ_POOL.use(self, lambda: open(path, "rb")) as fh:
+                fh.seek(offset)
+                line = fh.readline()
         except OSError as exc:
-            raise InputFileError(path, lineno, f"cannot read ({exc.strerror})") from exc
+            raise limit_error(exc, path) or InputFileError(path, lineno, f"cannot read ({exc.strerror})") from exc
         try:
             parsed = parse_line(line)
         except BadLine as exc:
@@ -246,6 +292,5 @@ class PromptReader:
         return Prompt(prompt_id, self.index.source.name, tuple(parsed[1]), lineno)
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        """Close this reader's file, if it is open; a later read opens it again."""
+        READ_POOL.release(self)
