@@ -4,10 +4,16 @@ optional --log-file, and the end-of-run summary.
 The bar advances when a request *finishes*. Under nohup there is no TTY, so no ``\\r``
 redraws reach the log: a status line every ``interval`` seconds with done/total, output
 tok/s over the last minute and since the start, in-flight requests, failures and ETA.
+
+Writing progress never raises: stderr may be a pipe whose reader is gone (``| tee run.log``
+after Ctrl-C, ``| head -1``). The first failed write stops all writing to the stream and
+points its descriptor at /dev/null, so later writes anywhere in the process (the final error
+line, the interpreter's flush at exit) cannot fail either; the log file is still written.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import deque
@@ -82,16 +88,50 @@ class Progress:
             except OSError as exc:
                 raise StoreWriteError(f"{log_file}: cannot open the log file ({exc.strerror})") from exc
         self._bar = None
+        self._stream_ok = True  # False after the first failed write: the reader is gone
 
     def start(self, total: int) -> None:
         """Begin counting: the bar (on a TTY) and the rates start now."""
         self.total = total
         self.started = time.monotonic()
-        if self.tty and total:
+        if self.tty and total and self._stream_ok:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, file=self.stream, unit="prompt", dynamic_ncols=True,
-                             mininterval=1.0, smoothing=0.1)
+            try:
+                self._bar = tqdm(total=total, file=self.stream, unit="prompt", dynamic_ncols=True,
+                                 mininterval=1.0, smoothing=0.1)
+            except (OSError, ValueError):
+                self._stream_lost()
+
+    # --- the stream: every write goes through these ----------------------------------------------------
+    def _write(self, text: str) -> None:
+        if not self._stream_ok:
+            return
+        try:
+            print(text, file=self.stream, flush=True)
+        except (OSError, ValueError):  # a closed pipe (BrokenPipeError) or a closed file
+            self._stream_lost()
+
+    def _on_bar(self, action) -> None:
+        """``action(bar)`` on the tqdm bar, if there is one and the stream still takes writes."""
+        if self._bar is None or not self._stream_ok:
+            return
+        try:
+            action(self._bar)
+        except (OSError, ValueError):
+            self._stream_lost()
+
+    def _stream_lost(self) -> None:
+        self._stream_ok = False
+        if self._bar is not None:
+            self._bar.disable = True  # tqdm then writes nothing, not even when closed
+            self._bar = None
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass  # no descriptor (a closed or in-memory stream): not writing to it is all we can do
 
     # --- events ----------------------------------------------------------------------------------
     def finished(self, completion_tokens: int) -> None:
@@ -115,8 +155,9 @@ class Progress:
         self.in_flight -= 1
 
     def budget_closed(self, dataset: str, cap: int, done_tokens: int, in_flight: int, withdrawn: int) -> None:
-        """A dataset takes no new requests: its untried prompts leave the total."""
-        self.total -= withdrawn
+        """A dataset takes no new requests: its untried prompts leave the total (which never drops
+        below what is processed or in flight, so done/total and the ETA stay sane)."""
+        self._set_total(self.total - max(withdrawn, 0))
         self.message(f"{dataset}: token budget {cap:,} reached ({done_tokens:,} done + {in_flight} in flight); "
                      "no new requests for this dataset")
 
@@ -132,18 +173,33 @@ class Progress:
     def gave_up(self, why: str) -> None:
         self.message(f"GIVE UP: {why}")
 
+    def budget_reopened(self, restored: int) -> None:
+        """Prompts withdrawn by ``budget_closed`` are back in the run."""
+        self._set_total(self.total + max(restored, 0))
+
+    def _set_total(self, total: int) -> None:
+        self.total = max(total, self.done + self.failed + self.skipped + self.in_flight)
+
+        def resize(bar) -> None:
+            bar.total = self.total
+            bar.refresh()
+
+        self._on_bar(resize)
+
     def _advance(self) -> None:
-        if self._bar is not None:
-            self._bar.update(1)
-            self._bar.set_postfix_str(self._postfix(), refresh=False)
+        def advance(bar) -> None:
+            bar.update(1)
+            bar.set_postfix_str(self._postfix(), refresh=False)
+
+        self._on_bar(advance)
 
     def message(self, text: str) -> None:
         """An event line (outage, recovery, warning) on stderr and in the log file."""
         line = f"{self._stamp()} {text}"
         if self._bar is not None:
-            self._bar.write(line, file=self.stream)
+            self._on_bar(lambda bar: bar.write(line, file=self.stream))
         else:
-            print(line, file=self.stream, flush=True)
+            self._write(line)
         self._to_log(line)
 
     # --- figures -----------------------------------------------------------------------------------
@@ -177,7 +233,7 @@ class Progress:
     def status_line(self) -> str:
         recent, lifetime = self.rates()
         processed = self.done + self.failed + self.skipped
-        pct = 100.0 * processed / self.total if self.total else 100.0
+        pct = min(100.0 * processed / self.total, 100.0) if self.total > 0 else 100.0
         return (
             f"{self._stamp()} done {self.done}/{self.total} ({pct:.1f}%) | "
             f"out tok/s 1m {recent:,.0f} avg {lifetime:,.0f} | in-flight {self.in_flight} | "
@@ -190,22 +246,20 @@ class Progress:
         """Periodic: a status line where there is no bar; the log file always gets one."""
         line = self.status_line()
         if self._bar is None:
-            print(line, file=self.stream, flush=True)
+            self._write(line)
         else:
-            self._bar.set_postfix_str(self._postfix())
+            self._on_bar(lambda bar: bar.set_postfix_str(self._postfix()))
         self._to_log(line)
 
     def print_block(self, text: str) -> None:
         """Multi-line output (plan, summary) to stderr and the log."""
-        if self._bar is not None:
-            self._bar.clear()
-        print(text, file=self.stream, flush=True)
+        self._on_bar(lambda bar: bar.clear())
+        self._write(text)
         self._to_log(text)
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
+        self._on_bar(lambda bar: bar.close())
+        self._bar = None
         if self._log is not None:
             self._log.close()
             self._log = None
