@@ -13,8 +13,9 @@ import orjson
 from . import __version__
 from .budget import parse_count
 from .budget_file import read_budget
-from .config import RunConfig
+from .config import CHANGED_PROMPTS, RunConfig
 from .errors import UsageError, run_guarded
+from .prompts import REGENERATE_MODES
 from .runner import Runner
 from .selection import SAMPLE_MODES
 
@@ -100,8 +101,29 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--trust-remote-code", action="store_true", help="allow the tokenizer's own code")
     g.add_argument("--chat-template-kwargs", default="{}", metavar="JSON",
                    help='extra chat template variables, e.g. \'{"thinking": true}\' or \'{"enable_thinking": true}\'')
+    g.add_argument("--chat-template", type=Path, metavar="FILE",
+                   help="render with this Jinja template (or a tokenizer_config.json's) instead of the tokenizer's, "
+                        "e.g. for models that ship none (DeepSeek-V3.2); its hash is recorded in settings.jsonl")
+    g.add_argument("--reasoning-parser", metavar="NAME",
+                   help="SGLang's --reasoning-parser name (deepseek-r1, qwen3, kimi_k2, glm45, minimax, gpt-oss, "
+                        "...); default: what the server reports it was started with, else the --think-start/"
+                        "--think-end rule")
+    g.add_argument("--tool-call-parser", metavar="NAME",
+                   help="SGLang's --tool-call-parser name (kimi_k2, qwen25, gpt-oss, ...) for prompts that carry "
+                        "tools; default: what the server reports, else none")
     g.add_argument("--think-start", default="<think>", help="opening reasoning tag (default: <think>)")
     g.add_argument("--think-end", default="</think>", help="closing reasoning tag (default: </think>)")
+    g.add_argument("--regenerate", choices=REGENERATE_MODES, default="last",
+                   help="which assistant turns are generated: last (the reply after the conversation, cut back "
+                        "before its trailing assistant turns), each (one prompt per assistant turn with the "
+                        "original history; ids <id>#<k>), all (every assistant turn, in order, on the model's own "
+                        "earlier replies) (default: last)")
+    g.add_argument("--allow-mixed-settings", action="store_true",
+                   help="write rows even though the settings (model, template, parsers, sampling, --max-tokens, "
+                        "--regenerate) differ from those recorded for the rows already there")
+    g.add_argument("--changed-prompts", choices=CHANGED_PROMPTS, default="refuse",
+                   help="done prompts whose text changed since their rows were written: refuse (default), keep "
+                        "the old rows, or regenerate them (old rows move to changed_rows.jsonl)")
 
     g = p.add_argument_group("sampling")
     g.add_argument("--max-tokens", type=int, default=32768,
@@ -152,6 +174,12 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         chat_template_kwargs=template_kwargs,
         think_start=args.think_start,
         think_end=args.think_end,
+        chat_template=args.chat_template,
+        reasoning_parser=args.reasoning_parser,
+        tool_call_parser=args.tool_call_parser,
+        regenerate=args.regenerate,
+        allow_mixed_settings=args.allow_mixed_settings,
+        changed_prompts=args.changed_prompts,
         max_tokens=args.max_tokens,
         max_seq_len=args.max_seq_len,
         temperature=args.temperature,

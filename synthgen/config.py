@@ -9,11 +9,23 @@ Usage::
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+
 from .errors import UsageError
+from .parsers import KNOWN_REASONING, KNOWN_TOOL_CALL
+from .prompts import REGENERATE_MODES
 from .selection import SAMPLE_MODES
+
+CHANGED_PROMPTS = ("refuse", "keep", "regenerate")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password of ``user:password@`` replaced by ***, even in a URL that does not parse."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:]*):[^/@]*@", r"\1:***@", url)
 
 
 @dataclass
@@ -43,6 +55,14 @@ class RunConfig:
     chat_template_kwargs: dict = field(default_factory=dict)
     think_start: str = "<think>"
     think_end: str = "</think>"
+    chat_template: Path | None = None  # a Jinja file (or tokenizer_config.json) instead of the tokenizer's
+    reasoning_parser: str | None = None  # SGLang's name; None: what the server reports, else the <think> rule
+    tool_call_parser: str | None = None  # SGLang's name; None: what the server reports, else none
+    regenerate: str = "last"  # last | each | all: which assistant turns are generated
+
+    # --- what earlier runs left ----------------------------------------------------------------
+    allow_mixed_settings: bool = False  # write rows under other settings than the recorded ones
+    changed_prompts: str = "refuse"  # refuse | keep | regenerate: done prompts whose text changed
 
     # --- sampling (only what the user sets is sent, so the model's preferred params apply) -----
     max_tokens: int = 32768
@@ -93,11 +113,43 @@ class RunConfig:
             raise UsageError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.top_k is not None and not (self.top_k == -1 or self.top_k >= 1):
             raise UsageError(f"--top-k must be -1 or at least 1, got {self.top_k}")
+        if self.regenerate not in REGENERATE_MODES:
+            raise UsageError(f"--regenerate must be one of {', '.join(REGENERATE_MODES)}")
+        if self.changed_prompts not in CHANGED_PROMPTS:
+            raise UsageError(f"--changed-prompts must be one of {', '.join(CHANGED_PROMPTS)}")
+        for flag, name, known in (("--reasoning-parser", self.reasoning_parser, KNOWN_REASONING),
+                                  ("--tool-call-parser", self.tool_call_parser, KNOWN_TOOL_CALL)):
+            if name is not None and name not in known:
+                raise UsageError(f"{flag}: unknown parser '{name}' (SGLang's names: {', '.join(known)})")
         if not self.think_start or not self.think_end:
             raise UsageError("--think-start and --think-end must not be empty")
-        if not self.server_url.startswith(("http://", "https://")):
-            raise UsageError(f"--server-url must start with http:// or https://, got {self.server_url!r}")
+        self._check_server()
         return self
+
+    @property
+    def display_url(self) -> str:
+        """The server URL as every message prints it: a password in it is replaced by ***."""
+        return redact_url(self.server_url)
+
+    def _check_server(self) -> None:
+        shown = self.display_url
+        if not self.server_url.startswith(("http://", "https://")):
+            raise UsageError(f"--server-url must start with http:// or https://, got {shown!r}")
+        try:
+            url = httpx.URL(self.server_url)
+        except httpx.InvalidURL as exc:
+            raise UsageError(f"--server-url {shown!r} is not a valid URL ({exc}); "
+                             "e.g. http://127.0.0.1:30000") from None
+        if not url.host:
+            raise UsageError(f"--server-url {shown!r} has no host; e.g. http://127.0.0.1:30000")
+        if url.port is not None and not 1 <= url.port <= 65535:
+            raise UsageError(f"--server-url {shown!r}: port {url.port} is not between 1 and 65535")
+        if self.api_key is not None:
+            # A key from a file or $(cat key) ends with a newline the server would not recognise.
+            self.api_key = self.api_key.strip() or None
+        if self.api_key is not None and not all(" " <= ch <= "~" for ch in self.api_key):
+            raise UsageError("the API key (--api-key or $SGLANG_API_KEY) has a character an HTTP header cannot carry "
+                             "(non-ASCII or a control character); check it for a stray character")
 
     def cap_for(self, dataset: str) -> int | None:
         """The sample cap of one dataset: --max-samples wins over the budget file."""

@@ -18,12 +18,13 @@ from datetime import datetime, timezone
 
 from .client import Generation
 from .config import RunConfig
+from .errors import UsageError
+from .parsers import OutputParser
 from .progress import DatasetStats, Progress
 from .prompts import DatasetIndex, DatasetSource, Prompt, scan_dataset
-from .reasoning import split_reasoning
-from .records import ErrorRecord, ResultRecord
+from .records import ErrorRecord, RowContext, Turn, build_result
 from .selection import Selection, select
-from .store import DatasetStore, ResumeState
+from .store import DatasetStore, PartialTurns, ResumeState, move_rows
 
 
 def now_iso() -> str:
@@ -32,13 +33,52 @@ def now_iso() -> str:
 
 @dataclass
 class WorkItem:
-    """One prompt ready to send: rendered, tokenized and fitted to the context."""
+    """One request ready to send: rendered, tokenized and fitted to the context. With
+    ``--regenerate all`` it is the next turn of a conversation, after ``turns``."""
 
     run: DatasetRun
     prompt: Prompt
     input_ids: list[int]
     opens_reasoning: bool
     max_new_tokens: int
+    messages: list[dict] = field(default_factory=list)  # what was rendered
+    turns: list[Turn] = field(default_factory=list)  # regenerate=all: the turns before this one
+
+    def turn(self, gen: Generation, parser: OutputParser, attempts: int, latency: float, rid: str) -> Turn:
+        """The generated turn, split by the reasoning and tool-call parsers as SGLang would."""
+        # SGLang parses tool calls only for requests that declare tools; ours are in the prompt.
+        tools = self.prompt.tools is not None
+        history = sum(len(m.get("tool_calls") or []) for m in self.messages)
+        parsed = parser.parse(gen.text, self.opens_reasoning, call_id_prefix=f"{self.prompt.id}/{len(self.turns)}",
+                              history_tool_calls=history) if tools else None
+        split = parsed or parser.parse(gen.text, self.opens_reasoning)
+        return Turn(
+            reasoning_content=split.reasoning,
+            content=split.content,
+            tool_calls=(parsed.tool_calls or None) if parsed is not None else None,
+            had_reasoning=split.had_reasoning,
+            finish_reason=gen.finish_type,
+            finish_detail=gen.finish_reason,
+            reasoning_complete=split.reasoning_complete,
+            prompt_tokens=gen.prompt_tokens or len(self.input_ids),
+            completion_tokens=gen.completion_tokens,
+            cached_tokens=gen.cached_tokens,
+            output_text=gen.text,
+            input_ids=self.input_ids,
+            output_ids=gen.output_ids,
+            latency_s=round(latency, 3),
+            server_latency_s=gen.server_latency,
+            attempts=attempts,
+            request_id=gen.request_id or rid,
+        )
+
+    def conversation_done(self, turn: Turn, positions: int) -> str | None:
+        """regenerate=all: None while turns remain, else "" (all done) or why it stopped early."""
+        if self.prompt.conversation is None:
+            return ""
+        if turn.finish_reason == "length":
+            return f"turn {len(self.turns) + 1} of {positions} was cut at --max-tokens"
+        return "" if len(self.turns) + 1 >= positions else None
 
 
 @dataclass
@@ -62,9 +102,11 @@ class DatasetRun:
     counts: DatasetStats
     progress: Progress
     budget: TokenBudget | None = None
+    partial: dict[str, list[dict]] = field(default_factory=dict)  # regenerate=all: turns of unfinished rows
+    partial_store: PartialTurns | None = None
+    settings: str | None = None  # the settings id rows of this run carry
     in_flight: int = 0
     closed: bool = False  # no new requests (token budget reached)
-    _done_rows: int = field(default=0, init=False)
 
     @property
     def name(self) -> str:
@@ -73,6 +115,11 @@ class DatasetRun:
     @property
     def source(self) -> DatasetSource:
         return self.index.source
+
+    @property
+    def label(self) -> str:
+        """The prompt file as rows record it: partition/name.jsonl."""
+        return source_label(self.index.source)
 
     # --- requests ----------------------------------------------------------------------------
     def may_send(self) -> bool:
@@ -102,43 +149,36 @@ class DatasetRun:
         self.progress.request_ended()
 
     # --- outcomes ------------------------------------------------------------------------------
-    def record_result(self, item: WorkItem, gen: Generation, sampling_params: dict, attempts: int,
-                      latency: float, rid: str, cfg: RunConfig, model: str | None) -> None:
-        split = split_reasoning(gen.text, item.opens_reasoning, cfg.think_start, cfg.think_end)
-        assistant = {"role": "assistant", "content": split.content}
-        if split.had_reasoning:
-            assistant["reasoning_content"] = split.reasoning
-        record = ResultRecord(
-            id=item.prompt.id,
-            dataset=self.name,
-            partition=self.source.partition,
-            messages=[*item.prompt.messages, assistant],
-            reasoning_content=split.reasoning,
-            content=split.content,
-            finish_reason=gen.finish_type,
-            finish_detail=gen.finish_reason,
-            reasoning_complete=split.reasoning_closed,
-            prompt_tokens=gen.prompt_tokens or len(item.input_ids),
-            completion_tokens=gen.completion_tokens,
-            cached_tokens=gen.cached_tokens,
-            output_text=gen.text,
-            model=model,
-            sampling_params=sampling_params,
-            chat_template_kwargs=cfg.chat_template_kwargs or None,
-            latency_s=round(latency, 3),
-            server_latency_s=gen.server_latency,
-            attempts=attempts,
-            request_id=gen.request_id or rid,
-            created_at=now_iso(),
+    def record_result(self, item: WorkItem, turn: Turn, cfg: RunConfig, model: str | None,
+                      stopped_early: str | None = None) -> None:
+        """Write the row of a finished prompt (every turn of it) and count it."""
+        prompt = item.prompt
+        turns = [*item.turns, turn]
+        context = RowContext(
+            id=prompt.id, dataset=self.name, partition=self.source.partition, source=self.label,
+            prompt_hash=prompt.prompt_hash, tools=prompt.tools, model=model, sampling_params=cfg.sampling_params()
+            | {"max_new_tokens": item.max_new_tokens, "skip_special_tokens": False},
+            chat_template_kwargs=cfg.chat_template_kwargs or None, regenerate=cfg.regenerate, settings=self.settings,
         )
+        record = build_result(context, [*item.messages, turn.message()], turns, now_iso(), stopped_early or None)
         assert self.store is not None
         self.store.append_result(record)
-        self.resume.done.add(item.prompt.id)
+        self.resume.done.add(prompt.id)
+        tokens = record.completion_tokens
         c = self.counts
         c.done += 1
-        c.completion_tokens += gen.completion_tokens
+        c.completion_tokens += tokens
+        c.prompt_tokens += sum(t.prompt_tokens for t in turns)
+        c.cached_tokens += sum(t.cached_tokens or 0 for t in turns)
         c.last_finish = time.monotonic()
-        self.progress.finished(gen.completion_tokens)
+        self.progress.finished(tokens)
+
+    def record_turn(self, item: WorkItem, turn: Turn) -> None:
+        """regenerate=all: a finished turn of an unfinished conversation, kept for the next run too."""
+        assert self.partial_store is not None
+        self.partial_store.append(item.prompt.id, len(item.turns), turn.to_dict())
+        self.counts.completion_tokens += turn.completion_tokens  # the token budget counts every turn
+        self.progress.turn_finished(turn.completion_tokens)
 
     def record_error(self, prompt_id: str, status: str, kind: str, message: str, attempts: int,
                      http_status: int | None = None) -> None:
@@ -178,27 +218,73 @@ class DatasetRun:
 
     def close(self) -> None:
         if self.store is not None:
+            # Only now: a run that stopped before sending anything must leave errors.jsonl as it was.
+            self.store.compact_errors(self.resume.done)
             self.store.close()
+        if self.partial_store is not None:
+            self.partial_store.close()
+
+
+def source_label(source: DatasetSource) -> str:
+    return f"{source.partition}/{source.path.name}"
 
 
 def open_dataset(source: DatasetSource, cfg: RunConfig, progress: Progress) -> DatasetRun:
-    """Scan, lock, resume and select one dataset (nothing is locked or repaired in a dry run)."""
-    index = scan_dataset(source, cfg.skip_bad_lines)
+    """Lock, resume, scan and select one dataset (nothing is locked or repaired in a dry run).
+
+    Done rows must belong to this prompt file: a row recorded from another file refuses the run,
+    and a prompt whose text changed since its row was written is handled by --changed-prompts."""
     store = DatasetStore(cfg.output_dir, source.name)
     if cfg.dry_run:
         resume = store.recover(repair=False)
-        writer: DatasetStore | None = None
     else:
         store.lock()
+        store.check_writable()
         resume = store.recover(repair=True)
-        writer = store
+    check_source(store, source, resume)
+    index = scan_dataset(source, cfg.skip_bad_lines, cfg.regenerate, resume.entries)
+    if index.changed:
+        resume = handle_changed(store, source, index.changed, cfg, resume)
+    writer = None if cfg.dry_run else store
     selection = select(index.ids, resume.done, cfg.cap_for(source.name), cfg.sample, cfg.seed)
     if writer is not None:
-        writer.compact_errors(resume.done | set(selection.pending))
+        writer.compact_errors(resume.done)
     counts = DatasetStats(source.name, target=selection.target, already_done=selection.already_done,
                           pending=len(selection.pending), token_budget=cfg.max_tokens_per_dataset,
                           tokens_before=resume.completion_tokens)
     budget = None
     if cfg.max_tokens_per_dataset is not None:
         budget = TokenBudget(cfg.max_tokens_per_dataset, cfg.max_tokens)
-    return DatasetRun(index, selection, resume, writer, counts, progress, budget)
+    run = DatasetRun(index, selection, resume, writer, counts, progress, budget)
+    if cfg.regenerate == "all":
+        partial = PartialTurns(store.dir)
+        run.partial = partial.read(resume.done) if cfg.dry_run else partial.open(resume.done)
+        run.partial_store = None if cfg.dry_run else partial
+        counts.tokens_before += sum(t.get("completion_tokens") or 0 for turns in run.partial.values() for t in turns)
+    return run
+
+
+def check_source(store: DatasetStore, source: DatasetSource, resume: ResumeState) -> None:
+    label = source_label(source)
+    other = next((e for e in resume.entries.values() if e.source is not None and e.source != label), None)
+    if other is not None:
+        raise UsageError(
+            f"{store.results_path}: holds rows of prompts from {other.source} (id {other.id}), but this run reads "
+            f"{label}: two prompt files share the dataset name '{source.name}'; pass another --output-dir for "
+            "this one (or rename one of the files)"
+        )
+
+
+def handle_changed(store: DatasetStore, source: DatasetSource, changed: list[str], cfg: RunConfig,
+                   resume: ResumeState) -> ResumeState:
+    first = ", ".join(changed[:3])
+    what = f"{len(changed):,} done prompts of {source.path} changed since their rows were written (first: {first})"
+    if cfg.changed_prompts == "refuse":
+        raise UsageError(
+            f"{what}; pass --changed-prompts keep (keep the old rows) or --changed-prompts regenerate (move them "
+            "to changed_rows.jsonl and generate again), or use another --output-dir"
+        )
+    if cfg.changed_prompts == "keep" or cfg.dry_run:
+        return resume
+    move_rows(store.results_path, set(changed))
+    return store.recover(repair=True)

@@ -1,17 +1,22 @@
-"""Preparing one prompt for sending: read its line, render it with the chat template, tokenize,
-check it against the served model's vocabulary and limits (runs in a worker thread).
+"""Preparing one request: read the prompt's line, render it with the chat template (its tools
+included), tokenize, check it against the served model's vocabulary and limits (runs in a
+worker thread). With ``--regenerate all`` each turn of a conversation is prepared in turn, on
+the model's own earlier replies.
 
 A prompt that will not be sent comes back as a ``Skip`` with a machine-readable kind
-(template_error, token_out_of_vocab, empty_prompt, prompt_too_long) and a reason; the runner
-records it in errors.jsonl.
+(template_error, token_out_of_vocab, empty_prompt, prompt_too_long, cannot_regenerate) and a
+reason; the runner records it in errors.jsonl.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .conversations import ConversationError
 from .dataset_run import DatasetRun, WorkItem
-from .prompts import PromptReader
+from .parsers import OutputParser
+from .prompts import Prompt, PromptReader
+from .records import Turn
 from .server import ServerContext, fit_max_new_tokens
 from .templating import ChatRenderer
 
@@ -24,17 +29,43 @@ class Skip:
 
 
 class Preparer:
-    def __init__(self, renderer: ChatRenderer, server: ServerContext, max_tokens: int):
-        self.renderer, self.server, self.max_tokens = renderer, server, max_tokens
+    def __init__(self, renderer: ChatRenderer, parser: OutputParser, server: ServerContext, max_tokens: int,
+                 max_token_bytes: int | None = None):
+        self.renderer, self.parser, self.server, self.max_tokens = renderer, parser, server, max_tokens
+        # The longest token of the vocabulary, in bytes: a line of B bytes makes at least B / this many tokens.
+        self.max_token_bytes = max_token_bytes
         self._readers: dict[str, PromptReader] = {}
 
     def prepare(self, run: DatasetRun, prompt_id: str) -> WorkItem | Skip:
+        too_long = self._too_long_unread(run, prompt_id)
+        if too_long is not None:
+            return too_long
         reader = self._readers.get(run.name)
         if reader is None:
             reader = self._readers[run.name] = PromptReader(run.index)
         prompt = reader.read(prompt_id)
+        if prompt.conversation is None:
+            return self._fit(run, prompt, list(prompt.messages), [])
+        blocker = prompt.conversation.all_blocker()
+        if blocker:
+            return Skip(prompt.id, "cannot_regenerate", f"--regenerate all: {blocker}")
+        done = [Turn.from_dict(t) for t in run.partial.get(prompt.id, [])]
+        return self.next_turn(run, prompt, done)
+
+    def next_turn(self, run: DatasetRun, prompt: Prompt, turns: list[Turn]) -> WorkItem | Skip:
+        """Mode all: the request for the turn after ``turns``, on the model's own earlier replies."""
+        conversation = prompt.conversation
+        assert conversation is not None
+        positions = all_positions(conversation.messages, conversation.all_positions())
         try:
-            rendered = self.renderer.render(prompt.messages)
+            messages = conversation.all_prompt(positions[len(turns)], [t.message() for t in turns])
+        except ConversationError as exc:
+            return Skip(prompt.id, "cannot_regenerate", str(exc))
+        return self._fit(run, prompt, messages, turns)
+
+    def _fit(self, run: DatasetRun, prompt: Prompt, messages: list[dict], turns: list[Turn]) -> WorkItem | Skip:
+        try:
+            rendered = self.renderer.render(messages, prompt.tools)
         except ValueError as exc:
             return Skip(prompt.id, "template_error", str(exc))
         ids = rendered.input_ids
@@ -49,9 +80,29 @@ class Preparer:
         max_new, reason = fit_max_new_tokens(len(ids), self.max_tokens, ctx.context_len, ctx.max_input_len)
         if max_new is None:
             return Skip(prompt.id, "prompt_too_long", reason or "")
-        return WorkItem(run, prompt, ids, rendered.opens_reasoning, max_new)
+        return WorkItem(run, prompt, ids, self.parser.opens_reasoning(rendered.text), max_new, messages, turns)
+
+    def _too_long_unread(self, run: DatasetRun, prompt_id: str) -> Skip | None:
+        """A huge line that cannot fit is skipped before it is read, rendered or tokenized."""
+        size = run.index.long_lines.get(prompt_id)
+        limit = self.server.max_input_len or self.server.context_len
+        if size is None or limit is None or not self.max_token_bytes:
+            return None
+        at_least = size // self.max_token_bytes
+        if at_least < limit:
+            return None
+        return Skip(prompt_id, "prompt_too_long", (
+            f"prompt line has {size:,} bytes, so at least {at_least:,} tokens; the server accepts fewer than {limit:,}"
+        ))
 
     def close(self) -> None:
         for reader in self._readers.values():
             reader.close()
         self._readers.clear()
+
+
+def all_positions(messages: list[dict], assistant_positions: list[int]) -> list[int]:
+    """Mode all: where each generated turn goes; a conversation ending on a user turn gets one more."""
+    if messages and messages[-1]["role"] != "assistant":
+        return [*assistant_positions, len(messages)]
+    return assistant_positions

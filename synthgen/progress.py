@@ -51,6 +51,8 @@ class DatasetStats:
     failed: int = 0
     completion_tokens: int = 0  # this run
     tokens_before: int = 0  # output tokens of the rows earlier runs left
+    prompt_tokens: int = 0  # this run, every turn
+    cached_tokens: int = 0  # of prompt_tokens, served from the server's prefix cache
     first_start: float | None = None
     last_finish: float | None = None
     token_budget: int | None = None
@@ -134,6 +136,11 @@ class Progress:
             pass  # no descriptor (a closed or in-memory stream): not writing to it is all we can do
 
     # --- events ----------------------------------------------------------------------------------
+    def turn_finished(self, completion_tokens: int) -> None:
+        """A turn of a conversation that has more to generate: tokens count, the prompt is not done yet."""
+        self.tokens += completion_tokens
+        self._recent.append((time.monotonic(), completion_tokens, 0))
+
     def finished(self, completion_tokens: int) -> None:
         self.done += 1
         self.tokens += completion_tokens
@@ -299,6 +306,11 @@ def summary_table(stats: list[DatasetStats], wall: float) -> str:
     lines.insert(1, "-" * len(lines[0]))
     lines.insert(len(lines) - 1, "-" * len(lines[0]))
     notes = []
+    prompt_tokens = sum(s.prompt_tokens for s in stats)
+    if prompt_tokens:
+        shares = ", ".join(f"{s.name} {100 * s.cached_tokens / s.prompt_tokens:.0f}%" for s in stats if s.prompt_tokens)
+        notes.append(f"prompt tokens served from the server's prefix cache: "
+                     f"{100 * sum(s.cached_tokens for s in stats) / prompt_tokens:.0f}% ({shares})")
     for s in stats:
         if s.token_budget is not None:
             over = s.budget_tokens_done - s.token_budget

@@ -7,33 +7,35 @@ Layout: ``<prompts_dir>/<partition>/<dataset>.jsonl``. One JSON object per line,
     {"id": ..., "conversations": [{"role": ..., "content": ...}, ...]}
     {"id": ..., "prompt": "...", "system": "..." (optional)}
 
-A conversation that ends with assistant turns is cut back to the turn before them (it is
-regenerated). A missing id becomes a stable hash of the messages. Files are streamed twice:
-``scan_dataset`` validates every line and keeps only ids and byte offsets (so a bad line
-stops the run before any request), and ``PromptReader`` reads the chosen prompts lazily.
+Messages may carry OpenAI-style tool calls, tool results and earlier reasoning, and a row may
+carry ``tools`` (see ``conversations``). Which prompts a line makes depends on the regeneration
+mode: ``last`` (the conversation cut back before its trailing assistant turns, id ``<id>``),
+``each`` (one prompt per assistant turn k, id ``<id>#<k>``) or ``all`` (the whole conversation,
+regenerated turn by turn, id ``<id>``). A missing id becomes a stable hash of the messages.
+
+Files are streamed twice: ``scan_dataset`` validates every line and keeps only prompt ids and
+byte offsets (so a bad line stops the run before any request), and ``PromptReader`` reads the
+chosen prompts lazily. The scan also compares the prompts that earlier runs answered with what
+the file holds now (``DatasetIndex.changed``).
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 import orjson
 
+from .conversations import Conversation, ConversationError, conversation_id, each_id, parse_record, prompt_hash
 from .errors import InputFileError, UsageError
 from .openfiles import FilePool, limit_error, pool_size
+from .records import DoneEntry
 
-ROLE_ALIASES = {
-    "system": "system",
-    "user": "user",
-    "human": "user",
-    "assistant": "assistant",
-    "gpt": "assistant",
-    "tool": "tool",
-}
+REGENERATE_MODES = ("last", "each", "all")
+# Lines longer than this have their size kept, so a prompt too long to fit is skipped before it is read.
+LONG_LINE = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +49,11 @@ class DatasetSource:
 class Prompt:
     id: str
     dataset: str
-    messages: tuple[dict, ...]
+    messages: tuple[dict, ...]  # what is rendered; mode all: the whole conversation
     line: int
+    tools: list[dict] | None = None
+    prompt_hash: str = ""
+    conversation: Conversation | None = None  # mode all: regenerated turn by turn
 
 
 @dataclass(slots=True)
@@ -59,6 +64,10 @@ class DatasetIndex:
     ids: list[str] = field(default_factory=list)
     offsets: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (byte offset, line number)
     lines: int = 0
+    mode: str = "last"
+    changed: list[str] = field(default_factory=list)  # done prompts whose text is no longer what was answered
+    long_lines: dict[str, int] = field(default_factory=dict)  # prompt id -> bytes, for lines over LONG_LINE
+    dropped_empty_system: int = 0
     duplicates: int = 0
     bad_lines: int = 0
     first_bad: list[str] = field(default_factory=list)  # a few messages, for the warning
@@ -148,64 +157,8 @@ def discover(prompts_dir: Path, partition: str, names: Iterable[str] = ()) -> li
     return list(sources.values())
 
 
-def _text(value, what: str) -> str:
-    """Message content as a string: plain text, or a list of OpenAI-style text parts."""
-    if isinstance(value, list):
-        parts = []
-        for part in value:
-            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
-                raise BadLine(f"{what} has a content part that is not text; only text prompts are supported")
-            parts.append(part["text"])
-        value = "".join(parts)
-    if not isinstance(value, str):
-        raise BadLine(f"{what} is {type(value).__name__}, expected a string")
-    if not value.strip():
-        raise BadLine(f"{what} is empty")
-    return value
-
-
-def _messages(record: dict) -> list[dict]:
-    if "messages" in record:
-        raw, key = record["messages"], "messages"
-    elif "conversations" in record:
-        raw, key = record["conversations"], "conversations"
-    elif "prompt" in record:
-        messages = []
-        if record.get("system") is not None:
-            messages.append({"role": "system", "content": _text(record["system"], "'system'")})
-        messages.append({"role": "user", "content": _text(record["prompt"], "'prompt'")})
-        return messages
-    else:
-        raise BadLine("no 'messages', 'conversations' or 'prompt' field")
-    if not isinstance(raw, list) or not raw:
-        raise BadLine(f"'{key}' must be a non-empty list of messages")
-    messages = []
-    for i, message in enumerate(raw):
-        where = f"{key}[{i}]"
-        if not isinstance(message, dict):
-            raise BadLine(f"{where} is {type(message).__name__}, expected an object")
-        role_key, content_key = ("from", "value") if "from" in message else ("role", "content")
-        role = message.get(role_key)
-        if not isinstance(role, str) or role.lower() not in ROLE_ALIASES:
-            shown = repr(role) if len(repr(role)) <= 40 else repr(role)[:37] + "..."
-            raise BadLine(f"{where} has unknown role {shown} (expected one of {', '.join(ROLE_ALIASES)})")
-        content = _text(message.get(content_key), f"{where} content")
-        messages.append({"role": ROLE_ALIASES[role.lower()], "content": content})
-    # A conversation that ends with the answer is regenerated from the turn before it.
-    while messages and messages[-1]["role"] == "assistant":
-        messages.pop()
-    if not any(m["role"] == "user" for m in messages):
-        raise BadLine(f"'{key}' has no user turn to answer")
-    return messages
-
-
-def stable_id(messages: list[dict]) -> str:
-    digest = hashlib.sha256(orjson.dumps(messages, option=orjson.OPT_SORT_KEYS)).hexdigest()
-    return f"auto-{digest[:20]}"
-
-
-def parse_line(line: bytes) -> tuple[str, list[dict]] | None:
-    """(id, messages) for one line, None for a blank line; raises BadLine."""
+def parse_line(line: bytes) -> tuple[str, Conversation] | None:
+    """(id, conversation) for one line, None for a blank line; raises BadLine."""
     if not line.strip():
         return None
     try:
@@ -214,10 +167,13 @@ def parse_line(line: bytes) -> tuple[str, list[dict]] | None:
         raise BadLine(f"not valid JSON ({exc})") from exc
     if not isinstance(record, dict):
         raise BadLine(f"expected a JSON object, got {type(record).__name__}")
-    messages = _messages(record)
+    try:
+        conversation = parse_record(record)
+    except ConversationError as exc:
+        raise BadLine(str(exc)) from None
     rid = record.get("id")
     if rid is None:
-        rid = stable_id(messages)
+        rid = conversation_id(conversation)
     elif isinstance(rid, float):
         raise BadLine("'id' is a number that is not a 64-bit integer; write it as a string")
     elif isinstance(rid, bool) or not isinstance(rid, (str, int)):
@@ -225,7 +181,19 @@ def parse_line(line: bytes) -> tuple[str, list[dict]] | None:
     rid = str(rid)
     if not rid.strip():
         raise BadLine("'id' is empty")
-    return rid, messages
+    return rid, conversation
+
+
+def prompts_of(rid: str, conversation: Conversation, mode: str) -> list[tuple[str, list[dict]]]:
+    """(prompt id, messages) of every prompt one line makes in a regeneration mode."""
+    if mode == "each":
+        prompts = [(each_id(rid, k), history) for k, history in conversation.each_prompts()]
+        if conversation.messages[-1]["role"] != "assistant":  # the unanswered last turn is a prompt too
+            prompts.append((each_id(rid, len(conversation.assistant_positions())), conversation.messages))
+        return prompts
+    if mode == "all":
+        return [(rid, conversation.messages)]
+    return [(rid, conversation.last_prompt())]
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
@@ -236,9 +204,13 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
         raise limit_error(exc, path) or InputFileError(path, None, f"cannot read ({exc.strerror})") from exc
 
 
-def scan_dataset(source: DatasetSource, skip_bad_lines: bool = False) -> DatasetIndex:
-    """Validate every line; keep the unique ids in file order (first occurrence wins)."""
-    index = DatasetIndex(source)
+def scan_dataset(source: DatasetSource, skip_bad_lines: bool = False, mode: str = "last",
+                 done: Mapping[str, DoneEntry] | None = None) -> DatasetIndex:
+    """Validate every line; keep the unique prompt ids in file order (first occurrence wins).
+
+    ``done``: the rows earlier runs left; a done prompt whose hash differs from what the line
+    makes now is listed in ``changed``."""
+    index = DatasetIndex(source, mode=mode)
     seen = index.offsets
     offset = 0
     for lineno, line in _lines(source.path):
@@ -256,13 +228,38 @@ def scan_dataset(source: DatasetSource, skip_bad_lines: bool = False) -> Dataset
             continue
         if parsed is None:
             continue
-        rid = parsed[0]
-        if rid in seen:
+        rid, conversation = parsed
+        if (each_id(rid, 0) if mode == "each" else rid) in seen:
             index.duplicates += 1
             continue
-        seen[rid] = (start, lineno)
-        index.ids.append(rid)
+        index.dropped_empty_system += conversation.dropped_empty_system
+        for prompt_id, messages in prompts_of(rid, conversation, mode):
+            seen[prompt_id] = (start, lineno)
+            index.ids.append(prompt_id)
+            if len(line) > LONG_LINE:
+                index.long_lines[prompt_id] = len(line)
+            entry = done.get(prompt_id) if done else None
+            if entry is not None and entry.prompt_hash is not None \
+                    and entry.prompt_hash != prompt_hash(messages, conversation.tools):
+                index.changed.append(prompt_id)
     return index
+
+
+def build_prompt(index: DatasetIndex, prompt_id: str, line: bytes, lineno: int) -> Prompt:
+    """The prompt ``prompt_id`` of a line the scan recorded for it."""
+    path = index.source.path
+    try:
+        parsed = parse_line(line)
+    except BadLine as exc:
+        raise InputFileError(path, lineno, f"changed while the run was reading it ({exc})") from None
+    if parsed is not None:
+        rid, conversation = parsed
+        for pid, messages in prompts_of(rid, conversation, index.mode):
+            if pid == prompt_id:
+                return Prompt(prompt_id, index.source.name, tuple(messages), lineno, conversation.tools,
+                              prompt_hash(messages, conversation.tools),
+                              conversation if index.mode == "all" else None)
+    raise InputFileError(path, lineno, "changed while the run was reading it; rerun to rescan")
 
 
 class PromptReader:
@@ -283,13 +280,7 @@ class PromptReader:
                 line = fh.readline()
         except OSError as exc:
             raise limit_error(exc, path) or InputFileError(path, lineno, f"cannot read ({exc.strerror})") from exc
-        try:
-            parsed = parse_line(line)
-        except BadLine as exc:
-            raise InputFileError(path, lineno, f"changed while the run was reading it ({exc})") from None
-        if parsed is None or parsed[0] != prompt_id:
-            raise InputFileError(path, lineno, "changed while the run was reading it; rerun to rescan")
-        return Prompt(prompt_id, self.index.source.name, tuple(parsed[1]), lineno)
+        return build_prompt(self.index, prompt_id, line, lineno)
 
     def close(self) -> None:
         """Close this reader's file, if it is open; a later read opens it again."""

@@ -57,8 +57,9 @@ class ResultRecord:
     input_ids: list[int] | None = None  # the prompt ids exactly as sent (of the last turn)
     output_ids: list[int] | None = None  # as the server returned them, stop token included; None: not returned
     regenerate: str | None = None  # last | each | all
-    turns: list[dict] | None = None  # regenerate=all: every generated turn, in order
-    settings: str | None = None  # id of the settings set in the dataset's provenance file
+    turns: list[dict] | None = None  # regenerate=all: every generated turn (Turn.to_dict), in order
+    stopped_early: str | None = None  # regenerate=all: why the conversation ends before its last turn
+    settings: str | None = None  # id of the settings set in the dataset's settings.jsonl
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.to_dict(), option=_LINE)
@@ -90,6 +91,103 @@ class ResultRecord:
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
             "input_ids": self.input_ids, "output_ids": self.output_ids, "output_text": self.output_text,
         }]
+
+
+@dataclass(slots=True)
+class Turn:
+    """One generated assistant turn: the parsed answer, the exact tokens, and how it was made."""
+
+    reasoning_content: str
+    content: str
+    tool_calls: list[dict] | None
+    had_reasoning: bool
+    finish_reason: str
+    finish_detail: dict
+    reasoning_complete: bool
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int | None
+    output_text: str
+    input_ids: list[int]
+    output_ids: list[int] | None
+    latency_s: float
+    server_latency_s: float | None
+    attempts: int
+    request_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, row: dict) -> Turn:
+        values: dict[str, Any] = {f.name: row.get(f.name) for f in dataclasses.fields(cls)}
+        return cls(**values)
+
+    def message(self) -> dict:
+        """The assistant message of this turn, as a conversation (and a chat template) holds it."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.had_reasoning:
+            message["reasoning_content"] = self.reasoning_content
+        if self.tool_calls:
+            message["tool_calls"] = self.tool_calls
+        return message
+
+
+@dataclass(frozen=True, slots=True)
+class RowContext:
+    """What a row says about its prompt and run, whatever its turns."""
+
+    id: str
+    dataset: str
+    partition: str
+    source: str
+    prompt_hash: str
+    tools: list[dict] | None
+    model: str | None
+    sampling_params: dict
+    chat_template_kwargs: dict | None
+    regenerate: str
+    settings: str | None
+
+
+def build_result(ctx: RowContext, messages: list[dict], turns: list[Turn], created_at: str,
+                 stopped_early: str | None = None) -> ResultRecord:
+    """The one place a result row is made. ``messages``: the conversation with the model's turns in
+    it; the flat answer fields describe the last turn, token counts cover every turn."""
+    last = turns[-1]
+    return ResultRecord(
+        id=ctx.id,
+        dataset=ctx.dataset,
+        partition=ctx.partition,
+        messages=messages,
+        reasoning_content=last.reasoning_content,
+        content=last.content,
+        finish_reason=last.finish_reason,
+        finish_detail=last.finish_detail,
+        reasoning_complete=last.reasoning_complete,
+        prompt_tokens=last.prompt_tokens,
+        completion_tokens=sum(t.completion_tokens for t in turns),
+        cached_tokens=last.cached_tokens,
+        output_text=last.output_text,
+        model=ctx.model,
+        sampling_params=ctx.sampling_params,
+        chat_template_kwargs=ctx.chat_template_kwargs,
+        latency_s=round(sum(t.latency_s for t in turns), 3),
+        server_latency_s=last.server_latency_s,
+        attempts=last.attempts,
+        request_id=last.request_id,
+        created_at=created_at,
+        source=ctx.source,
+        prompt_hash=ctx.prompt_hash,
+        tools=ctx.tools,
+        tool_calls=last.tool_calls,
+        input_ids=last.input_ids,
+        output_ids=last.output_ids,
+        regenerate=ctx.regenerate,
+        turns=[t.to_dict() for t in turns] if ctx.regenerate == "all" else None,
+        stopped_early=stopped_early,
+        settings=ctx.settings,
+    )
 
 
 @dataclass(slots=True)

@@ -24,12 +24,13 @@ from typing import TextIO
 
 import orjson
 
-from . import templating
-from .client import Rejected, SGLangClient, Transient, build_payload, new_rid
+from . import provenance, templating
+from .client import Generation, Rejected, SGLangClient, Transient, build_payload, new_rid
 from .config import RunConfig
 from .dataset_run import DatasetRun, WorkItem, now_iso, open_dataset
 from .errors import EXIT_FAILURES, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, SynthgenError
-from .prepare import Preparer, Skip
+from .parsers import OutputParser
+from .prepare import Preparer, Skip, all_positions
 from .progress import Progress, fmt_duration, summary_table
 from .prompts import discover as discover_datasets
 from .server import ServerContext, ServerGone, ServerHealth, discover
@@ -69,11 +70,40 @@ class Runner:
     # ------------------------------------------------------------------ server
     async def connect(self, client: SGLangClient) -> None:
         cfg = self.config
-        self.server = await discover(client, cfg)
-        assert self.server.tokenizer_path is not None
-        tokenizer = templating.load_tokenizer(self.server.tokenizer_path, cfg.trust_remote_code)
-        renderer = templating.ChatRenderer(tokenizer, cfg.chat_template_kwargs, cfg.think_start)
-        self.preparer = Preparer(renderer, self.server, cfg.max_tokens)
+        self.server = ctx = await discover(client, cfg)
+        assert ctx.tokenizer_path is not None
+        template = templating.read_chat_template(cfg.chat_template) if cfg.chat_template else None
+        tokenizer = templating.load_tokenizer(ctx.tokenizer_path, cfg.trust_remote_code, template)
+        renderer = templating.ChatRenderer(tokenizer, cfg.chat_template_kwargs, cfg.think_start, template)
+        # The parsers the server was started with are the model's; the user's flags win.
+        parser = OutputParser(cfg.reasoning_parser or ctx.reasoning_parser,
+                              cfg.tool_call_parser or ctx.tool_call_parser, cfg.think_start, cfg.think_end)
+        self.preparer = Preparer(renderer, parser, ctx, cfg.max_tokens, templating.max_token_bytes(tokenizer))
+
+    def settings(self) -> provenance.Settings:
+        cfg, ctx = self.config, self.server
+        assert self.preparer is not None
+        parser = self.preparer.parser
+        return provenance.Settings(
+            model=ctx.model, weight_version=ctx.weight_version, tokenizer=ctx.tokenizer_path,
+            chat_template_sha256=self.preparer.renderer.template_hash, chat_template_kwargs=cfg.chat_template_kwargs,
+            reasoning_parser=parser.reasoning, tool_call_parser=parser.tool_call,
+            sampling_params=cfg.sampling_params(), max_tokens=cfg.max_tokens, regenerate=cfg.regenerate,
+        )
+
+    def check_settings(self) -> None:
+        """Rows of one dataset folder share their settings unless --allow-mixed-settings (exit 2)."""
+        settings = self.settings()
+        mismatches = {}
+        for run in self.runs:
+            if run.store is None or not run.selection.pending:
+                continue
+            diff = provenance.check(run.store.dir, settings, self.config.allow_mixed_settings)
+            if diff is not None:
+                mismatches[run.name] = diff
+            run.settings = settings.id
+        if mismatches:
+            raise provenance.refuse(mismatches)
 
     # ------------------------------------------------------------------ dry run
     async def dry_run(self) -> int:
@@ -212,50 +242,77 @@ class Runner:
 
     # ------------------------------------------------------------------ one prompt
     async def _process(self, item: WorkItem, client: SGLangClient, health: ServerHealth, sampling: dict) -> None:
-        cfg, run = self.config, item.run
-        attempts = outages = 0
+        """All requests of one prompt: one, or with --regenerate all one per turn, in order."""
+        cfg, run, preparer = self.config, item.run, self.preparer
+        assert preparer is not None
         run.request_started()
         try:
             while True:
-                try:
-                    await health.wait_up()
-                except ServerGone as exc:
-                    self._fail_run(exc)
+                outcome = await self._request(item, client, health, sampling)
+                if outcome is None:
                     return
-                if self.stopping.is_set():
+                generation, attempts, latency, rid = outcome
+                turn = item.turn(generation, preparer.parser, attempts, latency, rid)
+                conversation = item.prompt.conversation
+                positions = 1 if conversation is None else len(
+                    all_positions(conversation.messages, conversation.all_positions()))
+                ended = item.conversation_done(turn, positions)
+                if ended is not None:
+                    run.record_result(item, turn, cfg, self.server.model, ended)
                     return
-                attempts += 1
-                payload = build_payload(item.input_ids, item.max_new_tokens, sampling, new_rid())
-                started = time.monotonic()
-                try:
-                    generation = await client.generate(payload)
-                except Transient as exc:
-                    if exc.outage and await health.suspect(exc.message):
-                        # The server was down: usually this says nothing about the prompt, but a
-                        # prompt that keeps being in flight when the server dies may be killing it.
-                        outages += 1
-                        if outages >= OUTAGES_PER_PROMPT:
-                            run.record_error(item.prompt.id, "failed", "server_died", (
-                                f"the server went down {outages} times while this prompt was in flight "
-                                f"(last: {exc.message})"), attempts, exc.status)
-                            return
-                        attempts -= 1
-                        continue
-                    if attempts >= cfg.max_attempts:
-                        run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
-                        return
-                    await self._backoff(attempts)
-                    continue
-                except Rejected as exc:
-                    run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
+                run.record_turn(item, turn)
+                loop = asyncio.get_running_loop()
+                following = await loop.run_in_executor(None, preparer.next_turn, run, item.prompt,
+                                                       [*item.turns, turn])
+                if isinstance(following, Skip):
+                    run.record_error(following.prompt_id, "skipped", following.kind, following.reason, attempts=0)
                     return
-                run.record_result(item, generation, payload["sampling_params"], attempts,
-                                  time.monotonic() - started, payload["rid"], cfg, self.server.model)
-                return
+                item = following
         except SynthgenError as exc:  # AuthError, StoreWriteError: the run cannot go on
             self._fail_run(exc)
         finally:
             run.request_ended()
+
+    async def _request(self, item: WorkItem, client: SGLangClient, health: ServerHealth,
+                       sampling: dict) -> tuple[Generation, int, float, str] | None:
+        """One request with its retries: the answer, or None once the prompt's failure is recorded
+        (or the run is stopping)."""
+        cfg, run = self.config, item.run
+        attempts = outages = 0
+        while True:
+            try:
+                await health.wait_up()
+            except ServerGone as exc:
+                self._fail_run(exc)
+                return None
+            if self.stopping.is_set():
+                return None
+            attempts += 1
+            payload = build_payload(item.input_ids, item.max_new_tokens, sampling, new_rid())
+            started = time.monotonic()
+            try:
+                generation = await client.generate(payload)
+            except Transient as exc:
+                if exc.outage and await health.suspect(exc.message):
+                    # The server was down: usually this says nothing about the prompt, but a
+                    # prompt that keeps being in flight when the server dies may be killing it.
+                    outages += 1
+                    if outages >= OUTAGES_PER_PROMPT:
+                        run.record_error(item.prompt.id, "failed", "server_died", (
+                            f"the server went down {outages} times while this prompt was in flight "
+                            f"(last: {exc.message})"), attempts, exc.status)
+                        return None
+                    attempts -= 1
+                    continue
+                if attempts >= cfg.max_attempts:
+                    run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
+                    return None
+                await self._backoff(attempts)
+                continue
+            except Rejected as exc:
+                run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
+                return None
+            return generation, attempts, time.monotonic() - started, payload["rid"]
 
     async def _backoff(self, attempt: int) -> None:
         cfg = self.config
@@ -281,6 +338,7 @@ class Runner:
                 self.progress.print_block("nothing to do: every selected prompt is already done")
                 return EXIT_OK
             await self.connect(client)
+            self.check_settings()
             for note in self.server.notes:
                 self.progress.message(f"note: {note}")
             self.progress.message(

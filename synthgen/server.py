@@ -30,7 +30,10 @@ SCHEDULER_RESERVED = 6
 class ServerContext:
     model: str | None = None
     model_path: str | None = None
+    weight_version: str | None = None
     tokenizer_path: str | None = None
+    reasoning_parser: str | None = None  # what the server was started with (/server_info)
+    tool_call_parser: str | None = None
     context_len: int | None = None
     max_input_len: int | None = None
     vocab_size: int | None = None
@@ -65,6 +68,8 @@ async def discover(client: SGLangClient, cfg: RunConfig) -> ServerContext:
         ctx.notes.append(f"server {cfg.server_url} not reachable; dry run continues without it")
     ctx.model = info.get("served_model_name") or info.get("model_path")
     ctx.model_path = info.get("model_path")
+    version = info.get("weight_version")
+    ctx.weight_version = version if isinstance(version, str) else None
     ctx.tokenizer_path = cfg.tokenizer or info.get("tokenizer_path") or info.get("model_path")
     if not ctx.tokenizer_path:
         raise SynthgenError(f"{cfg.server_url}/model_info reports no tokenizer_path; pass --tokenizer PATH")
@@ -80,13 +85,21 @@ async def discover(client: SGLangClient, cfg: RunConfig) -> ServerContext:
                      if ctx.context_len else "prompt lengths are not checked before sending")
             ctx.notes.append(f"the server reports no max_model_len at /v1/models; {found}; "
                              "pass --max-seq-len to set it")
-    if info and cfg.max_seq_len is None:  # an explicit --max-seq-len is the user's word on lengths
-        server_info = await client.server_info()
-        value = server_info.get("max_req_input_len")
-        if isinstance(value, int) and value > 0:
-            ctx.max_input_len = value if ctx.context_len is None else min(value, ctx.context_len - SCHEDULER_RESERVED)
+    server_info = await client.server_info() if info else {}
+    for key in ("reasoning_parser", "tool_call_parser"):
+        if isinstance(server_info.get(key), str) and server_info[key]:
+            setattr(ctx, key, server_info[key])
+    value = server_info.get("max_req_input_len")
+    # An explicit --max-seq-len is the user's word on lengths.
+    if cfg.max_seq_len is None and isinstance(value, int) and value > 0:
+        ctx.max_input_len = value if ctx.context_len is None else min(value, ctx.context_len - SCHEDULER_RESERVED)
     ctx.vocab_size = templating.model_vocab_size(model_config)
     return ctx
+
+
+def identity(info: dict) -> tuple:
+    """What must not change under a running job: the served model, its weights and its tokenizer."""
+    return tuple(info.get(k) for k in ("model_path", "served_model_name", "tokenizer_path", "weight_version"))
 
 
 class ServerGone(ServerError):

@@ -364,3 +364,96 @@ class DatasetStore:
         if self._locked is not None:
             self._locked.release(self.dataset)
             self._locked = None
+
+
+class PartialTurns:
+    """Finished turns of conversations that are not finished yet (``--regenerate all``).
+
+        outputs/<dataset>/partial_turns.jsonl   {"id", "turn": k, "data": <Turn>} per generated turn
+
+    A conversation's row reaches raw_responses.jsonl only when its last turn is done; until then
+    its turns wait here, so a killed run loses at most the turns in flight. ``open`` keeps the
+    turns of conversations that are not done (contiguous from turn 0), drops the rest with an
+    atomic rewrite, and returns them; a torn last line is dropped like any unreadable line.
+    """
+
+    NAME = "partial_turns.jsonl"
+
+    def __init__(self, folder: Path):
+        self.path = Path(folder) / self.NAME
+        self._fd: int | None = None
+
+    def read(self, done: set[str]) -> dict[str, list[dict]]:
+        turns: dict[str, list[dict]] = {}
+        for row in iter_rows(self.path):
+            rid, k, data = row.get("id"), row.get("turn"), row.get("data")
+            if not isinstance(rid, str) or rid in done or not isinstance(data, dict):
+                continue
+            have = turns.setdefault(rid, [])
+            if k == len(have):  # a turn out of order (or repeated) is not ours to trust
+                have.append(data)
+        return turns
+
+    def open(self, done: set[str]) -> dict[str, list[dict]]:
+        turns = self.read(done)
+        if self.path.exists():
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            try:
+                with open(tmp, "wb") as fh:
+                    for rid, datas in turns.items():
+                        for k, data in enumerate(datas):
+                            row = {"id": rid, "turn": k, "data": data}
+                            fh.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                raise StoreWriteError(f"{self.path}: cannot rewrite ({exc.strerror})") from exc
+        return turns
+
+    def append(self, rid: str, k: int, data: dict) -> None:
+        line = orjson.dumps({"id": rid, "turn": k, "data": data}, option=orjson.OPT_APPEND_NEWLINE)
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            start = os.fstat(self._fd).st_size
+            try:
+                os.write(self._fd, line)
+            except OSError:
+                os.ftruncate(self._fd, start)
+                raise
+        except OSError as exc:
+            reason = "disk full" if exc.errno == errno.ENOSPC else exc.strerror
+            raise StoreWriteError(f"{self.path}: write failed ({reason}); rerun to resume") from exc
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def move_rows(results_path: Path, ids: set[str], to_name: str = "changed_rows.jsonl") -> int:
+    """Move the result rows of ``ids`` out of a results file into ``to_name`` beside it (appended and
+    synced first, then the results file is replaced atomically): nothing is lost if a kill comes
+    between. Returns how many rows moved."""
+    keep: list[bytes] = []
+    moved: list[bytes] = []
+    try:
+        with open(results_path, "rb") as fh:
+            for line in fh:
+                entry = _done_entry(line)
+                (moved if entry is not None and entry.id in ids else keep).append(line)
+        target = results_path.with_name(to_name)
+        with open(target, "ab") as fh:
+            fh.writelines(moved)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp = results_path.with_suffix(".jsonl.tmp")
+        with open(tmp, "wb") as fh:
+            fh.writelines(keep)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, results_path)
+    except OSError as exc:
+        raise StoreWriteError(f"{results_path}: cannot move rows of changed prompts ({exc.strerror})") from exc
+    return len(moved)

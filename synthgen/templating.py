@@ -44,7 +44,12 @@ def load_tokenizer(name_or_path: str, trust_remote_code: bool = False, chat_temp
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    if name_or_path.startswith(("/", "./", "../", "~")) and not Path(name_or_path).expanduser().is_dir():
+    # A name that can only be a local path fails now, not after the hub's retries. A hub id is
+    # "name" or "org/name"; "org/name" is taken as a path when "org" is a local folder.
+    looks_local = (name_or_path.startswith(("/", ".", "~")) or "\\" in name_or_path or name_or_path.endswith("/")
+                   or name_or_path.count("/") > 1
+                   or ("/" in name_or_path and Path(name_or_path.split("/", 1)[0]).is_dir()))
+    if looks_local and not Path(name_or_path).expanduser().is_dir():
         raise TokenizerError(
             f"tokenizer folder {name_or_path} not found; pass --tokenizer PATH to a folder with tokenizer files "
             "(default: the tokenizer_path the server reports)"
@@ -169,3 +174,14 @@ def read_chat_template(path: str | Path) -> str:
     if not text.strip():
         raise TokenizerError(f"chat template {path} is empty")
     return text
+
+
+def max_token_bytes(tokenizer) -> int | None:
+    """An upper bound on the bytes one token stands for (the longest vocabulary entry, UTF-8 encoded;
+    byte-level BPE symbols encode to at least the byte they stand for), so a text of B bytes makes at
+    least B / this many tokens. None when the vocabulary cannot be read."""
+    try:
+        vocab = tokenizer.get_vocab()
+    except Exception:  # a remote-code tokenizer may not implement it
+        return None
+    return max((len(token.encode("utf-8")) for token in vocab), default=None) or None

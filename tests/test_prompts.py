@@ -8,7 +8,9 @@ from synthgen.prompts import DatasetSource, PromptReader, discover, parse_line, 
 
 
 def parse(obj):
-    return parse_line(orjson.dumps(obj))
+    """(id, the messages of the ``last`` prompt) of one line."""
+    parsed = parse_line(orjson.dumps(obj))
+    return None if parsed is None else (parsed[0], parsed[1].last_prompt())
 
 
 def test_messages_format_is_taken_as_is():
