@@ -3,7 +3,10 @@
 
 import sys
 
-from synthgen.budget_cli import main
-
 if __name__ == "__main__":
+    try:
+        from synthgen.budget_cli import main  # seconds of imports: Ctrl-C may come now
+    except KeyboardInterrupt:
+        print("compute_budget.py: interrupted", file=sys.stderr)
+        sys.exit(130)
     sys.exit(main())

@@ -3,7 +3,10 @@
 
 import sys
 
-from synthgen.cli import main
-
 if __name__ == "__main__":
+    try:
+        from synthgen.cli import main  # seconds of imports: Ctrl-C may come now
+    except KeyboardInterrupt:
+        print("run_inference.py: interrupted", file=sys.stderr)
+        sys.exit(130)
     sys.exit(main())

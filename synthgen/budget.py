@@ -231,8 +231,13 @@ class Plan:
 
 
 def fmt_hours(hours: float) -> str:
-    """Hours with one decimal; under six minutes, minutes, so a small plan does not read 0.0 h."""
-    return f"{hours:,.1f} h" if hours >= 0.1 else f"{hours * 60:.1f} min"
+    """Hours with one decimal; under six minutes, minutes; under one, seconds: a small plan never reads 0.0."""
+    if hours >= 0.1:
+        return f"{hours:,.1f} h"
+    if hours * 60 >= 1:
+        return f"{hours * 60:.1f} min"
+    seconds = hours * 3600
+    return f"{seconds:.0f} s" if seconds >= 1 or seconds == 0 else "<1 s"
 
 
 def generation_hours(tokens: int, throughput: Sequence[Fraction]) -> tuple[float, ...]:
@@ -241,9 +246,12 @@ def generation_hours(tokens: int, throughput: Sequence[Fraction]) -> tuple[float
 
 # --- output ----------------------------------------------------------------------------------------
 def fmt_number(value: int | Fraction | float) -> str:
-    """Thousands separators; one decimal only when the value is not whole."""
+    """Thousands separators; one decimal only when the value is not whole (two significant
+    digits below 1, so 0.04 tok/s does not read 0.0)."""
     if isinstance(value, int) or Fraction(value).denominator == 1:
         return f"{int(value):,}"
+    if abs(float(value)) < 1:
+        return f"{float(value):.2g}"
     return f"{float(value):,.1f}"
 
 

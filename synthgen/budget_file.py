@@ -61,6 +61,7 @@ def write_budget(path: Path, plan: Plan) -> None:
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, _file_mode(path))  # mkstemp makes 0600; the plan is a file like any other
         with os.fdopen(fd, "wb") as fh:
             fh.write(payload)
             fh.flush()
@@ -71,6 +72,16 @@ def write_budget(path: Path, plan: Plan) -> None:
             os.unlink(tmp)
         raise StoreWriteError(f"{path}: cannot write the budget file ({exc.strerror}); "
                               "check that its folder exists and is writable") from exc
+
+
+def _file_mode(path: Path) -> int:
+    """The mode ``open(path, "w")`` would leave: the existing file's, else 0666 minus the umask."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def read_budget(path: Path) -> dict[str, int]:

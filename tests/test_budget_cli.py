@@ -121,7 +121,7 @@ def test_fixed_datasets_count_in_the_token_total_but_not_in_the_generation_time(
     assert code == 0
     assert table_row(out, "wiki") == ["wiki", "-", "fixed (generated elsewhere)", "-", "-", "7,200,000"]
     assert table_row(out, "total") == ["total", "3", "3", "7,203,000"]
-    assert "To generate:     3,000 tokens -> 0.1 min at 1,000 tok/s" in out
+    assert "To generate:     3,000 tokens -> 3 s at 1,000 tok/s" in out
     assert "Fixed:       7,200,000 tokens (generated elsewhere: in the total, not in the generation time)" in out
 
 
