@@ -118,10 +118,12 @@ def parse_generation(status: int, body: bytes) -> Generation:
     meta = data.get("meta_info") if isinstance(data, dict) else None
     if not isinstance(meta, dict) or not isinstance(data.get("text"), str):
         raise Transient("bad_response", f"response has no text/meta_info: {body[:200]!r}", status)
-    finish = meta.get("finish_reason") or {}
+    finish = meta.get("finish_reason")
     if isinstance(finish, str):  # very old servers sent a bare string
         finish = {"type": finish}
-    if finish.get("type") == "abort":
+    if not isinstance(finish, dict) or not isinstance(finish.get("type"), str):
+        raise Transient("bad_response", f"response has no usable finish_reason ({_shown(finish)})", status)
+    if finish["type"] == "abort":
         code = finish.get("status_code")
         raise Transient(
             "abort",
@@ -130,19 +132,43 @@ def parse_generation(status: int, body: bytes) -> Generation:
             outage=isinstance(code, int) and code in OUTAGE_STATUSES,
         )
     output_ids = data.get("output_ids")
-    completion = meta.get("completion_tokens")
-    if not isinstance(completion, int):
-        completion = len(output_ids) if isinstance(output_ids, list) else 0
+    if output_ids is not None and not _int_list(output_ids):
+        raise Transient("bad_response", f"output_ids is not a list of token ids ({_shown(output_ids)})", status)
+    completion = _count(meta, "completion_tokens", status)
+    if completion is None:
+        completion = len(output_ids) if output_ids is not None else 0
+    cached = _count(meta, "cached_tokens", status)
+    latency = meta.get("e2e_latency")
     return Generation(
         text=data["text"],
-        output_ids=output_ids if isinstance(output_ids, list) else None,
+        output_ids=output_ids,
         finish_reason=finish,
-        prompt_tokens=int(meta.get("prompt_tokens") or 0),
+        prompt_tokens=_count(meta, "prompt_tokens", status) or 0,
         completion_tokens=completion,
-        cached_tokens=meta.get("cached_tokens") if isinstance(meta.get("cached_tokens"), int) else None,
-        server_latency=meta.get("e2e_latency") if isinstance(meta.get("e2e_latency"), (int, float)) else None,
+        cached_tokens=cached,
+        server_latency=latency if isinstance(latency, (int, float)) and not isinstance(latency, bool) else None,
         request_id=meta.get("id") if isinstance(meta.get("id"), str) else None,
     )
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _int_list(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+def _count(meta: dict, key: str, status: int) -> int | None:
+    """A token count of meta_info: absent is None; anything but a whole number >= 0 is a bad answer
+    (it would be saved as data and added into token budgets)."""
+    value = meta.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise Transient("bad_response", f"meta_info.{key} is {_shown(value)}, not a token count", status)
+    return value
 
 
 class SGLangClient:
@@ -176,6 +202,8 @@ class SGLangClient:
             raise Transient("timeout", f"{type(exc).__name__}: no answer in time", outage=True) from exc
         except httpx.TransportError as exc:
             raise Transient("connection", f"{type(exc).__name__}: {exc or 'connection lost'}", outage=True) from exc
+        except httpx.RequestError as exc:  # DecodingError: e.g. a body marked gzip that is not gzip
+            raise Transient("bad_response", f"{type(exc).__name__}: {exc}") from exc
         return parse_generation(response.status_code, response.content)
 
     async def healthy(self) -> bool:

@@ -5,13 +5,14 @@ result store, the one set of counts, and the token-budget gate.
                           done, select this run's prompts, tidy errors.jsonl
     DatasetRun.record_result / record_error
                           the only places a finished prompt is written and counted
-    DatasetRun.may_send   the --max-tokens-per-dataset gate
+    DatasetRun.admit      the --max-tokens-per-dataset gate
 
 Progress hears about everything through events; nothing here writes its fields.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -88,7 +89,12 @@ class TokenBudget:
     cap: int
     max_tokens: int  # the worst case of a request, until answers tell us better
 
+    def reached(self, done_tokens: int) -> bool:
+        return done_tokens >= self.cap
+
     def allows(self, done_tokens: int, done_rows: int, in_flight: int) -> bool:
+        """Room for one more request: what is done plus what is in flight, at the mean length so far
+        (the worst case, max_tokens, until answers come back), stays under the cap."""
         expected = done_tokens / done_rows if done_rows else self.max_tokens
         return done_tokens + in_flight * expected < self.cap
 
@@ -107,6 +113,7 @@ class DatasetRun:
     settings: str | None = None  # the settings id rows of this run carry
     in_flight: int = 0
     closed: bool = False  # no new requests (token budget reached)
+    _ended: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -122,20 +129,25 @@ class DatasetRun:
         return source_label(self.index.source)
 
     # --- requests ----------------------------------------------------------------------------
-    def may_send(self) -> bool:
-        """False once the token budget is reached; the dataset then takes no new requests."""
-        if self.closed:
-            return False
+    async def admit(self) -> bool:
+        """Whether one more request of this dataset may go out, waiting while the token budget's
+        estimate of what is in flight leaves no room: an estimate never closes a dataset, only
+        output tokens that are done reaching the cap do."""
         budget = self.budget
-        if budget is None:
-            return True
-        done_rows = len(self.resume.done)
-        if budget.allows(self.counts.budget_tokens_done, done_rows, self.in_flight):
-            return True
-        self.closed = self.counts.budget_stopped = True
-        c = self.counts
-        withdrawn = c.pending - c.done - c.failed - c.skipped - self.in_flight
-        self.progress.budget_closed(self.name, budget.cap, c.budget_tokens_done, self.in_flight, withdrawn)
+        while not self.closed:
+            done_tokens = self.counts.budget_tokens_done
+            if budget is None:
+                return True
+            if budget.reached(done_tokens):
+                self.closed = self.counts.budget_stopped = True
+                c = self.counts
+                withdrawn = c.pending - c.done - c.failed - c.skipped - self.in_flight
+                self.progress.budget_closed(self.name, budget.cap, done_tokens, self.in_flight, withdrawn)
+                return False
+            if self.in_flight == 0 or budget.allows(done_tokens, len(self.resume.done), self.in_flight):
+                return True
+            self._ended.clear()
+            await self._ended.wait()
         return False
 
     def request_started(self) -> None:
@@ -146,6 +158,7 @@ class DatasetRun:
 
     def request_ended(self) -> None:
         self.in_flight -= 1
+        self._ended.set()
         self.progress.request_ended()
 
     # --- outcomes ------------------------------------------------------------------------------

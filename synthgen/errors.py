@@ -26,6 +26,7 @@ EXIT_LOCKED = 4
 EXIT_WRITE = 5
 EXIT_SIGINT = 130  # 128 + SIGINT: stopped by Ctrl-C; rerun to resume
 EXIT_SIGTERM = 143  # 128 + SIGTERM: stopped by kill/timeout; rerun to resume
+EXIT_SIGHUP = 129  # 128 + SIGHUP: the terminal went away (no nohup); handled like SIGTERM
 
 
 class SynthgenError(Exception):

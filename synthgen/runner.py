@@ -28,15 +28,31 @@ from . import provenance, templating
 from .client import Generation, Rejected, SGLangClient, Transient, build_payload, new_rid
 from .config import RunConfig
 from .dataset_run import DatasetRun, WorkItem, now_iso, open_dataset
-from .errors import EXIT_FAILURES, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, SynthgenError
+from .errors import (
+    EXIT_FAILURES,
+    EXIT_OK,
+    EXIT_SIGHUP,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    ServerError,
+    SynthgenError,
+    UsageError,
+)
 from .parsers import OutputParser
 from .prepare import Preparer, Skip, all_positions
 from .progress import Progress, fmt_duration, summary_table
 from .prompts import discover as discover_datasets
-from .server import ServerContext, ServerGone, ServerHealth, discover
+from .records import Turn
+from .server import ServerContext, ServerHealth, changed_identity, discover
 
 # A prompt in flight at this many server deaths is recorded as failed rather than retried forever.
 OUTAGES_PER_PROMPT = 3
+# When this many prompts (or every prompt, if fewer) fail the chat template the same way before any
+# could be sent, the cause is the configuration (template, --chat-template-kwargs), not the data.
+SKIPS_BEFORE_STOP = 20
+# SIGHUP (a closed terminal without nohup) stops the run like SIGTERM: drain, then exit.
+SIGNALS = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
+SIGNAL_EXIT = {"SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM, "SIGHUP": EXIT_SIGHUP}
 
 
 class Runner:
@@ -54,6 +70,9 @@ class Runner:
         self.signal_name: str | None = None
         self.fatal: BaseException | None = None
         self._workers: list[asyncio.Task] = []
+        self._health: ServerHealth | None = None  # while execute() runs
+        self._sendable = 0  # prompts prepared for sending so far
+        self._skips: dict[str, int] = {}  # template error -> prompts skipped so, before the first sendable one
 
     # ------------------------------------------------------------------ plan
     def plan(self) -> None:
@@ -136,6 +155,9 @@ class Runner:
         if self.signal_name is None:
             self.signal_name = name
             self.stopping.set()
+            if self._health is not None and self._health.is_down:
+                self._cancel_workers(f"{name} during an outage: nothing in flight can finish")
+                return
             asyncio.get_running_loop().call_later(self.config.drain_timeout, self._cancel_workers, "drain timeout")
             self.progress.message(
                 f"{name}: no new requests; waiting up to {fmt_duration(self.config.drain_timeout)} for "
@@ -165,11 +187,12 @@ class Runner:
         cfg, progress, preparer = self.config, self.progress, self.preparer
         assert preparer is not None
         progress.start(sum(len(run.selection.pending) for run in self.runs))
-        health = ServerHealth(
+        self._health = health = ServerHealth(
             client, cfg.server_wait,
             on_down=lambda reason: progress.outage_began(client.base_url, reason, cfg.server_wait),
             on_up=progress.outage_ended,
             on_gone=lambda gone: progress.gave_up(str(gone)),
+            verify=lambda: changed_identity(client, self.server),
         )
         # Prepared prompts wait in an unbounded queue, but the producer holds a slot for each,
         # so at most 2 x concurrency are tokenized ahead; the end-of-work sentinels never block.
@@ -178,6 +201,8 @@ class Runner:
         loop = asyncio.get_running_loop()
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
         sampling = cfg.sampling_params()
+
+        total = sum(len(run.selection.pending) for run in self.runs)
 
         async def produce() -> None:
             for run in self.runs:
@@ -191,7 +216,9 @@ class Runner:
                     if isinstance(item, Skip):
                         slots.release()
                         run.record_error(item.prompt_id, "skipped", item.kind, item.reason, attempts=0)
+                        self._check_skips(item, total)
                     else:
+                        self._sendable += 1
                         queue.put_nowait(item)
 
         async def work() -> None:
@@ -200,16 +227,18 @@ class Runner:
                 if item is None or self.stopping.is_set():
                     return
                 slots.release()
-                if item.run.may_send():
-                    await self._process(item, client, health, sampling)
+                if await item.run.admit():
+                    try:
+                        await self._process(item, client, health, sampling)
+                    except Exception as exc:  # a bug, not a prompt's failure: stop now rather than shrink the pool
+                        self._fail_run(exc)
+                        return
 
         async def ticker() -> None:
             while True:
                 await asyncio.sleep(cfg.status_interval)
                 progress.tick()
 
-        for sig, name in ((signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")):
-            loop.add_signal_handler(sig, self._on_signal, name)
         producer = asyncio.create_task(produce())
         self._workers = [asyncio.create_task(work()) for _ in range(cfg.concurrency)]
         tick_task = asyncio.create_task(ticker())
@@ -236,8 +265,7 @@ class Runner:
             stop_waiter.cancel()
             tick_task.cancel()
             health.close()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
+            self._health = None
             executor.shutdown(wait=True, cancel_futures=True)
 
     # ------------------------------------------------------------------ one prompt
@@ -248,11 +276,9 @@ class Runner:
         run.request_started()
         try:
             while True:
-                outcome = await self._request(item, client, health, sampling)
-                if outcome is None:
+                turn = await self._request(item, client, health, sampling)
+                if turn is None:
                     return
-                generation, attempts, latency, rid = outcome
-                turn = item.turn(generation, preparer.parser, attempts, latency, rid)
                 conversation = item.prompt.conversation
                 positions = 1 if conversation is None else len(
                     all_positions(conversation.messages, conversation.all_positions()))
@@ -274,15 +300,16 @@ class Runner:
             run.request_ended()
 
     async def _request(self, item: WorkItem, client: SGLangClient, health: ServerHealth,
-                       sampling: dict) -> tuple[Generation, int, float, str] | None:
-        """One request with its retries: the answer, or None once the prompt's failure is recorded
-        (or the run is stopping)."""
-        cfg, run = self.config, item.run
+                       sampling: dict) -> Turn | None:
+        """One request with its retries: the parsed turn, or None once the prompt's failure is
+        recorded (or the run is stopping)."""
+        cfg, run, preparer = self.config, item.run, self.preparer
+        assert preparer is not None
         attempts = outages = 0
         while True:
             try:
                 await health.wait_up()
-            except ServerGone as exc:
+            except ServerError as exc:  # gone for too long, or back with another model
                 self._fail_run(exc)
                 return None
             if self.stopping.is_set():
@@ -292,6 +319,7 @@ class Runner:
             started = time.monotonic()
             try:
                 generation = await client.generate(payload)
+                return self._turn(item, generation, attempts, time.monotonic() - started, payload["rid"])
             except Transient as exc:
                 if exc.outage and await health.suspect(exc.message):
                     # The server was down: usually this says nothing about the prompt, but a
@@ -312,7 +340,26 @@ class Runner:
             except Rejected as exc:
                 run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
                 return None
-            return generation, attempts, time.monotonic() - started, payload["rid"]
+
+    def _turn(self, item: WorkItem, generation: Generation, attempts: int, latency: float, rid: str) -> Turn:
+        """The answer parsed into a turn; anything unexpected in it is a bad answer of this prompt
+        (retried, then recorded), never the death of a worker."""
+        assert self.preparer is not None
+        try:
+            return item.turn(generation, self.preparer.parser, attempts, latency, rid)
+        except Exception as exc:
+            raise Transient("bad_response", f"could not read the answer ({type(exc).__name__}: {exc})") from exc
+
+    def _check_skips(self, skip: Skip, total: int) -> None:
+        if self._sendable or skip.kind != "template_error":
+            return
+        self._skips[skip.reason] = count = self._skips.get(skip.reason, 0) + 1
+        if count >= min(SKIPS_BEFORE_STOP, total):
+            raise UsageError(
+                f"the first {count} prompts all failed the chat template the same way ({skip.reason}); that is the "
+                "run's configuration, not the data: check --chat-template, --chat-template-kwargs and --tokenizer "
+                "(the skipped prompts are in errors.jsonl and are retried by the next run)"
+            )
 
     async def _backoff(self, attempt: int) -> None:
         cfg = self.config
@@ -327,6 +374,9 @@ class Runner:
         started = time.monotonic()
         client = self.client or SGLangClient(cfg.server_url, cfg.api_key, cfg.concurrency, cfg.request_timeout,
                                              cfg.connect_timeout)
+        loop = asyncio.get_running_loop()
+        for sig, name in SIGNALS.items():
+            loop.add_signal_handler(sig, self._on_signal, name)
         try:
             self.plan()
             if cfg.dry_run:
@@ -339,6 +389,8 @@ class Runner:
                 return EXIT_OK
             await self.connect(client)
             self.check_settings()
+            if self.stopping.is_set():  # a signal during start-up: nothing was sent
+                return self.exit_code()
             for note in self.server.notes:
                 self.progress.message(f"note: {note}")
             self.progress.message(
@@ -348,6 +400,8 @@ class Runner:
             self.progress.print_block(summary_table([run.counts for run in self.runs], time.monotonic() - started))
             return self.exit_code()
         finally:
+            for sig in SIGNALS:
+                loop.remove_signal_handler(sig)
             if self.client is None:
                 await client.aclose()
             if self.preparer is not None:
@@ -361,10 +415,13 @@ class Runner:
             raise self.fatal
         if self.signal_name is not None:
             self.progress.message(f"stopped by {self.signal_name}; rerun the same command to resume")
-            return EXIT_SIGINT if self.signal_name == "SIGINT" else EXIT_SIGTERM
+            return SIGNAL_EXIT[self.signal_name]
         failed = sum(run.counts.failed for run in self.runs)
-        if failed:
-            self.progress.message(f"{failed} prompts failed (see outputs/<dataset>/errors.jsonl); "
-                                  "rerun the same command to retry them")
+        skipped = sum(run.counts.skipped for run in self.runs)
+        if failed or skipped:
+            where = self.config.output_dir / "<dataset>" / "errors.jsonl"
+            what = " and ".join(f"{n} prompts {verb}" for n, verb in ((failed, "failed"), (skipped, "were skipped"))
+                                if n)
+            self.progress.message(f"WARNING: {what} (see {where}); rerun the same command to retry them")
             return EXIT_FAILURES
         return EXIT_OK

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from . import templating
@@ -34,6 +34,7 @@ class ServerContext:
     tokenizer_path: str | None = None
     reasoning_parser: str | None = None  # what the server was started with (/server_info)
     tool_call_parser: str | None = None
+    identity: tuple = ()  # see identity(): what must not change while the run goes on
     context_len: int | None = None
     max_input_len: int | None = None
     vocab_size: int | None = None
@@ -68,6 +69,7 @@ async def discover(client: SGLangClient, cfg: RunConfig) -> ServerContext:
         ctx.notes.append(f"server {cfg.server_url} not reachable; dry run continues without it")
     ctx.model = info.get("served_model_name") or info.get("model_path")
     ctx.model_path = info.get("model_path")
+    ctx.identity = identity(info)
     version = info.get("weight_version")
     ctx.weight_version = version if isinstance(version, str) else None
     ctx.tokenizer_path = cfg.tokenizer or info.get("tokenizer_path") or info.get("model_path")
@@ -106,6 +108,24 @@ class ServerGone(ServerError):
     pass
 
 
+class ServerChanged(ServerError):
+    """The server came back from an outage serving another model, weights or tokenizer."""
+
+
+async def changed_identity(client: SGLangClient, ctx: ServerContext) -> str | None:
+    """After an outage: why the server is not the one the run started with, or None if it is."""
+    try:
+        info = await client.model_info()
+    except ServerError as exc:
+        return f"cannot ask it what it serves ({exc})"
+    now = identity(info)
+    if now == ctx.identity:
+        return None
+    keys = ("model_path", "served_model_name", "tokenizer_path", "weight_version")
+    diffs = [f"{k} {old!r} -> {new!r}" for k, old, new in zip(keys, ctx.identity, now, strict=True) if old != new]
+    return "; ".join(diffs)
+
+
 class ServerHealth:
     """Whether the server is up, shared by all workers.
 
@@ -119,12 +139,13 @@ class ServerHealth:
 
     def __init__(self, client: SGLangClient, server_wait: float,
                  on_down: Callable[[str], None], on_up: Callable[[float], None],
-                 on_gone: Callable[[ServerGone], None]):
+                 on_gone: Callable[[ServerError], None],
+                 verify: Callable[[], Awaitable[str | None]] | None = None):
         self.client, self.server_wait = client, server_wait
-        self.on_down, self.on_up, self.on_gone = on_down, on_up, on_gone
+        self.on_down, self.on_up, self.on_gone, self.verify = on_down, on_up, on_gone, verify
         self.up = asyncio.Event()
         self.up.set()
-        self.gone: ServerGone | None = None
+        self.gone: ServerError | None = None
         self._lock = asyncio.Lock()
         self._poller: asyncio.Task | None = None
 
@@ -150,6 +171,16 @@ class ServerHealth:
         while True:
             await asyncio.sleep(delay)
             if await self.client.healthy():
+                changed = await self.verify() if self.verify is not None else None
+                if changed is not None:
+                    self.gone = ServerChanged(
+                        f"the server {self.client.base_url} came back serving something else ({changed}); stopped so "
+                        "no row is made with another model than the run's; restart the run's model, or rerun with "
+                        "another --output-dir (or --allow-mixed-settings) to go on with this one"
+                    )
+                    self.up.set()
+                    self.on_gone(self.gone)
+                    return
                 self.up.set()
                 self.on_up(time.monotonic() - started)
                 return

@@ -107,7 +107,8 @@ def test_failures_and_skips_are_rows_in_errors_jsonl_and_retried_next_run(ws, ma
 
     sent_before = sim.stats()["generate_requests"]
     second = ws.run("--server-url", sim.url, "--max-tokens", "16")
-    assert second.returncode == 0, second.stderr
+    assert second.returncode == 1, second.stderr  # a skipped prompt shows in the exit code
+    assert "1 prompts were skipped (see outputs/<dataset>/errors.jsonl)" in second.stderr
     assert sim.stats()["generate_requests"] == sent_before  # skipped before sending
     (error,) = ws.errors("d")
     assert (error["id"], error["status"], error["error_type"]) == ("long", "skipped", "prompt_too_long")
