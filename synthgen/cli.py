@@ -18,6 +18,7 @@ from .errors import UsageError, run_guarded
 from .prompts import REGENERATE_MODES
 from .runner import Runner
 from .selection import SAMPLE_MODES
+from .supervisor import Supervisor
 
 PROG = "run_inference.py"
 
@@ -40,6 +41,11 @@ examples:
 
   # stop each dataset at 10M output tokens (earlier runs included)
   python run_inference.py --partition short --max-tokens-per-dataset 10M
+
+  # no server running yet: start one (restarted if it dies, stopped at the end)
+  python run_inference.py --partition short --launch-server demo
+  python run_inference.py --partition all --launch-server \
+        'python -m sglang.launch_server --model-path moonshotai/Kimi-K2.5 --tp 8 --port 30000 --trust-remote-code'
 
   # Kimi-K2.5 with thinking on; see what would be sent without sending anything
   python run_inference.py --partition short --dataset glaive \\
@@ -95,6 +101,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds of continuous outage before giving up (default: 600)")
     g.add_argument("--drain-timeout", type=float, default=30.0,
                    help="seconds in-flight requests get to finish after SIGTERM/SIGINT (default: 30)")
+
+    g = p.add_argument_group("launching the server")
+    g.add_argument("--launch-server", metavar="CMD|demo",
+                   help="start this server command (e.g. 'python -m sglang.launch_server --model-path M --port "
+                        "30000'), wait until --server-url is healthy, restart it if it dies, stop it at the end. "
+                        "'demo': the real SGLang server on the CPU with a tiny local model (installed into .cache "
+                        "on first use; its answers are noise). A healthy server already at --server-url is used "
+                        "instead. Raises --server-wait to at least --server-start-timeout + 120 s, so a restart "
+                        "is waited out")
+    g.add_argument("--server-log", type=Path, metavar="FILE",
+                   help="the launched server's output (default: <output-dir>/server.log)")
+    g.add_argument("--server-start-timeout", type=float, default=1800.0, metavar="SECONDS",
+                   help="seconds the launched server may take to become healthy (default: 1800)")
+    g.add_argument("--server-restarts", type=int, default=3, metavar="N",
+                   help="restarts of a launched server that died or stopped answering (default: 3)")
+    g.add_argument("--keep-server", action="store_true",
+                   help="leave the launched server running after the run; the next run uses it")
 
     g = p.add_argument_group("model and template")
     g.add_argument("--tokenizer", help="tokenizer path or name (default: the tokenizer_path the server reports)")
@@ -169,6 +192,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         seed=args.seed,
         server_url=args.server_url,
         api_key=args.api_key if args.api_key is not None else os.environ.get("SGLANG_API_KEY") or None,
+        launch_server=args.launch_server,
+        server_log=args.server_log,
+        server_start_timeout=args.server_start_timeout,
+        server_restarts=args.server_restarts,
+        keep_server=args.keep_server,
         tokenizer=args.tokenizer,
         trust_remote_code=args.trust_remote_code,
         chat_template_kwargs=template_kwargs,
@@ -200,4 +228,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 def main(argv: list[str] | None = None, stream=None, tty: bool | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = stream or sys.stderr
-    return run_guarded(PROG, lambda: asyncio.run(Runner(config_from_args(args), out, tty).run()), out, args.debug)
+
+    async def run(config: RunConfig) -> int:
+        runner = Runner(config, out, tty)
+        # The supervisor ends the run through the runner when the launched server cannot be brought back.
+        async with Supervisor(config, runner.progress.message, on_fatal=runner._fail_run):
+            return await runner.run()
+
+    return run_guarded(PROG, lambda: asyncio.run(run(config_from_args(args))), out, args.debug)

@@ -18,6 +18,10 @@ import httpx
 from .errors import UsageError
 from .selection import SAMPLE_MODES
 
+# With --launch-server, --server-wait covers a start-up plus this: the restart's stop grace (30 s)
+# and its longest backoff (30 s), with room to spare.
+RESTART_ALLOWANCE = 120.0
+
 
 def redact_url(url: str) -> str:
     """``url`` with the password of ``user:password@`` replaced by ***, even in a URL that does not parse."""
@@ -44,6 +48,13 @@ class RunConfig:
     # --- server --------------------------------------------------------------------------------
     server_url: str = "http://127.0.0.1:30000"
     api_key: str | None = field(default=None, repr=False)  # never printed
+
+    # --- launching the server (synthgen.supervisor) ----------------------------------------------
+    launch_server: str | None = None  # a shell-style command, or "demo"; None: the server is the user's
+    server_log: Path | None = None  # None: <output_dir>/server.log
+    server_start_timeout: float = 1800.0  # a large model loads for many minutes
+    server_restarts: int = 3
+    keep_server: bool = False  # leave the launched server running after the run
 
     # --- model and template --------------------------------------------------------------------
     tokenizer: str | None = None  # None: the server's /model_info tokenizer_path
@@ -104,6 +115,7 @@ class RunConfig:
         if not self.think_start or not self.think_end:
             raise UsageError("--think-start and --think-end must not be empty")
         self._check_server()
+        self._check_launch()
         return self
 
     @property
@@ -130,6 +142,21 @@ class RunConfig:
         if self.api_key is not None and not all(" " <= ch <= "~" for ch in self.api_key):
             raise UsageError("the API key (--api-key or $SGLANG_API_KEY) has a character an HTTP header cannot carry "
                              "(non-ASCII or a control character); check it for a stray character")
+
+    def _check_launch(self) -> None:
+        if self.launch_server is None:
+            return
+        if not self.launch_server.strip():
+            raise UsageError("--launch-server needs a command, e.g. 'python -m sglang.launch_server ...', or demo")
+        if not (self.server_start_timeout > 0 and math.isfinite(self.server_start_timeout)):
+            raise UsageError(f"--server-start-timeout must be a positive number, got {self.server_start_timeout}")
+        if self.server_restarts < 0:
+            raise UsageError(f"--server-restarts must be 0 or more, got {self.server_restarts}")
+        if self.server_log is None:
+            self.server_log = self.output_dir / "server.log"
+        # The run waits out a server the supervisor restarts: one restart is a stop, a backoff
+        # and a whole start-up, which must not look like an outage to give up on.
+        self.server_wait = max(self.server_wait, self.server_start_timeout + RESTART_ALLOWANCE)
 
     def cap_for(self, dataset: str) -> int | None:
         """The sample cap of one dataset: --max-samples wins over the budget file."""
