@@ -18,7 +18,7 @@ from .errors import UsageError, run_guarded
 from .prompts import REGENERATE_MODES
 from .runner import Runner
 from .selection import SAMPLE_MODES
-from .supervisor import Supervisor
+from .supervisor import DEMO_MAX_TOKENS, Supervisor, default_max_tokens
 
 PROG = "run_inference.py"
 
@@ -149,8 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "the old rows, or regenerate them (old rows move to changed_rows.jsonl)")
 
     g = p.add_argument_group("sampling")
-    g.add_argument("--max-tokens", type=int, default=32768,
-                   help="max_new_tokens per request, reduced to fit --max-seq-len (default: 32768)")
+    g.add_argument("--max-tokens", type=int,
+                   help="max_new_tokens per request, reduced to fit --max-seq-len (default: 32768; "
+                        f"{DEMO_MAX_TOKENS} with --launch-server demo)")
     g.add_argument("--max-seq-len", type=int,
                    help="prompt + completion limit (default: the server's max_model_len from /v1/models)")
     g.add_argument("--temperature", type=float, help="default: the model's preferred value on the server")
@@ -208,7 +209,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         regenerate=args.regenerate,
         allow_mixed_settings=args.allow_mixed_settings,
         changed_prompts=args.changed_prompts,
-        max_tokens=args.max_tokens,
+        max_tokens=args.max_tokens if args.max_tokens is not None else default_max_tokens(args.launch_server),
         max_seq_len=args.max_seq_len,
         temperature=args.temperature,
         top_p=args.top_p,

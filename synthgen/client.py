@@ -207,11 +207,20 @@ class SGLangClient:
         return parse_generation(response.status_code, response.content)
 
     async def healthy(self) -> bool:
+        """True when a request sent now can be served. A plain server: /health is 200. Behind
+        sglang-router, whose /health stays 200 while every worker is down: also its /readiness,
+        and a one-token probe through it, so a 503 "no available workers" (its circuit breakers
+        open, for 60 s by default) is an outage to wait out, not a failed attempt."""
         try:
-            response = await self.http.get("/health", timeout=httpx.Timeout(30.0))
+            response = await self.http.get("/health", timeout=httpx.Timeout(HEALTH_TIMEOUT))
         except httpx.HTTPError:
             return False
-        return response.status_code == 200
+        if response.status_code != 200:
+            return False
+        router: bool | None = getattr(self, "_router", None)
+        if router is None:
+            router = self._router = await detect_router(self.http)
+        return not router or await router_ready(self.http)
 
     async def _get_json(self, path: str) -> dict | None:
         """GET a JSON endpoint: None on 404, ServerError when the server cannot be reached."""
@@ -264,3 +273,57 @@ class SGLangClient:
             if info is not None:
                 return info
         return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# sglang-router (0.3.x, "SGLang Model Gateway"): what /health cannot tell
+# ---------------------------------------------------------------------------------------------
+
+HEALTH_TIMEOUT = 30.0
+# SGLang's own /health_generate probes with this: token 0 exists in every vocabulary.
+PROBE_PAYLOAD = {"input_ids": [0], "sampling_params": {"max_new_tokens": 1}}
+
+
+async def router_readiness(http: httpx.AsyncClient) -> dict | None:
+    """The router's GET /readiness ({"status": "ready", "healthy_workers": n, "total_workers": m},
+    200 or 503), or None when the server does not answer it that way (an SGLang server: 404)."""
+    response = await http.get("/readiness", timeout=httpx.Timeout(HEALTH_TIMEOUT))
+    try:
+        data = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("healthy_workers"), int) else None
+
+
+async def detect_router(http: httpx.AsyncClient) -> bool | None:
+    """True behind sglang-router, False in front of a server, None when it cannot be told yet."""
+    try:
+        return await router_readiness(http) is not None
+    except httpx.HTTPError:
+        return None
+
+
+async def router_ready(http: httpx.AsyncClient) -> bool:
+    """The router has a healthy worker and a one-token request gets through it now.
+
+    Its /readiness alone lags: it follows the router's periodic health checks (every 60 s, 3
+    failures, by default), so it still says ready after a worker died, while the circuit breaker
+    answers 503 "no available workers" well after a worker came back. The probe goes the way a
+    request goes; any answer below 500 means a worker took it."""
+    try:
+        readiness = await router_readiness(http)
+        if readiness is None or readiness["healthy_workers"] < 1:
+            return False
+        probe = await http.post("/generate", content=orjson.dumps(PROBE_PAYLOAD),
+                                headers={"Content-Type": "application/json"},
+                                timeout=httpx.Timeout(HEALTH_TIMEOUT))
+    except httpx.HTTPError:
+        return False
+    return probe.status_code < 500
+
+
+def behind_router(client: SGLangClient) -> bool:
+    """Whether healthy() found sglang-router at the URL (False until it has been asked). Through
+    the router one attempt of ours is up to its --retry-max-retries attempts at workers."""
+    return bool(getattr(client, "_router", None))
+

@@ -39,6 +39,9 @@ from .errors import SynthgenError
 from .launcher import DEFAULT_GRACE, ServerLaunchError, ServerProcess, decide_launch, port_taken, url_host_port
 
 DEMO = "demo"
+# The demo's tiny random model rarely ends a text before its 2048-token context; on two CPU cores
+# the quickstart's 14 prompts then take minutes, with this cap under a minute.
+DEMO_MAX_TOKENS = 256
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 WATCH_INTERVAL = 1.0
 # /health may fail for a moment under load; this long in a row, with the process still there,
@@ -46,6 +49,15 @@ WATCH_INTERVAL = 1.0
 UNHEALTHY_RESTART_AFTER = 120.0
 PROBE_TIMEOUT = 30.0
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def is_demo(launch_server: str | None) -> bool:
+    return launch_server is not None and launch_server.strip() == DEMO
+
+
+def default_max_tokens(launch_server: str | None) -> int:
+    """--max-tokens when the user gave none: RunConfig's default, or the demo's smaller one."""
+    return DEMO_MAX_TOKENS if is_demo(launch_server) else RunConfig.max_tokens
 
 
 class StoppedBySignal(SynthgenError):
@@ -66,15 +78,17 @@ class Supervisor:
 
     def __init__(self, cfg: RunConfig, message: Callable[[str], None],
                  on_fatal: Callable[[BaseException], None] | None = None,
-                 unhealthy_restart_after: float = UNHEALTHY_RESTART_AFTER):
+                 unhealthy_restart_after: float = UNHEALTHY_RESTART_AFTER, lazy: bool = False):
         self.cfg = cfg
         self.message = message
         self.on_fatal = on_fatal
         self.unhealthy_restart_after = unhealthy_restart_after
+        self.lazy = lazy
+        self._started = False
         self.server: ServerProcess | None = None
         self.client: SGLangClient | None = None
         self.fatal: BaseException | None = None
-        self._demo = cfg.launch_server is not None and cfg.launch_server.strip() == DEMO
+        self._demo = is_demo(cfg.launch_server)
         self._watcher: asyncio.Task | None = None
         self._main: asyncio.Task | None = None
         self._signal: tuple[str, int] | None = None
@@ -82,17 +96,25 @@ class Supervisor:
 
     # ------------------------------------------------------------------ enter / exit
     async def __aenter__(self) -> Supervisor:
+        if not self.lazy:
+            await self.start()
+        return self
+
+    async def start(self) -> None:
+        """Use or launch the server (once; later calls return at once). With `lazy`, the body calls
+        this when it knows there is work, so a run with nothing to do starts no server."""
         cfg = self.cfg
-        if cfg.launch_server is None:
-            return self
+        if cfg.launch_server is None or self._started:
+            return
+        self._started = True
         self.client = SGLangClient(cfg.server_url, cfg.api_key, concurrency=1, request_timeout=PROBE_TIMEOUT,
                                    connect_timeout=5.0)
         try:
             await self._start()
         except BaseException:
             await self._close_client()
+            self.client = None
             raise
-        return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
@@ -147,6 +169,9 @@ class Supervisor:
                 raise StoppedBySignal(*self._signal) from None
             raise
         self.message(f"{self.server.name} ready in {took:.0f} s")
+        if self._demo and cfg.max_tokens == DEMO_MAX_TOKENS:
+            self.message(f"demo server: at most {DEMO_MAX_TOKENS} tokens per answer (its tiny model writes noise "
+                         "up to its 2048-token context); pass --max-tokens N to change that")
         self._watcher = asyncio.create_task(self._watch())
 
     async def _stop_after_failed_start(self) -> None:
