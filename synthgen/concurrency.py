@@ -20,26 +20,29 @@ with their URLs at ``GET /workers``, so behind a router the monitor polls each w
 How it decides (``AutoConcurrency.update``, once per poll)
 ---------------------------------------------------------
 The goal is a short queue on the server: every request the server could admit is already there,
-and hardly more. With ``running`` smoothed (mean of the last two polls), ``margin =
-max(8, running / 8)`` and ``desired = running + margin``:
+and hardly more. With ``running`` the highest running count of the last five polls, ``margin =
+max(8, running / 5)`` and ``desired = running + margin``:
 
-- **starved** (nothing waiting, KV below 90 % full, running below the server's limit, no
-  retractions) and the limit is what holds the client back: grow multiplicatively,
-  ``target = max(desired, target * 1.25 + 8)``. Growth is geometric so a server that fits 8x
-  more takes about ten polls to fill, and mild so one poll's overshoot stays within 1.25x.
-- **queued** (more than ``2 * margin`` waiting, or the server retracting): shrink a quarter of
+- **starved** (fewer than ``margin / 2`` waiting, KV below 90 % full, running below the
+  server's limit, no retractions), the limit is what holds the client back and the server holds what the client
+  has in flight (none in transit): grow multiplicatively, ``target = max(desired, target * 1.25
+  + 8)``. Geometric growth fills a server that fits 8x more in about ten polls; the mild factor
+  keeps one poll's overshoot within 1.25x of what the server ran.
+- **queued** (more than ``1.5 * margin`` waiting, or the server retracting): shrink a quarter of
   the way towards ``desired`` (with ``margin = 8`` while retracting), never below it.
-- **thin queue** (fewer than ``margin / 2`` waiting while the client is held back, e.g. the
-  server is at its running limit or its KV is full): raise the target to ``desired``.
+- **thin queue** (fewer than ``margin / 2`` waiting while the client is held back and the
+  server has no room: at its running limit or its KV full): raise the target to ``desired``.
 - otherwise hold.
 
 Why it is stable: the server, not the client, decides how many requests run; as long as some
 wait, ``running`` does not depend on the target, so the loop is a direct map from target to
-queue length without feedback through ``running``. The dead band between ``margin / 2`` and
-``2 * margin`` waiting absorbs the queue's step-to-step noise, a shrink moves a quarter of the
-excess (a first-order filter: no overshoot below ``desired``), and growth happens only on
-evidence that the server had room and nothing to admit. Lowering the target never cancels
-anything: the in-flight count falls as requests finish.
+queue length with no feedback through ``running``. Growth overshoots the band at most once:
+shrinking then stops at ``desired``, i.e. ``margin`` waiting, inside the band. The dead band between ``margin / 2`` and
+``1.5 * margin`` waiting absorbs the queue's noise; sizing the margin from the highest recent
+running count keeps a momentary dip (a burst of completions) from shrinking the target; a shrink
+moves a quarter of the excess (a first-order filter: it never undershoots ``desired``); growth
+needs evidence that the server had room and nothing to admit. Lowering the target cancels
+nothing: the in-flight count falls as requests finish.
 
 Start: ``initial`` if given; else, on the first report, ``max_total_num_tokens /
 tokens_per_request`` when the caller knows its prompt plus expected completion length, else 64;
@@ -254,15 +257,18 @@ class AutoConcurrency:
     fallback: int = FALLBACK_CONCURRENCY
     growth: float = 1.25
     min_margin: int = 8
-    margin_fraction: float = 0.125
+    margin_fraction: float = 0.2
+    queue_high: float = 1.5  # shrink above this many margins waiting
+    running_window: int = 5  # polls whose highest running count sizes the margin
     shrink_fraction: float = 0.25
     kv_full: float = 0.9
     target: int = field(init=False)
     state: str = field(init=False, default="no-load")
     started: bool = field(init=False, default=False)
-    _recent_running: deque[int] = field(init=False, default_factory=lambda: deque(maxlen=2))
+    _recent_running: deque[int] = field(init=False)
 
     def __post_init__(self) -> None:
+        self._recent_running = deque(maxlen=self.running_window)
         if self.max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {self.max_concurrency}")
         self.target = self._clamp(self.initial if self.initial is not None else self.fallback)
@@ -285,9 +291,10 @@ class AutoConcurrency:
         """How many requests to keep waiting on the server beyond those it runs."""
         return max(self.min_margin, math.ceil(running * self.margin_fraction))
 
-    def update(self, load: ServerLoad | None, held_back: bool) -> int:
+    def update(self, load: ServerLoad | None, held_back: bool, in_flight: int | None = None) -> int:
         """The new target after a poll. ``held_back``: the limit kept the client from sending
-        more since the last poll (``InFlightLimit.held_back()``)."""
+        more since the last poll (``InFlightLimit.held_back()``); ``in_flight``: the client's
+        requests in flight when the report was read (``InFlightLimit.in_use``), if known."""
         if load is None:
             self.state = "no-load"
             return self.target
@@ -295,16 +302,19 @@ class AutoConcurrency:
             self.started = True
             self.target = self.start_target(load)
         self._recent_running.append(load.running)
-        running = sum(self._recent_running) / len(self._recent_running)
+        running = max(self._recent_running)
         retracting = load.retracted > 0
         margin = self.min_margin if retracting else self.margin(running)
         desired = self._clamp(running + margin)
         room = load.token_usage < self.kv_full and (load.max_running is None or load.running < load.max_running)
-        if load.waiting == 0 and room and not retracting:
+        # Requests the client counts in flight but the server does not hold yet are in transit:
+        # an empty queue then says nothing about the server's room.
+        in_transit = in_flight is not None and load.running + load.waiting < in_flight - margin
+        if load.waiting < margin / 2 and room and not retracting:
             self.state = "starved"
-            if held_back:
+            if held_back and not in_transit:
                 self.target = self._clamp(max(desired, self.target * self.growth + self.min_margin))
-        elif retracting or load.waiting > 2 * margin:
+        elif retracting or load.waiting > self.queue_high * margin:
             self.state = "retracting" if retracting else "queued"
             if self.target > desired:
                 self.target = max(desired, self.target - math.ceil((self.target - desired) * self.shrink_fraction))
@@ -377,6 +387,7 @@ class LoadMonitor:
         self.peak_running = self.peak_waiting = 0
         self.min_target = self.max_target = limit.target
         self._running_sum = 0
+        self._in_flight_at_read = 0
 
     async def run(self) -> None:
         """Poll until cancelled."""
@@ -390,7 +401,7 @@ class LoadMonitor:
         now = self.clock()
         self.polls += 1
         held_back = self.limit.held_back()
-        target = self.controller.update(load, held_back)
+        target = self.controller.update(load, held_back, self._in_flight_at_read)
         self.limit.set_target(target)
         self.min_target, self.max_target = min(self.min_target, target), max(self.max_target, target)
         self.latest = load
@@ -405,6 +416,7 @@ class LoadMonitor:
         return load
 
     async def _read(self) -> ServerLoad | None:
+        self._in_flight_at_read = self.limit.in_use
         if self.source != "router workers":
             load = parse_loads(await self.client.loads(LOADS_PATH))
             if load is not None:
@@ -443,7 +455,7 @@ class LoadMonitor:
                 fix = f"raise --max-concurrency (now {self.controller.max_concurrency})"
             else:
                 fix = "the in-flight target is still growing; if this persists, raise --concurrency"
-            self.on_message(f"the server has had room and nothing waiting for {starved_for:.0f} s: {fix}")
+            self.on_message(f"the server has had room and almost nothing waiting for {starved_for:.0f} s: {fix}")
         retracting_for = self._retracting.observe(state == "retracting", now)
         if retracting_for >= self.warn_after and not self._retracting.warned:
             self._retracting.warned = True
