@@ -24,13 +24,13 @@ PROG = "run_inference.py"
 
 EXAMPLES = """\
 exit codes:
-  0 done   1 some prompts failed (errors.jsonl; rerun retries)   2 bad arguments or input
-  3 server unreachable / gave up / API key refused   4 dataset locked by another run
-  5 write error (disk full, permissions)   130/143 stopped by SIGINT/SIGTERM (rerun resumes)
+  0 done   1 some prompts failed or were skipped (errors.jsonl; rerun retries)   2 bad arguments or input
+  3 server unreachable / gave up / changed model / API key refused   4 dataset locked by another run
+  5 write error (disk full, permissions)   130/143/129 stopped by SIGINT/SIGTERM/SIGHUP (rerun resumes)
 
 examples:
-  # every dataset of the 'short' partition, 64 requests in flight
-  python run_inference.py --partition short --max-tokens 32768 --concurrency 64
+  # every dataset of the 'short' partition; requests in flight follow the server's load
+  python run_inference.py --partition short --max-tokens 32768
 
   # cap each dataset to its first 2,636 prompts; rerun the same command to resume
   python run_inference.py --partition long --max-samples 2636
@@ -51,6 +51,16 @@ examples:
   python run_inference.py --partition short --dataset glaive \\
         --chat-template-kwargs '{"thinking": true}' --dry-run
 """
+
+
+def concurrency_arg(text: str) -> int | None:
+    """``auto`` (None) or a whole number; argparse reports anything else as a usage error."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected auto or a whole number, got {text!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,8 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--server-url", default="http://127.0.0.1:30000", help="default: http://127.0.0.1:30000")
     g.add_argument("--api-key", default=None,
                    help="sent as 'Authorization: Bearer'; default: $SGLANG_API_KEY. Never printed")
-    g.add_argument("--concurrency", type=int, default=64,
-                   help="requests in flight, all datasets together (default: 64)")
+    g.add_argument("--concurrency", type=concurrency_arg, default=None, metavar="auto|N",
+                   help="requests in flight, all datasets together: auto keeps just enough in flight that the "
+                        "server always has work waiting, from its own load (/v1/loads); N keeps N (default: auto)")
+    g.add_argument("--max-concurrency", type=int, default=1024, metavar="N",
+                   help="the most requests auto keeps in flight (default: 1024)")
     g.add_argument("--request-timeout", type=float, default=3600.0,
                    help="seconds to wait for one generation (default: 3600)")
     g.add_argument("--max-attempts", type=int, default=5,
@@ -215,6 +228,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         top_p=args.top_p,
         top_k=args.top_k,
         concurrency=args.concurrency,
+        max_concurrency=args.max_concurrency,
         request_timeout=args.request_timeout,
         max_attempts=args.max_attempts,
         backoff_base=args.retry_backoff,

@@ -16,8 +16,11 @@ from pathlib import Path
 import httpx
 
 from .errors import UsageError
+from .parsers import KNOWN_REASONING, KNOWN_TOOL_CALL
+from .prompts import REGENERATE_MODES
 from .selection import SAMPLE_MODES
 
+CHANGED_PROMPTS = ("refuse", "keep", "regenerate")
 # With --launch-server, --server-wait covers a start-up plus this: the restart's stop grace (30 s)
 # and its longest backoff (30 s), with room to spare.
 RESTART_ALLOWANCE = 120.0
@@ -62,6 +65,14 @@ class RunConfig:
     chat_template_kwargs: dict = field(default_factory=dict)
     think_start: str = "<think>"
     think_end: str = "</think>"
+    chat_template: Path | None = None  # a Jinja file (or tokenizer_config.json) instead of the tokenizer's
+    reasoning_parser: str | None = None  # SGLang's name; None: what the server reports, else the <think> rule
+    tool_call_parser: str | None = None  # SGLang's name; None: what the server reports, else none
+    regenerate: str = "last"  # last | each | all: which assistant turns are generated
+
+    # --- what earlier runs left ----------------------------------------------------------------
+    allow_mixed_settings: bool = False  # write rows under other settings than the recorded ones
+    changed_prompts: str = "refuse"  # refuse | keep | regenerate: done prompts whose text changed
 
     # --- sampling (only what the user sets is sent, so the model's preferred params apply) -----
     max_tokens: int = 32768
@@ -71,7 +82,8 @@ class RunConfig:
     top_k: int | None = None
 
     # --- execution -------------------------------------------------------------------------------
-    concurrency: int = 64
+    concurrency: int | None = None  # None: auto, driven by the server's load (concurrency.LoadMonitor)
+    max_concurrency: int = 1024  # the bound of auto
     request_timeout: float = 3600.0  # one generation may take many minutes
     connect_timeout: float = 10.0
     max_attempts: int = 5  # per prompt, per run; outage retries do not count
@@ -86,7 +98,8 @@ class RunConfig:
     def validate(self) -> RunConfig:
         positive = {
             "--max-tokens": self.max_tokens,
-            "--concurrency": self.concurrency,
+            "--concurrency": 1 if self.concurrency is None else self.concurrency,
+            "--max-concurrency": self.max_concurrency,
             "--max-attempts": self.max_attempts,
             "--request-timeout": self.request_timeout,
             "--status-interval": self.status_interval,
@@ -112,6 +125,14 @@ class RunConfig:
             raise UsageError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.top_k is not None and not (self.top_k == -1 or self.top_k >= 1):
             raise UsageError(f"--top-k must be -1 or at least 1, got {self.top_k}")
+        if self.regenerate not in REGENERATE_MODES:
+            raise UsageError(f"--regenerate must be one of {', '.join(REGENERATE_MODES)}")
+        if self.changed_prompts not in CHANGED_PROMPTS:
+            raise UsageError(f"--changed-prompts must be one of {', '.join(CHANGED_PROMPTS)}")
+        for flag, name, known in (("--reasoning-parser", self.reasoning_parser, KNOWN_REASONING),
+                                  ("--tool-call-parser", self.tool_call_parser, KNOWN_TOOL_CALL)):
+            if name is not None and name not in known:
+                raise UsageError(f"{flag}: unknown parser '{name}' (SGLang's names: {', '.join(known)})")
         if not self.think_start or not self.think_end:
             raise UsageError("--think-start and --think-end must not be empty")
         self._check_server()

@@ -95,6 +95,12 @@ class Preparer:
             f"prompt line has {size:,} bytes, so at least {at_least:,} tokens; the server accepts fewer than {limit:,}"
         ))
 
+    def done_with(self, run: DatasetRun) -> None:
+        """The dataset's prompts are all prepared: its prompt file is closed now, not at the end."""
+        reader = self._readers.pop(run.name, None)
+        if reader is not None:
+            reader.close()
+
     def close(self) -> None:
         for reader in self._readers.values():
             reader.close()

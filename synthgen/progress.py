@@ -249,9 +249,10 @@ class Progress:
                if self.outage_since is not None else "")
         )
 
-    def tick(self) -> None:
-        """Periodic: a status line where there is no bar; the log file always gets one."""
-        line = self.status_line()
+    def tick(self, server: str | None = None) -> None:
+        """Periodic: a status line where there is no bar; the log file always gets one.
+        ``server``: the server's state (running / waiting, KV, rate, in-flight target), if known."""
+        line = self.status_line() + (f" | {server}" if server else "")
         if self._bar is None:
             self._write(line)
         else:

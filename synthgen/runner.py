@@ -26,6 +26,7 @@ import orjson
 
 from . import provenance, templating
 from .client import Generation, Rejected, SGLangClient, Transient, build_payload, new_rid
+from .concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor
 from .config import RunConfig
 from .dataset_run import DatasetRun, WorkItem, now_iso, open_dataset
 from .errors import (
@@ -51,6 +52,8 @@ OUTAGES_PER_PROMPT = 3
 # could be sent, the cause is the configuration (template, --chat-template-kwargs), not the data.
 SKIPS_BEFORE_STOP = 20
 # SIGHUP (a closed terminal without nohup) stops the run like SIGTERM: drain, then exit.
+# Prepared (rendered, tokenized) prompts waiting to be sent: about one in-flight target, at least this.
+PREPARED_AHEAD_MIN = 16
 SIGNALS = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
 SIGNAL_EXIT = {"SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM, "SIGHUP": EXIT_SIGHUP}
 
@@ -69,7 +72,8 @@ class Runner:
         self.stopping = asyncio.Event()
         self.signal_name: str | None = None
         self.fatal: BaseException | None = None
-        self._workers: list[asyncio.Task] = []
+        self._workers: set[asyncio.Task] = set()  # one task per prompt in flight
+        self._monitor: LoadMonitor | None = None
         self._health: ServerHealth | None = None  # while execute() runs
         self._sendable = 0  # prompts prepared for sending so far
         self._skips: dict[str, int] = {}  # template error -> prompts skipped so, before the first sendable one
@@ -131,7 +135,7 @@ class Runner:
         out = [f"dry run: nothing will be sent to {cfg.server_url}", self.plan_report()]
         out += [f"  note: {n}" for n in ctx.notes]
         out.append(f"  tokenizer: {ctx.tokenizer_path}; context length: {ctx.context_len or 'unknown'}; "
-                   f"max tokens: {cfg.max_tokens}; concurrency: {cfg.concurrency}")
+                   f"max tokens: {cfg.max_tokens}; concurrency: {cfg.concurrency or 'auto'}")
         sample = next(((run, run.selection.pending[0]) for run in self.runs if run.selection.pending), None)
         if sample is None:
             out.append("nothing to do: every selected prompt is already done")
@@ -184,9 +188,13 @@ class Runner:
 
     # ------------------------------------------------------------------ the pool
     async def execute(self, client: SGLangClient) -> None:
+        """producer (prepare, in a worker thread) -> queue -> dispatcher (one task per prompt, as the
+        in-flight limit admits) -> DatasetRun.record_*. The limit is fixed (--concurrency N) or moved
+        by the server's load (auto, concurrency.LoadMonitor)."""
         cfg, progress, preparer = self.config, self.progress, self.preparer
         assert preparer is not None
-        progress.start(sum(len(run.selection.pending) for run in self.runs))
+        total = sum(len(run.selection.pending) for run in self.runs)
+        progress.start(total)
         self._health = health = ServerHealth(
             client, cfg.server_wait,
             on_down=lambda reason: progress.outage_began(client.base_url, reason, cfg.server_wait),
@@ -194,79 +202,91 @@ class Runner:
             on_gone=lambda gone: progress.gave_up(str(gone)),
             verify=lambda: changed_identity(client, self.server),
         )
-        # Prepared prompts wait in an unbounded queue, but the producer holds a slot for each,
-        # so at most 2 x concurrency are tokenized ahead; the end-of-work sentinels never block.
+        limit, monitor = self._in_flight_limit(client)
+        # Prompts are prepared about one in-flight target ahead of sending, never more.
+        ahead = InFlightLimit(max(PREPARED_AHEAD_MIN, limit.target))
         queue: asyncio.Queue[WorkItem | None] = asyncio.Queue()
-        slots = asyncio.Semaphore(cfg.concurrency * 2)
         loop = asyncio.get_running_loop()
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
         sampling = cfg.sampling_params()
 
-        total = sum(len(run.selection.pending) for run in self.runs)
-
         async def produce() -> None:
-            for run in self.runs:
-                for prompt_id in run.selection.pending:
-                    if self.stopping.is_set():
-                        return
-                    if run.closed:
-                        break
-                    await slots.acquire()
-                    item = await loop.run_in_executor(executor, preparer.prepare, run, prompt_id)
-                    if isinstance(item, Skip):
-                        slots.release()
-                        run.record_error(item.prompt_id, "skipped", item.kind, item.reason, attempts=0)
-                        self._check_skips(item, total)
-                    else:
-                        self._sendable += 1
-                        queue.put_nowait(item)
+            try:
+                for run in self.runs:
+                    for prompt_id in run.selection.pending:
+                        if self.stopping.is_set() or run.closed:
+                            break
+                        await ahead.acquire()
+                        item = await loop.run_in_executor(executor, preparer.prepare, run, prompt_id)
+                        if isinstance(item, Skip):
+                            ahead.release()
+                            run.record_error(item.prompt_id, "skipped", item.kind, item.reason, attempts=0)
+                            self._check_skips(item, total)
+                        else:
+                            self._sendable += 1
+                            queue.put_nowait(item)
+                    preparer.done_with(run)
+            finally:
+                queue.put_nowait(None)
 
-        async def work() -> None:
-            while True:
-                item = await queue.get()
-                if item is None or self.stopping.is_set():
-                    return
-                slots.release()
+        async def one(item: WorkItem) -> None:
+            try:
                 if await item.run.admit():
-                    try:
-                        await self._process(item, client, health, sampling)
-                    except Exception as exc:  # a bug, not a prompt's failure: stop now rather than shrink the pool
-                        self._fail_run(exc)
-                        return
+                    await self._process(item, client, health, sampling)
+            except Exception as exc:  # a bug, not a prompt's failure: stop now rather than lose a worker
+                self._fail_run(exc)
+            finally:
+                limit.release()
+
+        async def dispatch() -> None:
+            while (item := await queue.get()) is not None:
+                ahead.release()
+                if self.stopping.is_set():
+                    continue  # drain the queue so the producer is never left waiting
+                await limit.acquire()
+                if self.stopping.is_set():
+                    limit.release()
+                    continue
+                ahead.set_target(max(PREPARED_AHEAD_MIN, limit.target))
+                task = asyncio.create_task(one(item))
+                self._workers.add(task)
+                task.add_done_callback(self._workers.discard)
 
         async def ticker() -> None:
             while True:
                 await asyncio.sleep(cfg.status_interval)
-                progress.tick()
+                progress.tick(monitor.status_text() if monitor is not None else None)
 
         producer = asyncio.create_task(produce())
-        self._workers = [asyncio.create_task(work()) for _ in range(cfg.concurrency)]
-        tick_task = asyncio.create_task(ticker())
-        stop_waiter = asyncio.create_task(self.stopping.wait())
+        dispatcher = asyncio.create_task(dispatch())
+        background = [asyncio.create_task(ticker())]
+        if monitor is not None:
+            background.append(asyncio.create_task(monitor.run()))
+        self._monitor = monitor
         try:
-            # Feed until the producer is done, then tell every worker to finish.
-            await asyncio.wait({producer, stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
-            if self.stopping.is_set():
-                producer.cancel()
-                with contextlib.suppress(asyncio.CancelledError, SynthgenError):
-                    await producer
-            else:
-                producer.result()  # re-raise an input error from the producer
-            for _ in self._workers:
-                queue.put_nowait(None)
-            results = await asyncio.gather(*self._workers, return_exceptions=True)
-            for result in results:
-                if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
-                    self._fail_run(result)
-        except SynthgenError as exc:
+            await asyncio.gather(producer, dispatcher)
+        except SynthgenError as exc:  # an input error from the producer, or the skips check
             self._fail_run(exc)
-            await asyncio.gather(*self._workers, return_exceptions=True)
+        except asyncio.CancelledError:
+            pass
         finally:
-            stop_waiter.cancel()
-            tick_task.cancel()
+            producer.cancel()
+            dispatcher.cancel()
+            await asyncio.gather(producer, dispatcher, return_exceptions=True)
+            await asyncio.gather(*self._workers, return_exceptions=True)
+            for task in background:
+                task.cancel()
             health.close()
             self._health = None
             executor.shutdown(wait=True, cancel_futures=True)
+
+    def _in_flight_limit(self, client: SGLangClient) -> tuple[InFlightLimit, LoadMonitor | None]:
+        cfg = self.config
+        if cfg.concurrency is not None:
+            return InFlightLimit(cfg.concurrency), None
+        limit = InFlightLimit(FALLBACK_CONCURRENCY)
+        controller = AutoConcurrency(max_concurrency=cfg.max_concurrency)
+        return limit, LoadMonitor(client, limit, controller, on_message=self.progress.message)
 
     # ------------------------------------------------------------------ one prompt
     async def _process(self, item: WorkItem, client: SGLangClient, health: ServerHealth, sampling: dict) -> None:
@@ -372,8 +392,8 @@ class Runner:
     async def run(self) -> int:
         cfg = self.config
         started = time.monotonic()
-        client = self.client or SGLangClient(cfg.server_url, cfg.api_key, cfg.concurrency, cfg.request_timeout,
-                                             cfg.connect_timeout)
+        client = self.client or SGLangClient(cfg.server_url, cfg.api_key, cfg.concurrency or cfg.max_concurrency,
+                                             cfg.request_timeout, cfg.connect_timeout)
         loop = asyncio.get_running_loop()
         for sig, name in SIGNALS.items():
             loop.add_signal_handler(sig, self._on_signal, name)
@@ -395,9 +415,13 @@ class Runner:
                 self.progress.message(f"note: {note}")
             self.progress.message(
                 f"model {self.server.model}; tokenizer {self.server.tokenizer_path}; context "
-                f"{self.server.context_len or 'unknown'}; max tokens {cfg.max_tokens}; concurrency {cfg.concurrency}")
+                f"{self.server.context_len or 'unknown'}; max tokens {cfg.max_tokens}; "
+                f"concurrency {cfg.concurrency or 'auto'}")
             await self.execute(client)
-            self.progress.print_block(summary_table([run.counts for run in self.runs], time.monotonic() - started))
+            summary = summary_table([run.counts for run in self.runs], time.monotonic() - started)
+            if self._monitor is not None:
+                summary += "\n" + self._monitor.summary_line()
+            self.progress.print_block(summary)
             return self.exit_code()
         finally:
             for sig in SIGNALS:

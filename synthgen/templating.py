@@ -174,3 +174,14 @@ def read_chat_template(path: str | Path) -> str:
     if not text.strip():
         raise TokenizerError(f"chat template {path} is empty")
     return text
+
+
+def max_token_bytes(tokenizer) -> int | None:
+    """An upper bound on the bytes one token stands for (the longest vocabulary entry, UTF-8 encoded;
+    byte-level BPE symbols encode to at least the byte they stand for), so a text of B bytes makes at
+    least B / this many tokens. None when the vocabulary cannot be read."""
+    try:
+        vocab = tokenizer.get_vocab()
+    except Exception:  # a remote-code tokenizer may not implement it
+        return None
+    return max((len(token.encode("utf-8")) for token in vocab), default=None) or None
