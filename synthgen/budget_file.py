@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -84,8 +85,16 @@ def _file_mode(path: Path) -> int:
         return 0o666 & ~umask
 
 
-def read_budget(path: Path) -> dict[str, int]:
-    """dataset -> max_samples from a compute_budget.py plan file."""
+@dataclass(frozen=True)
+class Budget:
+    """What run_inference.py takes from a budget file."""
+
+    caps: dict[str, int]  # dataset -> max_samples
+    averages: dict[str, float]  # dataset -> expected completion tokens, where the plan had one
+
+
+def read_budget(path: Path) -> Budget:
+    """The per-dataset caps (and expected completion lengths) of a compute_budget.py plan file."""
     try:
         data = orjson.loads(Path(path).read_bytes())
     except FileNotFoundError:
@@ -97,10 +106,13 @@ def read_budget(path: Path) -> dict[str, int]:
     datasets = data.get("datasets") if isinstance(data, dict) else None
     if not isinstance(datasets, dict):
         raise UsageError(f"{path}: no 'datasets' object; recreate it with compute_budget.py --out {path}")
-    caps = {}
+    caps, averages = {}, {}
     for name, entry in datasets.items():
         value = entry.get("max_samples") if isinstance(entry, dict) else None
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise UsageError(f"{path}: dataset '{name}' has no valid max_samples (a whole number, 0 or more)")
         caps[name] = value
-    return caps
+        avg = entry.get("avg_completion_tokens")
+        if isinstance(avg, (int, float)) and not isinstance(avg, bool) and avg > 0:
+            averages[name] = float(avg)
+    return Budget(caps, averages)

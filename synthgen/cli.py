@@ -189,6 +189,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise UsageError(f"--chat-template-kwargs is not valid JSON ({exc}); e.g. '{{\"thinking\": true}}'") from None
     if not isinstance(template_kwargs, dict):
         raise UsageError("--chat-template-kwargs must be a JSON object, e.g. '{\"thinking\": true}'")
+    budget = read_budget(args.budget) if args.budget else None
     token_cap = None
     if args.max_tokens_per_dataset is not None:
         token_cap = parse_count(args.max_tokens_per_dataset, "--max-tokens-per-dataset")
@@ -199,7 +200,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         output_dir=args.output_dir,
         skip_bad_lines=args.skip_bad_lines,
         max_samples=args.max_samples,
-        budget=read_budget(args.budget) if args.budget else {},
+        budget=budget.caps if budget else {},
+        expected_tokens=budget.averages if budget else {},
         budget_path=args.budget,
         max_tokens_per_dataset=token_cap,
         sample=args.sample,

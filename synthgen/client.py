@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import httpx
 import orjson
 
+from .config import redact_url
 from .errors import AuthError, ServerError
 
 OUTAGE_STATUSES = frozenset({502, 503, 504})
@@ -178,6 +179,7 @@ class SGLangClient:
                  request_timeout: float, connect_timeout: float = 10.0,
                  transport: httpx.AsyncBaseTransport | None = None):
         self.base_url = base_url.rstrip("/")
+        self.shown_url = redact_url(self.base_url)  # for messages: a password in the URL is never printed
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # httpx's defaults (5 s read timeout, 100 connections) would time out every long
         # generation and queue requests beyond 100; the runner's semaphore bounds in-flight
@@ -228,7 +230,7 @@ class SGLangClient:
             response = await self.http.get(path, timeout=httpx.Timeout(30.0))
         except httpx.HTTPError as exc:
             raise ServerError(
-                f"cannot reach the SGLang server at {self.base_url} ({type(exc).__name__}); "
+                f"cannot reach the SGLang server at {self.shown_url} ({type(exc).__name__}); "
                 "start the server or pass --server-url URL"
             ) from exc
         check_auth(response.status_code, response.content)
@@ -247,7 +249,7 @@ class SGLangClient:
             if info is not None:
                 return info
         raise ServerError(
-            f"{self.base_url} answered neither /model_info nor /get_model_info; is it an SGLang server? "
+            f"{self.shown_url} answered neither /model_info nor /get_model_info; is it an SGLang server? "
             "Check --server-url"
         )
 

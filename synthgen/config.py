@@ -44,6 +44,7 @@ class RunConfig:
     max_samples: int | None = None  # overrides the budget file for every dataset
     budget: dict[str, int] = field(default_factory=dict)  # dataset -> max_samples, from --budget
     budget_path: Path | None = None
+    expected_tokens: dict[str, float] = field(default_factory=dict)  # dataset -> mean completion, from --budget
     max_tokens_per_dataset: int | None = None  # precise output-token cap per dataset
     sample: str = "first"  # first | random
     seed: int = 0

@@ -217,6 +217,8 @@ class DatasetRun:
             extra.append(f"{ix.bad_lines} bad lines skipped")
         if resume.repaired:
             extra.append(resume.repaired)
+        if resume.bom:
+            extra.append("a byte order mark at the start of raw_responses.jsonl was skipped")
         if resume.bad_lines:
             extra.append(f"unreadable result lines {resume.bad_lines[:5]}")
         if resume.duplicate_rows:

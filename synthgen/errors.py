@@ -77,8 +77,16 @@ def run_guarded(prog: str, body: Callable[[], int], stream: TextIO, debug: bool 
     except SynthgenError as exc:
         if debug:
             raise
-        print(f"{prog}: error: {exc}", file=stream, flush=True)
+        _say(f"{prog}: error: {exc}", stream)
         return exc.exit_code
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=stream, flush=True)
+        _say(f"{prog}: interrupted", stream)
         return EXIT_SIGINT
+
+
+def _say(line: str, stream: TextIO) -> None:
+    """The last line of a run; a closed stderr (``| head -1`` gone) must not turn it into a traceback."""
+    try:
+        print(line, file=stream, flush=True)
+    except (OSError, ValueError):
+        pass

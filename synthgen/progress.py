@@ -180,10 +180,6 @@ class Progress:
     def gave_up(self, why: str) -> None:
         self.message(f"GIVE UP: {why}")
 
-    def budget_reopened(self, restored: int) -> None:
-        """Prompts withdrawn by ``budget_closed`` are back in the run."""
-        self._set_total(self.total + max(restored, 0))
-
     def _set_total(self, total: int) -> None:
         self.total = max(total, self.done + self.failed + self.skipped + self.in_flight)
 

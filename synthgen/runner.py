@@ -58,6 +58,19 @@ SIGNALS = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "S
 SIGNAL_EXIT = {"SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM, "SIGHUP": EXIT_SIGHUP}
 
 
+def longest_first(runs: list[DatasetRun], planned: dict[str, float]) -> list[DatasetRun]:
+    """Datasets whose answers are expected to be longest start first, so the end of a run is not
+    a few long generations on an idle server. Expected: the budget file's average, else the mean
+    of the rows already there; datasets with no estimate keep their place at the front."""
+    def expected(run: DatasetRun) -> float:
+        if run.name in planned:
+            return planned[run.name]
+        rows = len(run.resume.done)
+        return run.resume.completion_tokens / rows if rows else float("inf")
+
+    return sorted(runs, key=expected, reverse=True)  # stable: equal estimates keep discovery order
+
+
 class Runner:
     def __init__(self, config: RunConfig, progress_stream: TextIO | None = None, tty: bool | None = None,
                  client: SGLangClient | None = None):
@@ -84,8 +97,8 @@ class Runner:
         sources = discover_datasets(cfg.prompts_dir, cfg.partition, cfg.datasets)
         for source in sources:
             cfg.cap_for(source.name)  # a missing budget entry fails before any file is scanned
-        for source in sources:
-            self.runs.append(open_dataset(source, cfg, self.progress))
+        runs = [open_dataset(source, cfg, self.progress) for source in sources]
+        self.runs = longest_first(runs, cfg.expected_tokens)
 
     def plan_report(self) -> str:
         return "\n".join(line for run in self.runs for line in run.plan_lines())
@@ -132,7 +145,7 @@ class Runner:
     async def dry_run(self) -> int:
         cfg, ctx = self.config, self.server
         assert self.preparer is not None
-        out = [f"dry run: nothing will be sent to {cfg.server_url}", self.plan_report()]
+        out = [f"dry run: nothing will be sent to {cfg.display_url}", self.plan_report()]
         out += [f"  note: {n}" for n in ctx.notes]
         out.append(f"  tokenizer: {ctx.tokenizer_path}; context length: {ctx.context_len or 'unknown'}; "
                    f"max tokens: {cfg.max_tokens}; concurrency: {cfg.concurrency or 'auto'}")
@@ -145,7 +158,7 @@ class Runner:
                 payload = build_payload(item.input_ids, item.max_new_tokens, cfg.sampling_params(), "synthgen-<uuid>")
                 shown = dict(payload, input_ids=f"[{len(item.input_ids)} token ids: {item.input_ids[:12]} ...]")
                 rendered = self.preparer.renderer.tokenizer.decode(item.input_ids)
-                out.append(f"first request ({item.run.name} / {item.prompt.id}): POST {cfg.server_url}/generate")
+                out.append(f"first request ({item.run.name} / {item.prompt.id}): POST {cfg.display_url}/generate")
                 out.append("  " + orjson.dumps(shown).decode())
                 out.append("  rendered prompt:\n    " + rendered.replace("\n", "\n    "))
                 out.append(f"  prompt opens reasoning: {item.opens_reasoning}")
@@ -197,7 +210,7 @@ class Runner:
         progress.start(total)
         self._health = health = ServerHealth(
             client, cfg.server_wait,
-            on_down=lambda reason: progress.outage_began(client.base_url, reason, cfg.server_wait),
+            on_down=lambda reason: progress.outage_began(client.shown_url, reason, cfg.server_wait),
             on_up=progress.outage_ended,
             on_gone=lambda gone: progress.gave_up(str(gone)),
             verify=lambda: changed_identity(client, self.server),
@@ -402,7 +415,7 @@ class Runner:
             if cfg.dry_run:
                 await self.connect(client)
                 return await self.dry_run()
-            self.progress.print_block(f"{now_iso()} synthgen: {cfg.server_url}, partition {cfg.partition}\n"
+            self.progress.print_block(f"{now_iso()} synthgen: {cfg.display_url}, partition {cfg.partition}\n"
                                       + self.plan_report())
             if not any(run.selection.pending for run in self.runs):
                 self.progress.print_block("nothing to do: every selected prompt is already done")

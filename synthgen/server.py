@@ -66,7 +66,7 @@ async def discover(client: SGLangClient, cfg: RunConfig) -> ServerContext:
         if not (cfg.dry_run and cfg.tokenizer):
             raise
         info = {}
-        ctx.notes.append(f"server {cfg.server_url} not reachable; dry run continues without it")
+        ctx.notes.append(f"server {cfg.display_url} not reachable; dry run continues without it")
     ctx.model = info.get("served_model_name") or info.get("model_path")
     ctx.model_path = info.get("model_path")
     ctx.identity = identity(info)
@@ -74,7 +74,7 @@ async def discover(client: SGLangClient, cfg: RunConfig) -> ServerContext:
     ctx.weight_version = version if isinstance(version, str) else None
     ctx.tokenizer_path = cfg.tokenizer or info.get("tokenizer_path") or info.get("model_path")
     if not ctx.tokenizer_path:
-        raise SynthgenError(f"{cfg.server_url}/model_info reports no tokenizer_path; pass --tokenizer PATH")
+        raise SynthgenError(f"{cfg.display_url}/model_info reports no tokenizer_path; pass --tokenizer PATH")
     # The served model's own config.json is the truth; a --tokenizer folder's is the fallback.
     model_config = templating.model_config(info.get("model_path"), ctx.tokenizer_path)
     if cfg.max_seq_len is not None:
@@ -174,7 +174,7 @@ class ServerHealth:
                 changed = await self.verify() if self.verify is not None else None
                 if changed is not None:
                     self.gone = ServerChanged(
-                        f"the server {self.client.base_url} came back serving something else ({changed}); stopped so "
+                        f"the server {self.client.shown_url} came back serving something else ({changed}); stopped so "
                         "no row is made with another model than the run's; restart the run's model, or rerun with "
                         "another --output-dir (or --allow-mixed-settings) to go on with this one"
                     )
@@ -186,7 +186,7 @@ class ServerHealth:
                 return
             if time.monotonic() - started >= self.server_wait:
                 self.gone = ServerGone(
-                    f"gave up: server {self.client.base_url} was unreachable for "
+                    f"gave up: server {self.client.shown_url} was unreachable for "
                     f"{fmt_duration(time.monotonic() - started)} (--server-wait); nothing was lost: "
                     "rerun the same command to resume"
                 )

@@ -139,3 +139,16 @@ def test_a_refused_api_key_stops_the_whole_run(tmp_path, tok):
     with pytest.raises(AuthError, match="refused the API key"):
         run(tmp_path, server, prompts=3)
     assert rows(tmp_path) == []
+
+
+def test_datasets_with_the_longest_expected_answers_start_first():
+    from types import SimpleNamespace
+
+    from synthgen.runner import longest_first
+
+    def run(name: str, rows: int, tokens: int):
+        return SimpleNamespace(name=name, resume=SimpleNamespace(done=set(range(rows)), completion_tokens=tokens))
+
+    runs = [run("short", 10, 1_500 * 10), run("unknown", 0, 0), run("agent", 10, 8_000 * 10), run("planned", 0, 0)]
+    order = [r.name for r in longest_first(runs, {"planned": 3_000.0})]  # type: ignore[arg-type]
+    assert order == ["unknown", "agent", "planned", "short"]
