@@ -15,7 +15,9 @@ It writes one dataset of --conversations conversations, each of --turns user/ass
 with user turns of about --user-tokens tokens, and runs ``run_inference.py --regenerate each
 --max-tokens 8`` on it once in file order and once with ``--sample random`` (prompts ordered by a
 hash of their ``<id>#<k>`` ids, which scatters a conversation's turns over the run), each on a
-fresh --output-dir after ``POST /flush_cache``, for every --concurrency given. Figures, from the
+fresh --output-dir after ``POST /flush_cache``, for every --concurrency given. The server gets
+``--max-total-tokens`` --kv-tokens (default 4096, a fifth of the dataset: a real run's cache cannot
+hold every conversation either) and, with --schedule-policy, that policy. Figures, from the
 rows: the share of prompt tokens served from the cache, overall and for turns after the first;
 the ideal share (each prompt's longest common prefix with an earlier turn of its conversation);
 how far apart a conversation's consecutive turns are in send order; the wall time of the CLI.
