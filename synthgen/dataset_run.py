@@ -215,6 +215,8 @@ class DatasetRun:
             extra.append(f"{ix.duplicates} duplicate ids ignored (first wins)")
         if ix.bad_lines:
             extra.append(f"{ix.bad_lines} bad lines skipped")
+        if ix.dropped_empty_system:
+            extra.append(f"{ix.dropped_empty_system} empty system turns dropped")
         if resume.repaired:
             extra.append(resume.repaired)
         if resume.bom:
@@ -261,7 +263,8 @@ def open_dataset(source: DatasetSource, cfg: RunConfig, progress: Progress) -> D
     if index.changed:
         resume = handle_changed(store, source, index.changed, cfg, resume)
     writer = None if cfg.dry_run else store
-    selection = select(index.ids, resume.done, cfg.cap_for(source.name), cfg.sample, cfg.seed)
+    selection = select(index.ids, resume.done, cfg.cap_for(source.name), cfg.sample, cfg.seed,
+                       grouped=cfg.regenerate == "each")
     if writer is not None:
         writer.compact_errors(resume.done)
     counts = DatasetStats(source.name, target=selection.target, already_done=selection.already_done,

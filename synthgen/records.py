@@ -56,6 +56,7 @@ class ResultRecord:
     tool_calls: list[dict] | None = None  # calls the model made in the generated turn (OpenAI shape)
     input_ids: list[int] | None = None  # the prompt ids exactly as sent (of the last turn)
     output_ids: list[int] | None = None  # as the server returned them, stop token included; None: not returned
+    ids_note: str | None = None  # why output_ids is missing, when it is
     regenerate: str | None = None  # last | each | all
     turns: list[dict] | None = None  # regenerate=all: every generated turn (Turn.to_dict), in order
     stopped_early: str | None = None  # regenerate=all: why the conversation ends before its last turn
@@ -183,6 +184,9 @@ def build_result(ctx: RowContext, messages: list[dict], turns: list[Turn], creat
         tool_calls=last.tool_calls,
         input_ids=last.input_ids,
         output_ids=last.output_ids,
+        ids_note=None if all(t.output_ids is not None for t in turns) else (
+            "the server returned no output_ids for this answer; they were not re-tokenized from the text "
+            "(use a server or route that returns them for token-exact rows)"),
         regenerate=ctx.regenerate,
         turns=[t.to_dict() for t in turns] if ctx.regenerate == "all" else None,
         stopped_early=stopped_early,

@@ -21,10 +21,15 @@ def random_key(seed: int, prompt_id: str) -> bytes:
     return hashlib.blake2b(f"{seed}\x00{prompt_id}".encode(), digest_size=8).digest()
 
 
-def order(ids: Sequence[str], mode: str = "first", seed: int = 0) -> list[str]:
+def order(ids: Sequence[str], mode: str = "first", seed: int = 0, grouped: bool = False) -> list[str]:
+    """``grouped``: ids are ``<conversation>#<k>`` (--regenerate each); random order then moves whole
+    conversations, their turns staying together and in order, so the server's prefix cache serves
+    the history they share."""
     if mode == "first":
         return list(ids)
     if mode == "random":
+        if grouped:
+            return sorted(ids, key=lambda i: (random_key(seed, i.rpartition("#")[0]), int(i.rpartition("#")[2])))
         return sorted(ids, key=lambda i: random_key(seed, i))
     raise ValueError(f"unknown sample mode {mode!r}")
 
@@ -43,9 +48,9 @@ class Selection:
 
 
 def select(ids: Sequence[str], done: set[str] | frozenset[str], cap: int | None,
-           mode: str = "first", seed: int = 0) -> Selection:
+           mode: str = "first", seed: int = 0, grouped: bool = False) -> Selection:
     done_here = sum(1 for i in ids if i in done)
-    candidates = [i for i in order(ids, mode, seed) if i not in done]
+    candidates = [i for i in order(ids, mode, seed, grouped) if i not in done]
     if cap is not None:
         candidates = candidates[: max(0, cap - done_here)]
     return Selection(available=len(ids), cap=cap, already_done=done_here, pending=candidates)

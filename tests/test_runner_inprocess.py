@@ -152,3 +152,24 @@ def test_datasets_with_the_longest_expected_answers_start_first():
     runs = [run("short", 10, 1_500 * 10), run("unknown", 0, 0), run("agent", 10, 8_000 * 10), run("planned", 0, 0)]
     order = [r.name for r in longest_first(runs, {"planned": 3_000.0})]  # type: ignore[arg-type]
     assert order == ["unknown", "agent", "planned", "short"]
+
+
+def test_a_server_that_returns_no_output_ids_is_named_in_the_row_not_re_tokenized(tmp_path, tok):
+    def no_ids() -> httpx.Response:
+        body = answer().json()
+        del body["output_ids"]
+        return httpx.Response(200, json=body)
+
+    code, _ = run(tmp_path, ScriptedServer(tok, [no_ids]))
+    assert code == 0
+    (row,) = rows(tmp_path)
+    assert row["output_ids"] is None and "returned no output_ids" in row["ids_note"]
+    assert row["input_ids"] and all(isinstance(i, int) for i in row["input_ids"])
+
+
+def test_rows_carry_the_ids_sent_and_returned(tmp_path, tok):
+    code, _ = run(tmp_path, ScriptedServer(tok))
+    assert code == 0
+    (row,) = rows(tmp_path)
+    assert row["output_ids"] == [1] * 5 and row["ids_note"] is None
+    assert row["source"] == "p/d.jsonl" and len(row["prompt_hash"]) == 64 and row["regenerate"] == "last"

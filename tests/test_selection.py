@@ -57,3 +57,15 @@ def test_random_resume_takes_the_rest_of_the_same_pick():
     first = select(IDS, set(), 10, "random", 5).pending
     resumed = select(IDS, set(first[:4]), 10, "random", 5).pending
     assert resumed == first[4:]
+
+
+def test_random_order_of_each_mode_prompts_keeps_a_conversations_turns_together_and_in_order():
+    ids = [f"c{c}#{k}" for c in range(20) for k in range(3)]
+    picked = order(ids, "random", seed=5, grouped=True)
+    assert sorted(picked) == sorted(ids)
+    conversations = [i.rpartition("#")[0] for i in picked]
+    for start in range(0, len(picked), 3):
+        block = picked[start:start + 3]
+        assert len({c for c in conversations[start:start + 3]}) == 1
+        assert [b.rpartition("#")[2] for b in block] == ["0", "1", "2"]
+    assert conversations[::3] != [f"c{c}" for c in range(20)]  # the conversations themselves are shuffled
