@@ -381,7 +381,6 @@ class PartialTurns:
 
     def __init__(self, folder: Path):
         self.path = Path(folder) / self.NAME
-        self._fd: int | None = None
 
     def read(self, done: set[str]) -> dict[str, list[dict]]:
         turns: dict[str, list[dict]] = {}
@@ -414,22 +413,25 @@ class PartialTurns:
     def append(self, rid: str, k: int, data: dict) -> None:
         line = orjson.dumps({"id": rid, "turn": k, "data": data}, option=orjson.OPT_APPEND_NEWLINE)
         try:
-            if self._fd is None:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            start = os.fstat(self._fd).st_size
-            try:
-                os.write(self._fd, line)
-            except OSError:
-                os.ftruncate(self._fd, start)
-                raise
+            with WRITE_POOL.use((self, self.path), self._open) as fd:  # shared with the result files: few descriptors
+                start = os.fstat(fd).st_size
+                try:
+                    os.write(fd, line)
+                except OSError:
+                    os.ftruncate(fd, start)
+                    raise
         except OSError as exc:
+            limited = limit_error(exc, self.path)
+            if limited is not None:
+                raise limited from exc
             reason = "disk full" if exc.errno == errno.ENOSPC else exc.strerror
             raise StoreWriteError(f"{self.path}: write failed ({reason}); rerun to resume") from exc
 
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        WRITE_POOL.release((self, self.path))
 
 
 def move_rows(results_path: Path, ids: set[str], to_name: str = "changed_rows.jsonl") -> int:
