@@ -114,6 +114,7 @@ class DatasetRun:
     in_flight: int = 0
     closed: bool = False  # no new requests (token budget reached)
     _ended: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
+    _turns: dict[str, asyncio.Event] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -129,6 +130,16 @@ class DatasetRun:
         return source_label(self.index.source)
 
     # --- requests ----------------------------------------------------------------------------
+    def turn_order(self, prompt_id: str) -> tuple[asyncio.Event | None, asyncio.Event]:
+        """(the event of this conversation's previous turn in this run, if any; this prompt's own event).
+        Only --regenerate each ids (``<id>#<k>``) have a previous turn."""
+        finished = asyncio.Event()
+        if self.index.mode != "each":
+            return None, finished
+        self._turns[prompt_id] = finished
+        base, _, k = prompt_id.rpartition("#")
+        return self._turns.pop(f"{base}#{int(k) - 1}", None), finished
+
     async def admit(self) -> bool:
         """Whether one more request of this dataset may go out, waiting while the token budget's
         estimate of what is in flight leaves no room: an estimate never closes a dataset, only

@@ -19,8 +19,9 @@ import contextlib
 import random
 import signal
 import time
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import TextIO
+from typing import Any, TextIO
 
 import orjson
 
@@ -242,7 +243,7 @@ class Runner:
             finally:
                 queue.put_nowait(None)
 
-        async def one(item: WorkItem) -> None:
+        async def one(item: WorkItem, finished: asyncio.Event) -> None:
             try:
                 if await item.run.admit():
                     await self._process(item, client, health, sampling)
@@ -250,20 +251,45 @@ class Runner:
                 self._fail_run(exc)
             finally:
                 limit.release()
+                finished.set()
+
+        async def after(item: WorkItem, previous: asyncio.Event, finished: asyncio.Event) -> None:
+            """--regenerate each: a turn goes out once the turn before it is answered, so the server has
+            its shared history in the prefix cache (turns sent together are prefilled together, and
+            none reuses another's)."""
+            try:
+                await previous.wait()
+                await limit.acquire()
+            except BaseException:
+                finished.set()
+                raise
+            if self.stopping.is_set():
+                limit.release()
+                finished.set()
+                return
+            await one(item, finished)
+
+        def spawn(job: Coroutine[Any, Any, None]) -> None:
+            task = asyncio.create_task(job)
+            self._workers.add(task)
+            task.add_done_callback(self._workers.discard)
 
         async def dispatch() -> None:
             while (item := await queue.get()) is not None:
                 ahead.release()
                 if self.stopping.is_set():
                     continue  # drain the queue so the producer is never left waiting
+                previous, finished = item.run.turn_order(item.prompt.id)
+                if previous is not None and not previous.is_set():
+                    spawn(after(item, previous, finished))
+                    continue
                 await limit.acquire()
                 if self.stopping.is_set():
                     limit.release()
+                    finished.set()
                     continue
                 ahead.set_target(max(PREPARED_AHEAD_MIN, limit.target))
-                task = asyncio.create_task(one(item))
-                self._workers.add(task)
-                task.add_done_callback(self._workers.discard)
+                spawn(one(item, finished))
 
         async def ticker() -> None:
             while True:

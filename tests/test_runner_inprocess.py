@@ -173,3 +173,52 @@ def test_rows_carry_the_ids_sent_and_returned(tmp_path, tok):
     (row,) = rows(tmp_path)
     assert row["output_ids"] == [1] * 5 and row["ids_note"] is None
     assert row["source"] == "p/d.jsonl" and len(row["prompt_hash"]) == 64 and row["regenerate"] == "last"
+
+
+def test_each_mode_sends_a_turn_only_after_the_turn_before_it_is_answered(tmp_path, tok):
+    """Turns sent together are prefilled together, so none would reuse the shared history from the cache."""
+    from tokenizers import Tokenizer
+
+    decode = Tokenizer.from_file(str(tok / "tokenizer.json")).decode
+    server = ScriptedServer(tok)
+    folder = tmp_path / "prompts" / "p"
+    folder.mkdir(parents=True)
+    for_conversation = [[m for k in range(3) for m in ({"role": "user", "content": f"conv {c} turn {k}"},
+                                                          {"role": "assistant", "content": f"answer {k}"})]
+                        for c in range(4)]
+    (folder / "d.jsonl").write_bytes(b"".join(orjson.dumps({"id": f"c{c}", "messages": messages}) + b"\n"
+                                              for c, messages in enumerate(for_conversation)))
+    cfg = RunConfig(partition="p", prompts_dir=tmp_path / "prompts", output_dir=tmp_path / "out", server_url=URL,
+                    concurrency=8, regenerate="each").validate()
+    answered: set[tuple[str, int]] = set()
+    violations = []
+    other_conversation = asyncio.Event()
+
+    class Transport(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            if request.url.path != "/generate":
+                return server(request)
+            text = decode(orjson.loads(request.content)["input_ids"])
+            conv, turn = text.rsplit("conv ", 1)[1].split(" turn ")
+            key = (conv, int(turn[0]))
+            if key[1] and (conv, key[1] - 1) not in answered:
+                violations.append(key)
+            if conv != "0":
+                other_conversation.set()
+            if key == ("0", 0):
+                # Hold the first turn until another conversation's request arrives: an ungated runner
+                # would send conv 0's next turns meanwhile. (The timeout only keeps a broken runner from hanging.)
+                await asyncio.wait_for(other_conversation.wait(), timeout=60)
+            answered.add(key)
+            return answer()
+
+    async def main() -> int:
+        client = SGLangClient(URL, None, 8, 30.0, transport=Transport())
+        try:
+            return await Runner(cfg, io.StringIO(), tty=False, client=client).run()
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main()) == 0
+    assert sorted(r["id"] for r in rows(tmp_path)) == sorted(f"c{c}#{k}" for c in range(4) for k in range(3))
+    assert violations == []
