@@ -248,8 +248,10 @@ def main(argv: list[str] | None = None, stream=None, tty: bool | None = None) ->
 
     async def run(config: RunConfig) -> int:
         runner = Runner(config, out, tty)
-        # The supervisor ends the run through the runner when the launched server cannot be brought back.
-        async with Supervisor(config, runner.progress.message, on_fatal=runner._fail_run):
+        # The supervisor ends the run through the runner when the launched server cannot be brought back,
+        # and starts a launched server only when the run needs one (not for "nothing to do").
+        async with Supervisor(config, runner.progress.message, on_fatal=runner.fail_run, lazy=True) as supervisor:
+            runner.before_connect = supervisor.start
             return await runner.run()
 
     return run_guarded(PROG, lambda: asyncio.run(run(config_from_args(args))), out, args.debug)

@@ -48,19 +48,24 @@ class WorkItem:
     def turn(self, gen: Generation, parser: OutputParser, attempts: int, latency: float, rid: str) -> Turn:
         """The generated turn, split by the reasoning and tool-call parsers as SGLang would."""
         # SGLang parses tool calls only for requests that declare tools; ours are in the prompt.
-        tools = self.prompt.tools is not None
-        history = sum(len(m.get("tool_calls") or []) for m in self.messages)
-        parsed = parser.parse(gen.text, self.opens_reasoning, call_id_prefix=f"{self.prompt.id}/{len(self.turns)}",
-                              history_tool_calls=history) if tools else None
-        split = parsed or parser.parse(gen.text, self.opens_reasoning)
+        if self.prompt.tools is not None:
+            history = sum(len(m.get("tool_calls") or []) for m in self.messages)
+            parsed = parser.parse(gen.text, self.opens_reasoning, call_id_prefix=f"{self.prompt.id}/{len(self.turns)}",
+                                  history_tool_calls=history)
+            reasoning, content, complete = parsed.reasoning, parsed.content, parsed.reasoning_complete
+            had_reasoning, calls = parsed.had_reasoning, parsed.tool_calls or None
+        else:  # no tools declared: a tool-call-looking answer stays in the content, as SGLang leaves it
+            split = parser.split(gen.text, self.opens_reasoning)
+            reasoning, content, complete = split.reasoning, split.content, split.reasoning_closed
+            had_reasoning, calls = split.had_reasoning, None
         return Turn(
-            reasoning_content=split.reasoning,
-            content=split.content,
-            tool_calls=(parsed.tool_calls or None) if parsed is not None else None,
-            had_reasoning=split.had_reasoning,
+            reasoning_content=reasoning,
+            content=content,
+            tool_calls=calls,
+            had_reasoning=had_reasoning,
             finish_reason=gen.finish_type,
             finish_detail=gen.finish_reason,
-            reasoning_complete=split.reasoning_complete,
+            reasoning_complete=complete,
             prompt_tokens=gen.prompt_tokens or len(self.input_ids),
             completion_tokens=gen.completion_tokens,
             cached_tokens=gen.cached_tokens,
@@ -188,21 +193,23 @@ class DatasetRun:
         assert self.store is not None
         self.store.append_result(record)
         self.resume.done.add(prompt.id)
-        tokens = record.completion_tokens
-        c = self.counts
-        c.done += 1
-        c.completion_tokens += tokens
-        c.prompt_tokens += sum(t.prompt_tokens for t in turns)
-        c.cached_tokens += sum(t.cached_tokens or 0 for t in turns)
-        c.last_finish = time.monotonic()
-        self.progress.finished(tokens)
+        self._count_turn(turn)  # earlier turns were counted as they finished (record_turn, or an earlier run)
+        self.counts.done += 1
+        self.counts.last_finish = time.monotonic()
+        self.progress.finished(turn.completion_tokens)
 
     def record_turn(self, item: WorkItem, turn: Turn) -> None:
         """regenerate=all: a finished turn of an unfinished conversation, kept for the next run too."""
         assert self.partial_store is not None
         self.partial_store.append(item.prompt.id, len(item.turns), turn.to_dict())
-        self.counts.completion_tokens += turn.completion_tokens  # the token budget counts every turn
+        self._count_turn(turn)  # the token budget counts every turn
         self.progress.turn_finished(turn.completion_tokens)
+
+    def _count_turn(self, turn: Turn) -> None:
+        c = self.counts
+        c.completion_tokens += turn.completion_tokens
+        c.prompt_tokens += turn.prompt_tokens
+        c.cached_tokens += turn.cached_tokens or 0
 
     def record_error(self, prompt_id: str, status: str, kind: str, message: str, attempts: int,
                      http_status: int | None = None) -> None:

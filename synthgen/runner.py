@@ -19,7 +19,7 @@ import contextlib
 import random
 import signal
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TextIO
 
@@ -40,7 +40,7 @@ from .errors import (
     SynthgenError,
     UsageError,
 )
-from .parsers import OutputParser
+from .parsers import KNOWN_REASONING, KNOWN_TOOL_CALL, OutputParser
 from .prepare import Preparer, Skip, all_positions
 from .progress import Progress, fmt_duration, summary_table
 from .prompts import discover as discover_datasets
@@ -79,6 +79,9 @@ class Runner:
         self.stream = progress_stream
         self.tty = tty
         self.client = client  # None: built in run(); tests pass one over an httpx.MockTransport
+        # Called once, right before the server is first needed (the supervisor starts a launched server
+        # then, so a run with nothing to do never starts one).
+        self.before_connect: Callable[[], Awaitable[None]] | None = None
         self.runs: list[DatasetRun] = []
         self.server = ServerContext()
         self.progress = Progress(0, progress_stream, config.status_interval, config.log_file, tty)
@@ -112,10 +115,22 @@ class Runner:
         template = templating.read_chat_template(cfg.chat_template) if cfg.chat_template else None
         tokenizer = templating.load_tokenizer(ctx.tokenizer_path, cfg.trust_remote_code, template)
         renderer = templating.ChatRenderer(tokenizer, cfg.chat_template_kwargs, cfg.think_start, template)
-        # The parsers the server was started with are the model's; the user's flags win.
-        parser = OutputParser(cfg.reasoning_parser or ctx.reasoning_parser,
-                              cfg.tool_call_parser or ctx.tool_call_parser, cfg.think_start, cfg.think_end)
+        parser = OutputParser(self._parser_name("reasoning", cfg.reasoning_parser, ctx.reasoning_parser),
+                              self._parser_name("tool-call", cfg.tool_call_parser, ctx.tool_call_parser),
+                              cfg.think_start, cfg.think_end)
         self.preparer = Preparer(renderer, parser, ctx, cfg.max_tokens, templating.max_token_bytes(tokenizer))
+
+    def _parser_name(self, kind: str, chosen: str | None, served: str | None) -> str | None:
+        """The user's parser, else the one the server was started with (the model's), if we know it."""
+        if chosen is not None or served is None:
+            return chosen
+        known = KNOWN_REASONING if kind == "reasoning" else KNOWN_TOOL_CALL
+        if served in known:
+            return served
+        fallback = "the --think-start/--think-end rule" if kind == "reasoning" else "no tool-call parsing"
+        self.server.notes.append(f"the server's {kind} parser '{served}' is not one this tool implements; using "
+                                 f"{fallback} (pass --{kind}-parser NAME to choose one)")
+        return None
 
     def settings(self) -> provenance.Settings:
         cfg, ctx = self.config, self.server
@@ -192,7 +207,8 @@ class Runner:
             self.progress.message(f"stopping now ({why}): cancelling {len(alive)} workers; "
                                   "their prompts stay pending for the next run")
 
-    def _fail_run(self, exc: BaseException) -> None:
+    def fail_run(self, exc: BaseException) -> None:
+        """Stop the run now with ``exc`` as its outcome (also used by the server supervisor)."""
         if self.fatal is None:
             self.fatal = exc
         self.stopping.set()
@@ -248,7 +264,7 @@ class Runner:
                 if await item.run.admit():
                     await self._process(item, client, health, sampling)
             except Exception as exc:  # a bug, not a prompt's failure: stop now rather than lose a worker
-                self._fail_run(exc)
+                self.fail_run(exc)
             finally:
                 limit.release()
                 finished.set()
@@ -305,7 +321,7 @@ class Runner:
         try:
             await asyncio.gather(producer, dispatcher)
         except SynthgenError as exc:  # an input error from the producer, or the skips check
-            self._fail_run(exc)
+            self.fail_run(exc)
         except asyncio.CancelledError:
             pass
         finally:
@@ -354,7 +370,7 @@ class Runner:
                     return
                 item = following
         except SynthgenError as exc:  # AuthError, StoreWriteError: the run cannot go on
-            self._fail_run(exc)
+            self.fail_run(exc)
         finally:
             run.request_ended()
 
@@ -369,7 +385,7 @@ class Runner:
             try:
                 await health.wait_up()
             except ServerError as exc:  # gone for too long, or back with another model
-                self._fail_run(exc)
+                self.fail_run(exc)
                 return None
             if self.stopping.is_set():
                 return None
@@ -439,6 +455,7 @@ class Runner:
         try:
             self.plan()
             if cfg.dry_run:
+                await self._server_needed()
                 await self.connect(client)
                 return await self.dry_run()
             self.progress.print_block(f"{now_iso()} synthgen: {cfg.display_url}, partition {cfg.partition}\n"
@@ -446,6 +463,7 @@ class Runner:
             if not any(run.selection.pending for run in self.runs):
                 self.progress.print_block("nothing to do: every selected prompt is already done")
                 return EXIT_OK
+            await self._server_needed()
             await self.connect(client)
             self.check_settings()
             if self.stopping.is_set():  # a signal during start-up: nothing was sent
@@ -472,6 +490,10 @@ class Runner:
             for run in self.runs:
                 run.close()
             self.progress.close()
+
+    async def _server_needed(self) -> None:
+        if self.before_connect is not None:
+            await self.before_connect()
 
     def exit_code(self) -> int:
         if self.fatal is not None:

@@ -5,7 +5,7 @@ mechanics (process group, log, backoff, killing the group) are synthgen.launcher
 install is synthgen.demo's, and "healthy" is the HTTP client's. The CLI wraps the runner in it:
 
     runner = Runner(config, out, tty)
-    async with Supervisor(config, runner.progress.message, on_fatal=runner._fail_run):
+    async with Supervisor(config, runner.progress.message, on_fatal=runner.fail_run):
         return await runner.run()
 
 On enter (only with --launch-server): a server already healthy at --server-url is used as it is

@@ -161,10 +161,6 @@ def test_a_turn_cut_at_max_tokens_ends_the_conversation_and_the_row_says_so(ws, 
     assert [m["role"] for m in row["messages"]] == ["user", "assistant"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "synthgen/dataset_run.py:180-187 record_result adds record.completion_tokens (every turn of the row) to "
-    "counts.completion_tokens and progress, though record_turn already added the earlier turns: a 3-turn "
-    "conversation of 30 tokens counts 50, so the token budget closes early and the summary over-reports"))
 def test_max_tokens_per_dataset_counts_every_turn_of_a_conversation(ws, make_sim):
     # Every answer is 10 tokens, so a conversation of 3 turns costs 30: the cap of 65 is reached by the
     # third conversation (counting only the last turn of each row would let 7 through).
@@ -312,10 +308,6 @@ def test_a_generated_tool_call_is_parsed_as_sglang_does_and_the_prompt_keeps_eve
     assert row["output_text"] == answer["text"] and "lookup" in row["output_text"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "synthgen/dataset_run.py:55 WorkItem.turn: for a prompt without tools `parser.parse(...)` still runs the "
-    "tool-call parser, which cuts the call out of content, and tool_calls is then set to None: the call's text "
-    "is lost from the row (SGLang leaves it in content when the request declares no tools); use parser.split"))
 @pytest.mark.parametrize("model", sorted(TOOL_MODELS))
 def test_without_tools_a_tool_call_looking_answer_stays_in_the_content_as_sglang_leaves_it(
         ws, model_make_sim, model):
