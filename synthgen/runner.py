@@ -450,8 +450,7 @@ class Runner:
         client = self.client or SGLangClient(cfg.server_url, cfg.api_key, cfg.concurrency or cfg.max_concurrency,
                                              cfg.request_timeout, cfg.connect_timeout)
         loop = asyncio.get_running_loop()
-        for sig, name in SIGNALS.items():
-            loop.add_signal_handler(sig, self._on_signal, name)
+        self._install_signals()
         try:
             self.plan()
             if cfg.dry_run:
@@ -494,6 +493,12 @@ class Runner:
     async def _server_needed(self) -> None:
         if self.before_connect is not None:
             await self.before_connect()
+            self._install_signals()  # a launching supervisor held the signals while the server started
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig, name in SIGNALS.items():
+            loop.add_signal_handler(sig, self._on_signal, name)
 
     def exit_code(self) -> int:
         if self.fatal is not None:
