@@ -92,6 +92,7 @@ class Runner:
         self._workers: set[asyncio.Task] = set()  # one task per prompt in flight
         self._monitor: LoadMonitor | None = None
         self._health: ServerHealth | None = None  # while execute() runs
+        self._ignored: set[signal.Signals] = set()  # signals ignored when the run began (SIGHUP under nohup)
         self._sendable = 0  # prompts prepared for sending so far
         self._skips: dict[str, int] = {}  # template error -> prompts skipped so, before the first sendable one
 
@@ -450,6 +451,8 @@ class Runner:
         client = self.client or SGLangClient(cfg.server_url, cfg.api_key, cfg.concurrency or cfg.max_concurrency,
                                              cfg.request_timeout, cfg.connect_timeout)
         loop = asyncio.get_running_loop()
+        # A signal ignored on purpose stays ignored: nohup ignores SIGHUP so the run outlives the terminal.
+        self._ignored = {sig for sig in SIGNALS if signal.getsignal(sig) is signal.SIG_IGN}
         self._install_signals()
         try:
             self.plan()
@@ -480,7 +483,7 @@ class Runner:
             self.progress.print_block(summary)
             return self.exit_code()
         finally:
-            for sig in SIGNALS:
+            for sig in SIGNALS.keys() - self._ignored:
                 loop.remove_signal_handler(sig)
             if self.client is None:
                 await client.aclose()
@@ -498,7 +501,8 @@ class Runner:
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
         for sig, name in SIGNALS.items():
-            loop.add_signal_handler(sig, self._on_signal, name)
+            if sig not in self._ignored:
+                loop.add_signal_handler(sig, self._on_signal, name)
 
     def exit_code(self) -> int:
         if self.fatal is not None:

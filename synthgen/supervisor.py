@@ -261,9 +261,12 @@ class Supervisor:
             loop.add_signal_handler(sig, self._on_signal, sig)
 
     def _remove_signals(self) -> None:
+        """Only on the way out (the server is stopped): a signal from here on is one more request to stop
+        a process that is already stopping, so it is swallowed rather than left to its default, which
+        would kill us mid-exit with 128+signal unreported."""
         loop = asyncio.get_running_loop()
         for sig in self._handled:
-            loop.remove_signal_handler(sig)
+            loop.add_signal_handler(sig, lambda: None)
         self._handled = []
 
     def _on_signal(self, sig: signal.Signals) -> None:

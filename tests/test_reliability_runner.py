@@ -245,3 +245,21 @@ def _env() -> dict[str, str]:
     from workspace import cli_env
 
     return cli_env()
+
+
+def test_under_nohup_sighup_stays_ignored_and_the_run_goes_on(ws, make_sim):
+    sim = make_sim("chatml", "--token-delay", "0.02")
+    ids = ws.dataset("short", "d", 20)
+    log = ws.root / "nohup.out"
+    proc = subprocess.Popen(ws.command("--server-url", sim.url, "--concurrency", "2", *COMMON), cwd=ws.root,
+                            env=cli_env(), stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        wait_until(lambda: len(ws.raw_lines("d")) >= 1, timeout=120)
+        proc.send_signal(signal.SIGHUP)  # the terminal went away; nohup said to carry on
+        code = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0, log.read_text()
+    ws.assert_exactly_once("d", ids)
