@@ -45,9 +45,11 @@ needs evidence that the server had room and nothing to admit. Lowering the targe
 nothing: the in-flight count falls as requests finish.
 
 Start: ``initial`` if given; else, on the first report, ``max_total_num_tokens /
-tokens_per_request`` when the caller knows its prompt plus expected completion length, else 64;
-never above the server's ``max_running_requests`` plus a margin; always within
-``[1, max_concurrency]``.
+tokens_per_request`` when the caller knows its prompt plus expected completion length, else 16
+(low, because a server that fits few requests must not see a pile first); never above the
+server's ``max_running_requests`` plus a margin; always within ``[1, max_concurrency]``. While
+the target grows (``starved``) the monitor polls four times as often, so a low start costs about
+a second: 16 -> 28 -> 43 -> 62 -> 86 -> 116 at one step per quarter second.
 
 Fallback: with no load report (an older server, a router whose workers are unreachable, a
 failed poll) the target stays where it is: 64 (today's fixed default) or ``initial`` if the
@@ -255,6 +257,7 @@ class AutoConcurrency:
     initial: int | None = None  # the start target; None: sized from the first load report
     tokens_per_request: float | None = None  # prompt + expected completion, when known
     fallback: int = FALLBACK_CONCURRENCY
+    start_unknown: int = 16  # the start when the server reports but the request length is unknown
     growth: float = 1.25
     min_margin: int = 8
     margin_fraction: float = 0.2
@@ -280,7 +283,7 @@ class AutoConcurrency:
         """The target to begin with, given the first load report (``initial`` wins when set)."""
         if self.initial is not None:
             return self._clamp(self.initial)
-        guess = float(self.fallback)
+        guess = float(self.start_unknown)
         if self.tokens_per_request and load.max_total_tokens:
             guess = load.max_total_tokens / self.tokens_per_request
         if load.max_running:
@@ -359,7 +362,9 @@ class LoadMonitor:
     """Polls the server's load, feeds the controller and moves the limit's target.
 
     ``await poll_once()`` is one poll (tests drive it directly); ``run()`` polls every
-    ``interval`` seconds until cancelled. ``status_text()`` is the server part of the status
+    ``interval`` seconds until cancelled. With ``steer=False`` (a fixed ``--concurrency N``) it
+    only watches: the limit's target is left alone, the status line and warnings still work.
+    ``status_text()`` is the server part of the status
     line, ``summary()`` / ``summary_line()`` the end-of-run figures. Messages (no load report;
     a server starved or retracting for ``warn_after`` seconds, with what to change) go to
     ``on_message`` once per episode.
@@ -374,8 +379,9 @@ class LoadMonitor:
         interval: float = DEFAULT_POLL_INTERVAL,
         warn_after: float = DEFAULT_WARN_AFTER,
         clock: Callable[[], float] = time.monotonic,
+        steer: bool = True,
     ):
-        self.client, self.limit, self.controller = client, limit, controller
+        self.client, self.limit, self.controller, self.steer = client, limit, controller, steer
         self.on_message, self.interval, self.warn_after, self.clock = on_message, interval, warn_after, clock
         self.latest: ServerLoad | None = None
         self.source: str | None = None  # "server", "router workers" or None before a report
@@ -390,10 +396,12 @@ class LoadMonitor:
         self._in_flight_at_read = 0
 
     async def run(self) -> None:
-        """Poll until cancelled."""
+        """Poll until cancelled; four times as often while the target is growing, so that the
+        client finds a server's capacity quickly (each step still waits for the server's answer)."""
         while True:
             await self.poll_once()
-            await asyncio.sleep(self.interval)
+            growing = self.steer and self.controller.state == "starved"
+            await asyncio.sleep(self.interval / 4 if growing else self.interval)
 
     async def poll_once(self) -> ServerLoad | None:
         """Read the load once, update the target and the warnings; returns the load (or None)."""
@@ -402,8 +410,10 @@ class LoadMonitor:
         self.polls += 1
         held_back = self.limit.held_back()
         target = self.controller.update(load, held_back, self._in_flight_at_read)
-        self.limit.set_target(target)
-        self.min_target, self.max_target = min(self.min_target, target), max(self.max_target, target)
+        if self.steer:
+            self.limit.set_target(target)
+        self.min_target = min(self.min_target, self.limit.target)
+        self.max_target = max(self.max_target, self.limit.target)
         self.latest = load
         if load is None:
             self._no_load()
@@ -451,7 +461,9 @@ class LoadMonitor:
         starved_for = self._starved.observe(state == "starved" and held_back, now)
         if starved_for >= self.warn_after and not self._starved.warned:
             self._starved.warned = True
-            if self.limit.target >= self.controller.max_concurrency:
+            if not self.steer:
+                fix = f"raise --concurrency (now {self.limit.target}) or use --concurrency auto"
+            elif self.limit.target >= self.controller.max_concurrency:
                 fix = f"raise --max-concurrency (now {self.controller.max_concurrency})"
             else:
                 fix = "the in-flight target is still growing; if this persists, raise --concurrency"
@@ -496,8 +508,9 @@ class LoadMonitor:
         s = self.summary()
         if s["reports"] == 0:
             return f"concurrency: no server load report; {s['target_final']} in flight (fixed)"
+        mode = "auto" if self.steer else "fixed"
         return (
-            f"concurrency: auto from {s['load_source']} load, target {s['target_min']}-{s['target_max']} "
+            f"concurrency: {mode}, {s['load_source']} load, target {s['target_min']}-{s['target_max']} "
             f"(final {s['target_final']}), peak in flight {s['peak_in_flight']}; server peak "
             f"{s['server_peak_running']} running / {s['server_peak_waiting']} waiting, "
             f"starved {s['starved_seconds']:.0f} s, retracting {s['retracting_seconds']:.0f} s"

@@ -214,7 +214,7 @@ def test_the_first_report_sizes_the_start_from_kv_and_the_expected_request_lengt
     controller = AutoConcurrency(tokens_per_request=500)
     assert controller.start_target(load(0, 0, pool=40000, max_running=4096)) == 80
     assert controller.start_target(load(0, 0, pool=40000, max_running=20)) == 28  # the server's limit + margin
-    assert AutoConcurrency().start_target(load(0, 0, pool=40000, max_running=4096)) == 64
+    assert AutoConcurrency().start_target(load(0, 0, pool=40000, max_running=4096)) == 16
     assert AutoConcurrency(initial=7, tokens_per_request=500).start_target(load(0, 0, pool=40000)) == 7
 
 
@@ -387,6 +387,33 @@ def test_a_server_starved_at_max_concurrency_for_a_minute_draws_one_warning():
     asyncio.run(polls(13))
     assert messages == ["the server has had room and almost nothing waiting for 60 s: raise --max-concurrency (now 32)"]
     assert monitor.summary()["starved_seconds"] == 120.0
+
+
+def test_a_watching_monitor_leaves_a_fixed_target_alone_and_names_concurrency_in_its_warning():
+    messages: list[str] = []
+    clock = Clock()
+    server = ScriptedServer({"/v1/loads": body(rank(16, 0, usage=0.2))})
+    limit = InFlightLimit(16)
+    monitor = LoadMonitor(server, limit, AutoConcurrency(initial=16), on_message=messages.append, clock=clock,
+                          warn_after=60, steer=False)
+
+    async def polls(count: int) -> None:
+        for _ in range(16):
+            await limit.acquire()
+        for _ in range(count):
+            await monitor.poll_once()
+            clock.now += 30
+
+    asyncio.run(polls(3))
+    assert limit.target == 16
+    assert messages == [
+        "the server has had room and almost nothing waiting for 60 s: raise --concurrency (now 16) "
+        "or use --concurrency auto"
+    ]
+    assert monitor.summary_line() == (
+        "concurrency: fixed, server load, target 16-16 (final 16), peak in flight 16; server peak 16 running "
+        "/ 0 waiting, starved 60 s, retracting 0 s"
+    )
 
 
 def test_a_server_retracting_for_a_minute_draws_one_warning_naming_the_fix():
