@@ -14,6 +14,7 @@ Modules, one job each:
     server         what the server serves and accepts, and whether it is up
     client         the SGLang HTTP client: payloads, answers, error classification
     concurrency    --concurrency auto: load reports, the controller, the adjustable in-flight limit
+    model          the tokenizer, chat template and parsers a run uses, and the settings they amount to
     runner         the asyncio scheduler: in-flight pool, retries, outages, signals, exit code
     supervisor, launcher, demo   --launch-server: start, watch and stop the server; the CPU demo server
     store, openfiles   result files: resume scan, torn-line repair, whole-line appends, locks, descriptors

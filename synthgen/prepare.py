@@ -12,8 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import orjson
+
+from .client import build_payload
+from .config import RunConfig
 from .conversations import ConversationError
 from .dataset_run import DatasetRun, WorkItem
+from .model import Model
 from .parsers import OutputParser
 from .prompts import Prompt, PromptReader
 from .records import Turn
@@ -29,11 +34,13 @@ class Skip:
 
 
 class Preparer:
-    def __init__(self, renderer: ChatRenderer, parser: OutputParser, server: ServerContext, max_tokens: int,
-                 max_token_bytes: int | None = None):
-        self.renderer, self.parser, self.server, self.max_tokens = renderer, parser, server, max_tokens
+    def __init__(self, model: Model, server: ServerContext, max_tokens: int):
+        self.model = model
+        self.renderer: ChatRenderer = model.renderer
+        self.parser: OutputParser = model.parser
+        self.server, self.max_tokens = server, max_tokens
         # The longest token of the vocabulary, in bytes: a line of B bytes makes at least B / this many tokens.
-        self.max_token_bytes = max_token_bytes
+        self.max_token_bytes = model.max_token_bytes
         self._readers: dict[str, PromptReader] = {}
 
     def prepare(self, run: DatasetRun, prompt_id: str) -> WorkItem | Skip:
@@ -112,3 +119,22 @@ def all_positions(messages: list[dict], assistant_positions: list[int]) -> list[
     if messages and messages[-1]["role"] != "assistant":
         return [*assistant_positions, len(messages)]
     return assistant_positions
+
+
+def first_request_report(preparer: Preparer, runs: list[DatasetRun], cfg: RunConfig) -> list[str]:
+    """--dry-run: the first request the run would send (or why its prompt would be skipped)."""
+    sample = next(((run, run.selection.pending[0]) for run in runs if run.selection.pending), None)
+    if sample is None:
+        return ["nothing to do: every selected prompt is already done"]
+    item = preparer.prepare(*sample)
+    if isinstance(item, Skip):
+        return [f"first prompt {sample[1]} would be skipped: {item.kind}: {item.reason}"]
+    payload = build_payload(item.input_ids, item.max_new_tokens, cfg.sampling_params(), "synthgen-<uuid>")
+    shown = dict(payload, input_ids=f"[{len(item.input_ids)} token ids: {item.input_ids[:12]} ...]")
+    rendered = preparer.renderer.tokenizer.decode(item.input_ids)
+    return [
+        f"first request ({item.run.name} / {item.prompt.id}): POST {cfg.display_url}/generate",
+        "  " + orjson.dumps(shown).decode(),
+        "  rendered prompt:\n    " + rendered.replace("\n", "\n    "),
+        f"  prompt opens reasoning: {item.opens_reasoning}",
+    ]

@@ -110,3 +110,14 @@ def refuse(mismatches: dict[str, str]) -> UsageError:
         f"settings differ from the rows already written ({parts}); rerun with the same flags, use another "
         "--output-dir, or pass --allow-mixed-settings to record the new settings for the rows this run writes"
     )
+
+
+def check_folders(folders: dict[str, Path], settings: Settings, allow_mixed: bool) -> None:
+    """``check`` for every dataset folder (name -> folder) a run writes; one error naming them all."""
+    mismatches = {}
+    for name, folder in folders.items():
+        diff = check(folder, settings, allow_mixed)
+        if diff is not None:
+            mismatches[name] = diff
+    if mismatches:
+        raise refuse(mismatches)
