@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import budget
 from .budget_file import write_budget
-from .errors import InputFileError, UsageError, run_guarded
+from .errors import InputFileError, OneLineParser, UsageError, run_guarded
 from .prompts import DatasetSource, discover, scan_dataset
 from .store import RESULTS, iter_rows
 
@@ -43,14 +43,8 @@ Examples:
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        # One line instead of argparse's usage block; main() prints it and returns 2.
-        raise UsageError(f"{message} (see {self.prog} --help)")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog=PROG,
         description=(
             "Turn a per-dataset output-token budget into the number of prompts to run from each dataset:\n"

@@ -15,6 +15,7 @@ caught, with ``raise ... from exc``; nothing matches on the text of an error.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 from typing import TextIO
 
@@ -90,3 +91,10 @@ def _say(line: str, stream: TextIO) -> None:
         print(line, file=stream, flush=True)
     except (OSError, ValueError):
         pass
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose mistakes are one line (a UsageError, exit 2) instead of a usage block."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see {self.prog} --help)")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import orjson
 
-from .errors import SynthgenError, UsageError
+from .errors import OneLineParser, UsageError, run_guarded
 from .export import FORMATS, DatasetRef, ExportConfig, format_report, scan_dataset, val_path, write_export
 from .prompts import discover
 from .store import RESULTS
@@ -44,14 +44,8 @@ results are read from --output-dir/<dataset>/{RESULTS}
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        # One line instead of argparse's usage block; main() prints it and returns 2.
-        raise UsageError(f"{message} (see {self.prog} --help)")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog=PROG,
         description=(
             "Turn the results of run_inference.py into training files: SpecForge conversations, token ids with a\n"
@@ -190,11 +184,6 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        return run(build_parser().parse_args(argv))
-    except SynthgenError as exc:
-        if "--debug" in argv:
-            raise
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return run_guarded(PROG, lambda: run(build_parser().parse_args(argv)), sys.stderr, debug="--debug" in argv)
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
