@@ -448,7 +448,7 @@ class LoadMonitor:
         return load
 
     def _no_load(self) -> None:
-        if self._told_no_load or self.source is not None:
+        if self._told_no_load or self.source is not None or not self.steer:
             return
         self._told_no_load = True
         self.on_message(

@@ -125,8 +125,7 @@ class Runner:
             self.pool = Pool(self, client, self.preparer)
             await self.pool.execute()
             summary = summary_table([run.counts for run in self.runs], time.monotonic() - started)
-            if self.pool.monitor is not None:
-                summary += "\n" + self.pool.monitor.summary_line()
+            summary += "\n" + self.pool.monitor.summary_line()
             self.progress.print_block(summary)
             return self.exit_code()
         finally:
@@ -252,13 +251,11 @@ class Pool:
             on_gone=lambda gone: progress.gave_up(str(gone)),
             verify=lambda: changed_identity(client, runner.server),
         )
-        self.monitor: LoadMonitor | None = None
-        if cfg.concurrency is not None:
-            self.limit = InFlightLimit(cfg.concurrency)
-        else:
-            self.limit = InFlightLimit(FALLBACK_CONCURRENCY)
-            self.monitor = LoadMonitor(client, self.limit, AutoConcurrency(max_concurrency=cfg.max_concurrency),
-                                       on_message=progress.message)
+        # auto: the server's load moves the limit; a fixed N only watches it, for the status line.
+        fixed = cfg.concurrency
+        self.limit = InFlightLimit(fixed or FALLBACK_CONCURRENCY)
+        controller = AutoConcurrency(max_concurrency=cfg.max_concurrency, initial=fixed)
+        self.monitor = LoadMonitor(client, self.limit, controller, on_message=progress.message, steer=fixed is None)
         # Prompts are prepared about one in-flight target ahead of sending, never more.
         self.ahead = InFlightLimit(max(PREPARED_AHEAD_MIN, self.limit.target))
         self.queue: asyncio.Queue[WorkItem | None] = asyncio.Queue()
@@ -271,11 +268,11 @@ class Pool:
 
     async def execute(self) -> None:
         self.progress.start(self.total)
+        await self.monitor.poll_once()  # the first target from the server's own load, before anything is sent
+        self.ahead.set_target(max(PREPARED_AHEAD_MIN, self.limit.target))
         producer = asyncio.create_task(self.produce())
         dispatcher = asyncio.create_task(self.dispatch())
-        background = [asyncio.create_task(self.ticker())]
-        if self.monitor is not None:
-            background.append(asyncio.create_task(self.monitor.run()))
+        background = [asyncio.create_task(self.ticker()), asyncio.create_task(self.monitor.run())]
         try:
             await asyncio.gather(producer, dispatcher)
         except SynthgenError as exc:  # an input error from the producer, or the skips check
@@ -364,7 +361,7 @@ class Pool:
     async def ticker(self) -> None:
         while True:
             await asyncio.sleep(self.cfg.status_interval)
-            self.progress.tick(self.monitor.status_text() if self.monitor is not None else None)
+            self.progress.tick(self.monitor.status_text())
 
     def _check_skips(self, skip: Skip) -> None:
         if self._sendable or skip.kind != "template_error":
