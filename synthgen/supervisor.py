@@ -68,6 +68,10 @@ class StoppedBySignal(SynthgenError):
         self.exit_code = 128 + signum
 
 
+def _swallow(signum: int, frame: object) -> None:
+    """A signal while the process is already on its way out after stopping its server."""
+
+
 class Supervisor:
     """Launches and supervises `cfg.launch_server` around the body of an `async with`.
 
@@ -266,7 +270,9 @@ class Supervisor:
         would kill us mid-exit with 128+signal unreported."""
         loop = asyncio.get_running_loop()
         for sig in self._handled:
-            loop.add_signal_handler(sig, lambda: None)
+            loop.remove_signal_handler(sig)
+            # Not a loop handler: closing the loop (the end of asyncio.run) would put the default back.
+            signal.signal(sig, _swallow)
         self._handled = []
 
     def _on_signal(self, sig: signal.Signals) -> None:

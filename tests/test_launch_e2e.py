@@ -190,7 +190,8 @@ def test_a_signal_while_the_server_loads_stops_it_with_one_line_and_128_plus_the
     script = "import time; print('loading weights', flush=True); time.sleep(3600)"
     proc, out = start_run(ws, "--server-url", f"http://127.0.0.1:{port}", "--launch-server",
                           f"{sys.executable} -c \"{script}\"")
-    wait_until(lambda: "loading weights" in (ws.outputs / "server.log").read_text(errors="replace")
+    # The line the server prints, not the log's header line, which quotes the command and so the text too.
+    wait_until(lambda: "loading weights" in (ws.outputs / "server.log").read_text(errors="replace").splitlines()
                if (ws.outputs / "server.log").exists() else False, timeout=DEADLINE, interval=0.05)
     proc.send_signal(sig)
     assert proc.wait(DEADLINE) == 128 + sig, out.read_text()
@@ -209,7 +210,8 @@ def test_a_second_sigterm_kills_a_server_that_ignores_the_first(ws, port):
     proc, out = start_run(ws, "--server-url", f"http://127.0.0.1:{port}", "--launch-server",
                           f"{sys.executable} -c \"{script}\"")
     log = ws.outputs / "server.log"
-    wait_until(lambda: log.exists() and "loading weights" in log.read_text(errors="replace"),
+    # The line the server prints once it ignores SIGTERM, not the header line that quotes the command.
+    wait_until(lambda: log.exists() and "loading weights" in log.read_text(errors="replace").splitlines(),
                timeout=DEADLINE, interval=0.05)
     proc.send_signal(signal.SIGTERM)
     wait_until(lambda: "SIGTERM: stopping the server" in out.read_text(), timeout=DEADLINE, interval=0.05)
