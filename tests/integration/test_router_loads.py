@@ -34,7 +34,8 @@ def test_behind_the_router_the_monitor_sums_both_workers_loads(real_router):
         client = SGLangClient(router.url, None, concurrency=requests, request_timeout=600)
         limit = InFlightLimit(requests)
         monitor = LoadMonitor(client, limit, AutoConcurrency(initial=requests))
-        prompt = {"text": "Count slowly.", "sampling_params": {"max_new_tokens": 4000, "ignore_eos": True}}
+        # Long enough to be running at the next poll, and under the tiny model's 2,048-token context.
+        prompt = {"text": "Count slowly.", "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True}}
         sent = [asyncio.create_task(client.http.post("/generate", json=prompt)) for _ in range(requests)]
         try:
             deadline = time.monotonic() + 120  # a safety net; the condition decides
@@ -42,7 +43,10 @@ def test_behind_the_router_the_monitor_sums_both_workers_loads(real_router):
                 report = await monitor.poll_once()
                 if report is not None and report.running + report.waiting == requests:
                     break
-                assert time.monotonic() < deadline, f"the workers never reported {requests} requests: {report}"
+                if time.monotonic() >= deadline:
+                    done = [t.result() for t in sent if t.done() and not t.exception()]
+                    answers = [(r.status_code, r.text[:200]) for r in done]
+                    raise AssertionError(f"the workers never reported {requests} requests: {report}; answers {answers}")
                 await asyncio.sleep(0.2)
             assert monitor.source == "router workers"
             return report
