@@ -17,6 +17,7 @@ import pytest
 from simharness import wait_until
 from workspace import REPO, RUN, Workspace, cli_env
 
+from synthgen import prompts
 from synthgen.budget import fmt_hours, fmt_number
 from synthgen.config import RunConfig
 from synthgen.errors import RunLockedError, StoreWriteError, UsageError
@@ -67,13 +68,15 @@ def test_a_partition_of_2000_datasets_runs_under_ulimit_n_1024(ws, make_sim):
         assert [r["id"] for r in ws.rows(f"ds{i:04d}")] == ["a"]
 
 
-def test_readers_share_a_few_open_files_and_reopen_after_close(tmp_path):
+def test_readers_share_a_few_open_files_and_reopen_after_close(tmp_path, monkeypatch):
     sources = []
     for i in range(6):
         path = tmp_path / f"d{i}.jsonl"
         path.write_bytes(b'{"id": "x", "prompt": "p"}\n{"id": "y", "prompt": "q"}\n')
         sources.append(DatasetSource(f"d{i}", "p", path))
-    pool = READ_POOL
+    # A pool of its own: readers other tests left open must not count here.
+    pool: FilePool = FilePool(READ_POOL.capacity, lambda fh: fh.close())
+    monkeypatch.setattr(prompts, "READ_POOL", pool)
     readers = [PromptReader(scan_dataset(s)) for s in sources]
     for reader in readers:
         assert reader.read("y").id == "y"
