@@ -14,16 +14,16 @@ import json
 import random
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
+from synthgen.demo import DemoPaths
 from synthgen.parsers import OutputParser
 from tests.test_parsers import CASES
 
 pytestmark = pytest.mark.real_sglang
 
-SGLANG_PYTHON = Path(__file__).resolve().parents[2] / ".cache" / "real-sglang" / "venv" / "bin" / "python"
+SGLANG_PYTHON = DemoPaths.default().python  # the real server's venv (honours $SYNTHGEN_CACHE)
 
 SGLANG_SIDE = r"""
 import json, sys
@@ -98,9 +98,8 @@ def _rows() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def sglang_answers() -> tuple[list[dict], dict]:
-    if not SGLANG_PYTHON.exists():
-        pytest.skip(f"no real SGLang venv at {SGLANG_PYTHON}; install it with `python scripts/real_sglang.py setup`")
+def sglang_answers(real_setup) -> tuple[list[dict], dict]:
+    # real_setup installs the real server on first use (or fails/skips as the other real tests do).
     rows = _rows()
     tools = sorted({"get_weather", "get_time", "ping", "search"})
     job = json.dumps({"rows": rows, "tools": tools})
