@@ -44,7 +44,7 @@ examples:
 
   # no server running yet: start one (restarted if it dies, stopped at the end)
   python run_inference.py --partition short --launch-server demo
-  python run_inference.py --partition all --launch-server \
+  python run_inference.py --partition all --launch-server \\
         'python -m sglang.launch_server --model-path moonshotai/Kimi-K2.5 --tp 8 --port 30000 --trust-remote-code'
 
   # Kimi-K2.5 with thinking on; see what would be sent without sending anything
