@@ -91,9 +91,13 @@ class Conversation:
         return None
 
     def all_positions(self) -> list[int]:
-        """Mode ``all``: indices of the assistant turns to regenerate, in order (those after a user turn)."""
+        """Mode ``all``: where each generated turn goes, in order: the assistant turns after the first user
+        turn, and one more after the last message when the conversation ends on a user turn."""
         first_user = next(i for i, m in enumerate(self.messages) if m["role"] == "user")
-        return [i for i in self.assistant_positions() if i > first_user]
+        positions = [i for i in self.assistant_positions() if i > first_user]
+        if self.messages[-1]["role"] != "assistant":
+            positions.append(len(self.messages))
+        return positions
 
     def all_prompt(self, position: int, replies: Sequence[dict]) -> list[dict]:
         """Mode ``all``: the history before the assistant turn at ``position``, with the earlier

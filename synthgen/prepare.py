@@ -63,7 +63,7 @@ class Preparer:
         """Mode all: the request for the turn after ``turns``, on the model's own earlier replies."""
         conversation = prompt.conversation
         assert conversation is not None
-        positions = all_positions(conversation.messages, conversation.all_positions())
+        positions = conversation.all_positions()
         try:
             messages = conversation.all_prompt(positions[len(turns)], [t.message() for t in turns])
         except ConversationError as exc:
@@ -112,13 +112,6 @@ class Preparer:
         for reader in self._readers.values():
             reader.close()
         self._readers.clear()
-
-
-def all_positions(messages: list[dict], assistant_positions: list[int]) -> list[int]:
-    """Mode all: where each generated turn goes; a conversation ending on a user turn gets one more."""
-    if messages and messages[-1]["role"] != "assistant":
-        return [*assistant_positions, len(messages)]
-    return assistant_positions
 
 
 def first_request_report(preparer: Preparer, runs: list[DatasetRun], cfg: RunConfig) -> list[str]:

@@ -41,7 +41,7 @@ from .errors import (
     UsageError,
 )
 from .model import load_model, run_settings
-from .prepare import Preparer, Skip, all_positions, first_request_report
+from .prepare import Preparer, Skip, first_request_report
 from .progress import Progress, fmt_duration, summary_table
 from .prompts import discover as discover_datasets
 from .records import Turn
@@ -385,8 +385,7 @@ class Pool:
                 if turn is None:
                     return
                 conversation = item.prompt.conversation
-                positions = 1 if conversation is None else len(
-                    all_positions(conversation.messages, conversation.all_positions()))
+                positions = 1 if conversation is None else len(conversation.all_positions())
                 ended = item.conversation_done(turn, positions)
                 if ended is not None:
                     run.record_result(item, turn, self.cfg, self.runner.server.model, ended)
