@@ -5,7 +5,7 @@ import sys
 
 if __name__ == "__main__":
     try:
-        from synthgen.budget_cli import main  # seconds of imports: Ctrl-C may come now
+        from synthgen.cli.budget import main  # seconds of imports: Ctrl-C may come now
     except KeyboardInterrupt:
         print("compute_budget.py: interrupted", file=sys.stderr)
         sys.exit(130)

@@ -3,7 +3,7 @@
 
 import sys
 
-from synthgen.export_cli import main
+from synthgen.cli.export import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,7 +5,7 @@ import sys
 
 if __name__ == "__main__":
     try:
-        from synthgen.cli import main  # seconds of imports: Ctrl-C may come now
+        from synthgen.cli.run import main  # seconds of imports: Ctrl-C may come now
     except KeyboardInterrupt:
         print("run_inference.py: interrupted", file=sys.stderr)
         sys.exit(130)

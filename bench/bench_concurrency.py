@@ -12,7 +12,7 @@ Two drivers send the prompts:
 - ``cli`` runs ``run_inference.py --concurrency N`` as a user would (``auto`` only once the CLI
   accepts it: ``--help`` is checked);
 - ``inproc`` sends the same prompts, tokenized here, straight to ``/generate`` from this process,
-  bounded by ``synthgen.concurrency.InFlightLimit`` and, for ``auto``, steered by its
+  bounded by ``synthgen.run.concurrency.InFlightLimit`` and, for ``auto``, steered by its
   ``LoadMonitor`` + ``AutoConcurrency`` with their defaults. It measures the controller without
   the CLI's own costs.
 
@@ -45,7 +45,7 @@ from tokenizers import Tokenizer
 
 from bench.bench_run import text_pool
 from bench.simproc import RUN, Simulator, build_tokenizer, cli_env
-from synthgen.concurrency import AutoConcurrency, InFlightLimit, LoadMonitor
+from synthgen.run.concurrency import AutoConcurrency, InFlightLimit, LoadMonitor
 
 PARTITION = "bench"
 DATASETS = {"short": 60, "long": 700}  # characters of the user message; the fake model echoes it twice
@@ -78,7 +78,7 @@ def prompts_for(workload: str, counts: dict[str, int]) -> list[tuple[str, str]]:
         chars = DATASETS[name]
         for i in range(counts[name]):
             start = (i * 7919) % (len(pool) - chars)
-            rows.append((name, f"Question {i} of {name}: " + pool[start:start + chars]))
+            rows.append((name, f"Question {i} of {name}: " + pool[start : start + chars]))
     return rows
 
 
@@ -88,8 +88,12 @@ def write_partition(root: Path, rows: list[tuple[str, str]]) -> None:
     for name in {name for name, _ in rows}:
         with open(folder / f"{name}.jsonl", "wb") as fh:
             for i, (_, text) in enumerate(row for row in rows if row[0] == name):
-                fh.write(orjson.dumps({"id": f"{name}-{i:05d}", "messages": [{"role": "user", "content": text}]},
-                                      option=orjson.OPT_APPEND_NEWLINE))
+                fh.write(
+                    orjson.dumps(
+                        {"id": f"{name}-{i:05d}", "messages": [{"role": "user", "content": text}]},
+                        option=orjson.OPT_APPEND_NEWLINE,
+                    )
+                )
 
 
 # ------------------------------------------------------------------------------------ observing
@@ -116,8 +120,14 @@ class Observer(threading.Thread):
         self.join()
         stats = self.http.get("/sim/stats").json()
         self.http.close()
-        figures = Figures(workload, policy, completed=stats["completed"], retractions=stats["retractions"],
-                          peak_in_flight=stats["peak_in_flight"], peak_running=stats["peak_running"])
+        figures = Figures(
+            workload,
+            policy,
+            completed=stats["completed"],
+            retractions=stats["retractions"],
+            peak_in_flight=stats["peak_in_flight"],
+            peak_running=stats["peak_running"],
+        )
         start, end = stats["first_request_at"], stats["last_finish_at"]
         if start is not None and end is not None:
             figures.wall_s = end - start
@@ -132,14 +142,16 @@ class Observer(threading.Thread):
 
 
 # ------------------------------------------------------------------------------------ drivers
-async def drive_inproc(url: str, requests: list[tuple[str, list[int]]], policy: str, max_tokens: int,
-                       cap: int | None) -> dict[str, int]:
+async def drive_inproc(
+    url: str, requests: list[tuple[str, list[int]]], policy: str, max_tokens: int, cap: int | None
+) -> dict[str, int]:
     """Send every request under the policy; with ``cap``, stop launching a dataset's requests once
     its answered output tokens reach the cap, so the overshoot is what was in flight then (the
     runner's gate also counts the expected tokens of requests in flight, and overshoots less).
     Returns the output tokens per dataset."""
-    http = httpx.AsyncClient(base_url=url, timeout=600.0, trust_env=False,
-                             limits=httpx.Limits(max_connections=len(requests) + 8))
+    http = httpx.AsyncClient(
+        base_url=url, timeout=600.0, trust_env=False, limits=httpx.Limits(max_connections=len(requests) + 8)
+    )
     initial = len(requests) if policy == "flood" else (64 if policy == "auto" else int(policy))
     controller = AutoConcurrency() if policy == "auto" else None
     limit = InFlightLimit(controller.target if controller else initial)
@@ -152,8 +164,9 @@ async def drive_inproc(url: str, requests: list[tuple[str, list[int]]], policy: 
 
     async def one(dataset: str, ids: list[int]) -> None:
         try:
-            answer = (await http.post("/generate", json={"input_ids": ids,
-                                                         "sampling_params": {"max_new_tokens": max_tokens}})).json()
+            answer = (
+                await http.post("/generate", json={"input_ids": ids, "sampling_params": {"max_new_tokens": max_tokens}})
+            ).json()
             done[dataset] = done.get(dataset, 0) + answer["meta_info"]["completion_tokens"]
         finally:
             limit.release()
@@ -189,20 +202,43 @@ class _Loads:
 
 
 def cli_accepts_auto() -> bool:
-    help_text = subprocess.run([sys.executable, str(RUN), "--help"], capture_output=True, text=True,
-                               env=cli_env()).stdout
+    help_text = subprocess.run(
+        [sys.executable, str(RUN), "--help"], capture_output=True, text=True, env=cli_env()
+    ).stdout
     return "auto" in help_text.split("--concurrency", 1)[-1].split("--request-timeout", 1)[0]
 
 
 def drive_cli(url: str, ws: Path, policy: str, total: int, max_tokens: int, cap: int | None) -> dict[str, int]:
     concurrency = str(total) if policy == "flood" else policy
-    command = [sys.executable, str(RUN), "--partition", PARTITION, "--prompts-dir", str(ws / "prompts"),
-               "--output-dir", str(ws / "outputs"), "--server-url", url, "--max-tokens", str(max_tokens),
-               "--concurrency", concurrency, "--status-interval", "5"]
+    command = [
+        sys.executable,
+        str(RUN),
+        "--partition",
+        PARTITION,
+        "--prompts-dir",
+        str(ws / "prompts"),
+        "--output-dir",
+        str(ws / "outputs"),
+        "--server-url",
+        url,
+        "--max-tokens",
+        str(max_tokens),
+        "--concurrency",
+        concurrency,
+        "--status-interval",
+        "5",
+    ]
     if cap is not None:
         command += ["--max-tokens-per-dataset", str(cap)]
-    result = subprocess.run(command, cwd=ws, env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    result = subprocess.run(
+        command,
+        cwd=ws,
+        env=cli_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     if result.returncode != 0:
         raise RuntimeError(f"run_inference.py exited {result.returncode}: {result.stderr[-2000:]}")
     done = {}
@@ -216,9 +252,18 @@ def drive_cli(url: str, ws: Path, policy: str, total: int, max_tokens: int, cap:
 def run_one(args, tokenizer_dir: Path, tokenizer: Tokenizer, workload: str, policy: str, cap: int | None) -> Figures:
     counts = {"short": args.short_prompts, "long": args.long_prompts}
     rows = prompts_for(workload, counts)
-    sim_args = ["--max-total-tokens", str(args.kv_tokens), "--max-running-requests", str(args.max_running),
-                "--step-time", str(args.step_time), "--step-time-per-req", str(args.step_time_per_req),
-                "--context-length", "4096"]
+    sim_args = [
+        "--max-total-tokens",
+        str(args.kv_tokens),
+        "--max-running-requests",
+        str(args.max_running),
+        "--step-time",
+        str(args.step_time),
+        "--step-time-per-req",
+        str(args.step_time_per_req),
+        "--context-length",
+        "4096",
+    ]
     with tempfile.TemporaryDirectory(prefix="bench-conc-") as tmp, Simulator(tokenizer_dir, *sim_args) as sim:
         ws = Path(tmp)
         observer = Observer(sim.url, None if cap is not None else len(rows))
@@ -246,8 +291,10 @@ def fmt(value, spec: str) -> str:
 
 
 def report(runs: list[Figures], budget: list[Figures], cap: int | None) -> str:
-    lines = ["workload  policy   wall s  vs flood  busy  tail s  peak in-flight  peak running  "
-             "1.25*run+16  queue s/req  retractions"]
+    lines = [
+        "workload  policy   wall s  vs flood  busy  tail s  peak in-flight  peak running  "
+        "1.25*run+16  queue s/req  retractions"
+    ]
     flood = {f.workload: f.wall_s for f in runs if f.policy == "flood"}
     for f in runs:
         versus = f"{f.wall_s / flood[f.workload]:.3f}" if flood.get(f.workload) else "-"
@@ -269,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compare --concurrency auto, fixed values and flooding on the simulator's scheduler mode.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Examples:\n  python -m bench.bench_concurrency\n"
-               "  python -m bench.bench_concurrency --driver cli --policies 16 64 256 flood\n",
+        "  python -m bench.bench_concurrency --driver cli --policies 16 64 256 flood\n",
     )
     add = parser.add_argument
     add("--driver", choices=("inproc", "cli"), default="inproc", help="who sends the prompts (default inproc)")
@@ -282,8 +329,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("--max-running", type=int, default=1024, help="simulator --max-running-requests (default 1024)")
     add("--step-time", type=float, default=0.005, help="simulator --step-time (default 0.005)")
     add("--step-time-per-req", type=float, default=0.0001, help="simulator --step-time-per-req (default 0.0001)")
-    add("--budget", type=int, default=None, metavar="TOKENS",
-        help="also run each workload with this --max-tokens-per-dataset and report the overshoot")
+    add(
+        "--budget",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help="also run each workload with this --max-tokens-per-dataset and report the overshoot",
+    )
     return parser
 
 
@@ -297,9 +349,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         tokenizer_dir = build_tokenizer(tmp / "tok")
         tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
-        print(f"driver {args.driver}; simulator KV {args.kv_tokens} tokens, step {args.step_time} s "
-              f"+ {args.step_time_per_req} s/request; max_tokens {args.max_tokens}; "
-              f"load average {os.getloadavg()[0]:.1f}", flush=True)
+        print(
+            f"driver {args.driver}; simulator KV {args.kv_tokens} tokens, step {args.step_time} s "
+            f"+ {args.step_time_per_req} s/request; max_tokens {args.max_tokens}; "
+            f"load average {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
         runs, budget = [], []
         for workload in args.workloads:
             for policy in policies:

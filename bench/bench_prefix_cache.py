@@ -43,9 +43,9 @@ import orjson
 
 from bench.bench_run import text_pool
 from bench.simproc import REPO, RUN, cli_env
-from synthgen.records import ResultRecord
-from synthgen.selection import order
-from synthgen.store import iter_results
+from synthgen.data.records import ResultRecord
+from synthgen.data.selection import order
+from synthgen.data.store import iter_results
 
 HARNESS = REPO / "scripts" / "real_sglang.py"
 PARTITION = "bench"
@@ -67,8 +67,9 @@ def conversations(count: int, turns: int, user_tokens: int, assistant_tokens: in
         for k in range(turns):
             for role, chars in (("user", user_chars), ("assistant", assistant_chars)):
                 cursor = (cursor + 7919) % span
-                messages.append({"role": role, "content": f"Conversation {c}, {role} turn {k}: "
-                                 + pool[cursor:cursor + chars]})
+                messages.append(
+                    {"role": role, "content": f"Conversation {c}, {role} turn {k}: " + pool[cursor : cursor + chars]}
+                )
         records.append({"id": f"conv-{c:03d}", "messages": messages})
     return records
 
@@ -81,7 +82,7 @@ def write_dataset(path: Path, records: list[dict]) -> None:
 
 
 def send_order(records: list[dict], turns: int, sample: str) -> list[str]:
-    """The prompt ids in the order the CLI takes them (synthgen.selection, as the run selects)."""
+    """The prompt ids in the order the CLI takes them (synthgen.data.selection, as the run selects)."""
     ids = [f"{r['id']}#{k}" for r in records for k in range(turns)]
     return order(ids, sample)
 
@@ -132,8 +133,9 @@ class RealServer:
 
     def close(self) -> None:
         self.http.close()
-        subprocess.run([sys.executable, str(HARNESS), "stop", "--pid", str(self.pid)], cwd=REPO, env=cli_env(),
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, str(HARNESS), "stop", "--pid", str(self.pid)], cwd=REPO, env=cli_env(), capture_output=True
+        )
 
     def __enter__(self) -> RealServer:
         return self
@@ -185,13 +187,33 @@ def ideal_cached(rows: list[ResultRecord]) -> int:
     return total
 
 
-def run_cli(server: RealServer, root: Path, sample: str, concurrency: int, records: list[dict],
-            turns: int) -> RunFigures:
+def run_cli(
+    server: RealServer, root: Path, sample: str, concurrency: int, records: list[dict], turns: int
+) -> RunFigures:
     out = root / f"out-{sample}-{concurrency}"
     server.flush_cache()
-    argv = [sys.executable, str(RUN), "--prompts-dir", str(root / "prompts"), "--partition", PARTITION,
-            "--output-dir", str(out), "--server-url", server.url, "--regenerate", "each", "--max-tokens", "8",
-            "--concurrency", str(concurrency), "--sample", sample, "--status-interval", "30"]
+    argv = [
+        sys.executable,
+        str(RUN),
+        "--prompts-dir",
+        str(root / "prompts"),
+        "--partition",
+        PARTITION,
+        "--output-dir",
+        str(out),
+        "--server-url",
+        server.url,
+        "--regenerate",
+        "each",
+        "--max-tokens",
+        "8",
+        "--concurrency",
+        str(concurrency),
+        "--sample",
+        sample,
+        "--status-interval",
+        "30",
+    ]
     started = time.monotonic()
     done = subprocess.run(argv, cwd=REPO, env=cli_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True)
     wall = time.monotonic() - started
@@ -199,10 +221,16 @@ def run_cli(server: RealServer, root: Path, sample: str, concurrency: int, recor
     later = [r for r in rows if not r.id.endswith("#0")]
     summary = [ln.strip() for ln in done.stderr.splitlines() if SUMMARY_MARK in ln]
     return RunFigures(
-        sample=sample, concurrency=concurrency, exit_code=done.returncode, wall_s=wall, rows=len(rows),
-        prompt_tokens=sum(r.prompt_tokens for r in rows), cached_tokens=sum(r.cached_tokens or 0 for r in rows),
+        sample=sample,
+        concurrency=concurrency,
+        exit_code=done.returncode,
+        wall_s=wall,
+        rows=len(rows),
+        prompt_tokens=sum(r.prompt_tokens for r in rows),
+        cached_tokens=sum(r.cached_tokens or 0 for r in rows),
         later_prompt_tokens=sum(r.prompt_tokens for r in later),
-        later_cached_tokens=sum(r.cached_tokens or 0 for r in later), ideal_cached_tokens=ideal_cached(rows),
+        later_cached_tokens=sum(r.cached_tokens or 0 for r in later),
+        ideal_cached_tokens=ideal_cached(rows),
         turn_gap=turn_gap(send_order(records, turns, sample)),
         summary_line=summary[-1] if summary else "(no prefix cache line)",
         stderr_tail=done.stderr.strip().splitlines()[-8:],
@@ -221,12 +249,35 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
 
 def report(runs: list[RunFigures]) -> str:
     lines = table(
-        ("order", "concurrency", "exit", "rows", "turn gap", "prompt tok", "cached tok", "cached", "turns>0 cached",
-         "ideal", "wall s"),
-        [("file" if f.sample == "first" else "random", str(f.concurrency), str(f.exit_code), str(f.rows),
-          f"{f.turn_gap:.1f}", f"{f.prompt_tokens:,}", f"{f.cached_tokens:,}", share(f.cached_tokens, f.prompt_tokens),
-          share(f.later_cached_tokens, f.later_prompt_tokens), share(f.ideal_cached_tokens, f.prompt_tokens),
-          f"{f.wall_s:.1f}") for f in runs],
+        (
+            "order",
+            "concurrency",
+            "exit",
+            "rows",
+            "turn gap",
+            "prompt tok",
+            "cached tok",
+            "cached",
+            "turns>0 cached",
+            "ideal",
+            "wall s",
+        ),
+        [
+            (
+                "file" if f.sample == "first" else "random",
+                str(f.concurrency),
+                str(f.exit_code),
+                str(f.rows),
+                f"{f.turn_gap:.1f}",
+                f"{f.prompt_tokens:,}",
+                f"{f.cached_tokens:,}",
+                share(f.cached_tokens, f.prompt_tokens),
+                share(f.later_cached_tokens, f.later_prompt_tokens),
+                share(f.ideal_cached_tokens, f.prompt_tokens),
+                f"{f.wall_s:.1f}",
+            )
+            for f in runs
+        ],
     )
     lines.append("")
     for f in runs:
@@ -249,31 +300,45 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench.bench_prefix_cache",
         description="Run run_inference.py --regenerate each against the real SGLang server (CPU, tiny model) with "
-                    "a conversation's turns sent together (file order) and scattered (--sample random), and report "
-                    "the share of prompt tokens served from the server's prefix cache. Prints figures, no pass/fail.",
+        "a conversation's turns sent together (file order) and scattered (--sample random), and report "
+        "the share of prompt tokens served from the server's prefix cache. Prints figures, no pass/fail.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n"
-               "  # the default: 16 conversations x 4 turns, --concurrency 1 and 16 (~4 min with server start)\n"
-               "  python -m bench.bench_prefix_cache\n\n"
-               "  # the server holds back requests that share a prefix with one in the same batch\n"
-               "  python -m bench.bench_prefix_cache --schedule-policy lpm --concurrency 16\n\n"
-               "  # a cache big enough for the whole dataset (as a small run on a big server)\n"
-               "  python -m bench.bench_prefix_cache --kv-tokens 65536 --concurrency 16\n\n"
-               "needs: python scripts/real_sglang.py setup (once; a few minutes)\n",
+        "  # the default: 16 conversations x 4 turns, --concurrency 1 and 16 (~4 min with server start)\n"
+        "  python -m bench.bench_prefix_cache\n\n"
+        "  # the server holds back requests that share a prefix with one in the same batch\n"
+        "  python -m bench.bench_prefix_cache --schedule-policy lpm --concurrency 16\n\n"
+        "  # a cache big enough for the whole dataset (as a small run on a big server)\n"
+        "  python -m bench.bench_prefix_cache --kv-tokens 65536 --concurrency 16\n\n"
+        "needs: python scripts/real_sglang.py setup (once; a few minutes)\n",
     )
     p.add_argument("--conversations", type=int, default=16, help="conversations in the dataset (default: 16)")
     p.add_argument("--turns", type=int, default=4, help="user/assistant pairs per conversation (default: 4)")
     p.add_argument("--user-tokens", type=int, default=150, help="tokens of each user turn (default: 150)")
-    p.add_argument("--assistant-tokens", type=int, default=50,
-                   help="tokens of each assistant turn in the dataset (default: 50)")
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16], metavar="N",
-                   help="--concurrency values given to the CLI, one pair of runs each (default: 1 16)")
-    p.add_argument("--kv-tokens", type=int, default=4096,
-                   help="the server's --max-total-tokens, its KV pool and so the most its prefix cache can hold "
-                        "(default: 4096, a fifth of this dataset: as in a real run, the cache cannot keep a "
-                        "conversation's history while the whole dataset goes by)")
-    p.add_argument("--schedule-policy", help="the server's --schedule-policy (default: SGLang's, fcfs); lpm "
-                                             "holds back a request whose prefix another one in the batch shares")
+    p.add_argument(
+        "--assistant-tokens", type=int, default=50, help="tokens of each assistant turn in the dataset (default: 50)"
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="+",
+        default=[1, 16],
+        metavar="N",
+        help="--concurrency values given to the CLI, one pair of runs each (default: 1 16)",
+    )
+    p.add_argument(
+        "--kv-tokens",
+        type=int,
+        default=4096,
+        help="the server's --max-total-tokens, its KV pool and so the most its prefix cache can hold "
+        "(default: 4096, a fifth of this dataset: as in a real run, the cache cannot keep a "
+        "conversation's history while the whole dataset goes by)",
+    )
+    p.add_argument(
+        "--schedule-policy",
+        help="the server's --schedule-policy (default: SGLang's, fcfs); lpm "
+        "holds back a request whose prefix another one in the batch shares",
+    )
     p.add_argument("--server-timeout", type=float, default=300, help="seconds the server may take to start")
     p.add_argument("--work-dir", type=Path, help="where to make the scratch folder (default: the system temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the scratch folder (prompts, outputs)")
@@ -282,8 +347,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if min(args.conversations, args.turns, args.user_tokens, args.assistant_tokens, args.kv_tokens,
-           *args.concurrency) < 1:
+    if (
+        min(args.conversations, args.turns, args.user_tokens, args.assistant_tokens, args.kv_tokens, *args.concurrency)
+        < 1
+    ):
         print("bench_prefix_cache.py: every count must be at least 1", file=sys.stderr)
         return 2
     root = Path(tempfile.mkdtemp(prefix="synthgen-bench-prefix-", dir=args.work_dir))
@@ -295,17 +362,23 @@ def main(argv: list[str] | None = None) -> int:
         if args.schedule_policy:
             server_args += ["--schedule-policy", args.schedule_policy]
         with RealServer(args.server_timeout, server_args) as server:
-            print(f"bench: {args.conversations} conversations x {args.turns} turns, user turns ~{args.user_tokens} "
-                  f"tokens, assistant ~{args.assistant_tokens}; real SGLang at {server.url} ({' '.join(server_args)}, "
-                  f"context {server.context_length()}) up in {time.monotonic() - started:.0f} s; "
-                  f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
+            print(
+                f"bench: {args.conversations} conversations x {args.turns} turns, user turns ~{args.user_tokens} "
+                f"tokens, assistant ~{args.assistant_tokens}; real SGLang at {server.url} ({' '.join(server_args)}, "
+                f"context {server.context_length()}) up in {time.monotonic() - started:.0f} s; "
+                f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
             runs = []
             for concurrency in args.concurrency:
                 for sample in ("first", "random"):
                     runs.append(run_cli(server, root, sample, concurrency, records, args.turns))
                     f = runs[-1]
-                    print(f"  {sample} --concurrency {concurrency}: exit {f.exit_code}, {f.rows} rows in "
-                          f"{f.wall_s:.1f} s, cached {share(f.cached_tokens, f.prompt_tokens)}", flush=True)
+                    print(
+                        f"  {sample} --concurrency {concurrency}: exit {f.exit_code}, {f.rows} rows in "
+                        f"{f.wall_s:.1f} s, cached {share(f.cached_tokens, f.prompt_tokens)}",
+                        flush=True,
+                    )
         print()
         print(report(runs))
         print(LEGEND)

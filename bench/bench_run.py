@@ -21,7 +21,7 @@ prompts into a scratch workspace, starts ``tests/sglang_sim.py`` (a real HTTP se
   dataset's first request goes out. ``/sim/stats`` sampled every --poll-interval seconds
   gives a coarse server-side minimum beside them.
 
-Then, in this process, it times ``synthgen.prompts.scan_dataset`` (the validation pass the CLI
+Then, in this process, it times ``synthgen.data.prompts.scan_dataset`` (the validation pass the CLI
 makes over every file before its first request) over the largest run's files, and measures
 the index it keeps with tracemalloc.
 
@@ -48,9 +48,9 @@ from pathlib import Path
 import orjson
 
 from bench.simproc import RUN, Simulator, build_tokenizer, cli_env
-from synthgen.prompts import DatasetSource, scan_dataset
-from synthgen.records import ResultRecord
-from synthgen.store import iter_results
+from synthgen.data.prompts import DatasetSource, scan_dataset
+from synthgen.data.records import ResultRecord
+from synthgen.data.store import iter_results
 
 PARTITION = "bench"
 # Word-like text, so tokenizing costs what it would on prose (3.5 characters per token here).
@@ -86,7 +86,7 @@ def write_dataset(path: Path, name: str, prompts: int, chars: int, pool: str) ->
                 "id": f"{name}-{i:07d}",
                 "messages": [
                     {"role": "system", "content": "You are a careful assistant."},
-                    {"role": "user", "content": f"Question {i} of {name}: " + pool[start:start + chars]},
+                    {"role": "user", "content": f"Question {i} of {name}: " + pool[start : start + chars]},
                 ],
             }
             fh.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
@@ -167,16 +167,30 @@ def run_once(args, tokenizer_dir: Path, ws: Path, per_dataset: int, pool: str) -
 
     with Simulator(tokenizer_dir, *sim_args) as sim:
         command = [
-            sys.executable, str(RUN), "--partition", PARTITION, "--prompts-dir", str(ws / "prompts"),
-            "--output-dir", str(ws / "outputs"), "--server-url", sim.url, "--max-tokens", str(args.max_tokens),
-            "--concurrency", str(args.concurrency), "--status-interval", str(args.status_interval),
+            sys.executable,
+            str(RUN),
+            "--partition",
+            PARTITION,
+            "--prompts-dir",
+            str(ws / "prompts"),
+            "--output-dir",
+            str(ws / "outputs"),
+            "--server-url",
+            sim.url,
+            "--max-tokens",
+            str(args.max_tokens),
+            "--concurrency",
+            str(args.concurrency),
+            "--status-interval",
+            str(args.status_interval),
         ]
         stderr_lines: list[tuple[float, str]] = []
         samples: list[tuple[float, int]] = []  # (seconds since launch, server in-flight)
         t0_wall = time.time()
         t0 = time.monotonic()
-        proc = subprocess.Popen(command, cwd=ws, env=cli_env(), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            command, cwd=ws, env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         reader = threading.Thread(target=read_lines_timed, args=(proc.stderr, t0, stderr_lines), daemon=True)
         reader.start()
         next_sample = 0.0
@@ -247,8 +261,9 @@ def pool_figures(spans: list[tuple[float, float, str]], concurrency: int) -> Poo
     return pool
 
 
-def in_flight_timeline(figures: RunFigures, rows: list[ResultRecord], request_log: Path, t0_wall: float,
-                       concurrency: int, names: list[str]) -> None:
+def in_flight_timeline(
+    figures: RunFigures, rows: list[ResultRecord], request_log: Path, t0_wall: float, concurrency: int, names: list[str]
+) -> None:
     """In-flight counts over time as the server saw them and as the CLI saw them.
 
     The simulator logs when it finished each request; a result row carries the server's e2e
@@ -283,7 +298,8 @@ def in_flight_timeline(figures: RunFigures, rows: list[ResultRecord], request_lo
         gap = (last_before - t) * 1e3
         figures.boundaries.append(
             f"{before}->{after} at {t:.1f} s: {in_flight} in flight ({of_before} of {before}); the last {before} "
-            f"request went out {abs(gap):.0f} ms {'after' if gap > 0 else 'before'} the first {after} one")
+            f"request went out {abs(gap):.0f} ms {'after' if gap > 0 else 'before'} the first {after} one"
+        )
 
 
 # ------------------------------------------------------------------------------------ fixed costs
@@ -309,9 +325,11 @@ def scan_cost(paths: list[Path]) -> str:
     kept, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     del indexes
-    return (f"scan_dataset over {len(paths)} files: {prompts:,} prompts, {size_mb:.0f} MB in {seconds:.2f} s = "
-            f"{size_mb / seconds:.0f} MB/s ({seconds / size_mb * 1e3:.1f} s per GB); the indexes keep "
-            f"{kept / 1e6:.1f} MB = {kept / prompts:.0f} B per prompt (peak {peak / 1e6:.1f} MB)")
+    return (
+        f"scan_dataset over {len(paths)} files: {prompts:,} prompts, {size_mb:.0f} MB in {seconds:.2f} s = "
+        f"{size_mb / seconds:.0f} MB/s ({seconds / size_mb * 1e3:.1f} s per GB); the indexes keep "
+        f"{kept / 1e6:.1f} MB = {kept / prompts:.0f} B per prompt (peak {peak / 1e6:.1f} MB)"
+    )
 
 
 # ------------------------------------------------------------------------------------ report
@@ -332,27 +350,60 @@ def report(runs: list[RunFigures], startup_only: bool) -> str:
     lines = ["start-up and memory of the CLI"]
     lines += table(
         ("prompts", "file MB", "1st request s", "RSS@1st MB", "RSS mid MB", "RSS end MB", "peak RSS MB"),
-        [(f"{f.prompts:,}", f"{f.file_mb:.0f}", fmt(f.first_request_s, ".2f"), fmt(f.rss_first_mb, ".0f"),
-          fmt(f.rss_mid_mb, ".0f"), fmt(f.rss_end_mb, ".0f"), f"{f.peak_rss_mb:.0f}") for f in runs],
+        [
+            (
+                f"{f.prompts:,}",
+                f"{f.file_mb:.0f}",
+                fmt(f.first_request_s, ".2f"),
+                fmt(f.rss_first_mb, ".0f"),
+                fmt(f.rss_mid_mb, ".0f"),
+                fmt(f.rss_end_mb, ".0f"),
+                f"{f.peak_rss_mb:.0f}",
+            )
+            for f in runs
+        ],
     )
     if startup_only:
         lines.append("(--startup-only: each run was stopped by SIGTERM at its first request)")
         return "\n".join(lines)
     lines += ["", "throughput and requests in flight"]
     lines += table(
-        ("prompts", "done", "exit", "wall s", "prompts/s", "out tok/s", "CPU ms/prompt CLI", "sim",
-         "CLI in-flight mean/min/s<half", "server in-flight", "sampled min"),
-        [(f"{f.prompts:,}", f"{f.completed:,}", str(f.exit_code), f"{f.wall_s:.1f}",
-          f"{f.completed / f.wall_s:.1f}", f"{f.output_tokens / f.wall_s:,.0f}",
-          per_prompt_ms(f.client_cpu_s, f.completed), per_prompt_ms(f.sim_cpu_s, f.completed),
-          f.client_pool.cell() if f.client_pool else "-", f.server_pool.cell() if f.server_pool else "-",
-          fmt(f.sampled_min_in_flight, "d"))
-         for f in runs],
+        (
+            "prompts",
+            "done",
+            "exit",
+            "wall s",
+            "prompts/s",
+            "out tok/s",
+            "CPU ms/prompt CLI",
+            "sim",
+            "CLI in-flight mean/min/s<half",
+            "server in-flight",
+            "sampled min",
+        ),
+        [
+            (
+                f"{f.prompts:,}",
+                f"{f.completed:,}",
+                str(f.exit_code),
+                f"{f.wall_s:.1f}",
+                f"{f.completed / f.wall_s:.1f}",
+                f"{f.output_tokens / f.wall_s:,.0f}",
+                per_prompt_ms(f.client_cpu_s, f.completed),
+                per_prompt_ms(f.sim_cpu_s, f.completed),
+                f.client_pool.cell() if f.client_pool else "-",
+                f.server_pool.cell() if f.server_pool else "-",
+                fmt(f.sampled_min_in_flight, "d"),
+            )
+            for f in runs
+        ],
     )
     for f in runs:
         pool = f.client_pool or Pool()
-        lines.append(f"{f.prompts:,} prompts: CLI pool full at {fmt(pool.full_s, '.2f')} s, last request sent at "
-                     f"{fmt(pool.last_send_s, '.1f')} s; " + ("; ".join(f.boundaries) or "one dataset"))
+        lines.append(
+            f"{f.prompts:,} prompts: CLI pool full at {fmt(pool.full_s, '.2f')} s, last request sent at "
+            f"{fmt(pool.last_send_s, '.1f')} s; " + ("; ".join(f.boundaries) or "one dataset")
+        )
         if f.exit_code != 0 or f.completed != f.prompts:
             lines.append("  CLI stderr tail:\n    " + "\n    ".join(f.stderr_tail))
     return "\n".join(lines)
@@ -374,36 +425,54 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench.bench_run",
         description="Time run_inference.py against the SGLang simulator for several dataset sizes: first-request "
-                    "latency, the CLI's memory, throughput and the server's in-flight count across dataset "
-                    "boundaries; then the cost of the validation scan. Prints figures, no pass/fail.",
+        "latency, the CLI's memory, throughput and the server's in-flight count across dataset "
+        "boundaries; then the cost of the validation scan. Prints figures, no pass/fail.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n"
-               "  # the default: 2 datasets of 1,000, then of 10,000 prompts of 8,000 characters (~5 min)\n"
-               "  python -m bench.bench_run\n\n"
-               "  # a quick look with a slower server, so the pool is never short of CPU\n"
-               "  python -m bench.bench_run --prompts 200 2000 --token-delay 0.02\n\n"
-               "  # start-up only, up to 1.6 GB of prompt files\n"
-               "  python -m bench.bench_run --prompts 1000 10000 100000 --startup-only\n\n"
-               "  # four datasets of short prompts, files kept for inspection\n"
-               "  python -m bench.bench_run --prompts 500 5000 --datasets 4 --prompt-chars 500 --keep\n",
+        "  # the default: 2 datasets of 1,000, then of 10,000 prompts of 8,000 characters (~5 min)\n"
+        "  python -m bench.bench_run\n\n"
+        "  # a quick look with a slower server, so the pool is never short of CPU\n"
+        "  python -m bench.bench_run --prompts 200 2000 --token-delay 0.02\n\n"
+        "  # start-up only, up to 1.6 GB of prompt files\n"
+        "  python -m bench.bench_run --prompts 1000 10000 100000 --startup-only\n\n"
+        "  # four datasets of short prompts, files kept for inspection\n"
+        "  python -m bench.bench_run --prompts 500 5000 --datasets 4 --prompt-chars 500 --keep\n",
     )
-    p.add_argument("--prompts", type=int, nargs="+", default=[1000, 10000], metavar="N",
-                   help="prompts per dataset; one run per value, in order (default: 1000 10000)")
+    p.add_argument(
+        "--prompts",
+        type=int,
+        nargs="+",
+        default=[1000, 10000],
+        metavar="N",
+        help="prompts per dataset; one run per value, in order (default: 1000 10000)",
+    )
     p.add_argument("--datasets", type=int, default=2, metavar="K", help="datasets per run (default: 2)")
-    p.add_argument("--prompt-chars", type=int, default=8000, metavar="C",
-                   help="characters of each user message (default: 8000, about 2,300 tokens)")
+    p.add_argument(
+        "--prompt-chars",
+        type=int,
+        default=8000,
+        metavar="C",
+        help="characters of each user message (default: 8000, about 2,300 tokens)",
+    )
     p.add_argument("--max-tokens", type=int, default=16, help="--max-tokens given to the CLI (default: 16)")
     p.add_argument("--concurrency", type=int, default=32, help="--concurrency given to the CLI (default: 32)")
-    p.add_argument("--status-interval", type=float, default=5.0,
-                   help="--status-interval given to the CLI (default: 5)")
-    p.add_argument("--token-delay", type=float, default=0.005,
-                   help="simulator seconds per generated token (default: 0.005)")
+    p.add_argument("--status-interval", type=float, default=5.0, help="--status-interval given to the CLI (default: 5)")
+    p.add_argument(
+        "--token-delay", type=float, default=0.005, help="simulator seconds per generated token (default: 0.005)"
+    )
     p.add_argument("--context-length", type=int, default=65536, help="simulator context length (default: 65536)")
-    p.add_argument("--poll-interval", type=float, default=0.25,
-                   help="seconds between /sim/stats samples once requests flow (default: 0.25)")
-    p.add_argument("--startup-only", action="store_true",
-                   help="stop each run (SIGTERM) once its first request arrives: start-up figures for sizes too "
-                        "big to run through")
+    p.add_argument(
+        "--poll-interval",
+        type=float,
+        default=0.25,
+        help="seconds between /sim/stats samples once requests flow (default: 0.25)",
+    )
+    p.add_argument(
+        "--startup-only",
+        action="store_true",
+        help="stop each run (SIGTERM) once its first request arrives: start-up figures for sizes too "
+        "big to run through",
+    )
     p.add_argument("--work-dir", type=Path, help="where to make the scratch folder (default: the system temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the scratch folder (prompts, outputs, request logs)")
     return p
@@ -412,23 +481,30 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.datasets < 1 or min(args.prompts) < 1 or args.prompt_chars < 1 or args.concurrency < 1:
-        print("bench_run.py: --prompts, --datasets, --prompt-chars and --concurrency must be at least 1",
-              file=sys.stderr)
+        print(
+            "bench_run.py: --prompts, --datasets, --prompt-chars and --concurrency must be at least 1", file=sys.stderr
+        )
         return 2
     root = Path(tempfile.mkdtemp(prefix="synthgen-bench-", dir=args.work_dir))
     try:
         tokenizer_dir = build_tokenizer(root / "tokenizer", style="chatml")
         pool = text_pool(args.prompt_chars * 8)
-        print(f"bench: {args.datasets} datasets x {' / '.join(map(str, args.prompts))} prompts of "
-              f"{args.prompt_chars:,} chars; CLI --max-tokens {args.max_tokens} --concurrency {args.concurrency}; "
-              f"simulator --token-delay {args.token_delay}; {os.cpu_count()} CPUs, load average "
-              f"{os.getloadavg()[0]:.1f}", flush=True)
+        print(
+            f"bench: {args.datasets} datasets x {' / '.join(map(str, args.prompts))} prompts of "
+            f"{args.prompt_chars:,} chars; CLI --max-tokens {args.max_tokens} --concurrency {args.concurrency}; "
+            f"simulator --token-delay {args.token_delay}; {os.cpu_count()} CPUs, load average "
+            f"{os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
         print(f"CLI start (run_inference.py --version, best of 3): {cli_start_seconds():.2f} s", flush=True)
         runs = []
         for i, per_dataset in enumerate(args.prompts):
             runs.append(run_once(args, tokenizer_dir, root / f"run{i}-{per_dataset}", per_dataset, pool))
-            print(f"  ran {runs[-1].prompts:,} prompts in {runs[-1].wall_s:.1f} s "
-                  f"(load average now {os.getloadavg()[0]:.1f})", flush=True)
+            print(
+                f"  ran {runs[-1].prompts:,} prompts in {runs[-1].wall_s:.1f} s "
+                f"(load average now {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
         print()
         print(report(runs, args.startup_only))
         print(LEGEND)

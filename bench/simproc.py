@@ -25,14 +25,20 @@ READY_TIMEOUT = 60.0
 def cli_env(**extra: str) -> dict[str, str]:
     """The environment of a CLI run: offline, unbuffered, no API key from the caller's shell."""
     env = {k: v for k, v in os.environ.items() if k != "SGLANG_API_KEY"}
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1",
-               TRANSFORMERS_NO_ADVISORY_WARNINGS="1", **extra)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PYTHONUNBUFFERED="1",
+        TRANSFORMERS_NO_ADVISORY_WARNINGS="1",
+        **extra,
+    )
     return env
 
 
 def build_tokenizer(out_dir: Path, style: str = "chatml") -> Path:
-    subprocess.run([sys.executable, str(TOKENIZERS), str(out_dir), style], check=True, env=cli_env(),
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, str(TOKENIZERS), str(out_dir), style], check=True, env=cli_env(), stdout=subprocess.DEVNULL
+    )
     return out_dir
 
 
@@ -41,8 +47,12 @@ class Simulator:
 
     def __init__(self, tokenizer_dir: Path, *args: str, log: Path | None = None):
         self._log = open(log or os.devnull, "ab")
-        self.proc = subprocess.Popen([sys.executable, str(SIM), "--tokenizer-dir", str(tokenizer_dir), *args],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SIM), "--tokenizer-dir", str(tokenizer_dir), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+        )
         line = self._ready_line()
         if not line.startswith("SIM READY port="):
             self.close()

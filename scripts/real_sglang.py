@@ -34,8 +34,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from synthgen import demo  # noqa: E402  (after the path: any python3 runs this script)
-from synthgen.launcher import ServerLaunchError, ServerProcess, kill_group, live_members  # noqa: E402
+from synthgen.server import demo  # noqa: E402  (after the path: any python3 runs this script)
+from synthgen.server.launcher import ServerLaunchError, ServerProcess, kill_group, live_members  # noqa: E402
 
 
 class HarnessError(Exception):

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import httpx
 
-from .errors import UsageError
-from .parsers import KNOWN_REASONING, KNOWN_TOOL_CALL
-from .prompts import REGENERATE_MODES
-from .selection import SAMPLE_MODES
+from synthgen.chat.parsers import KNOWN_REASONING, KNOWN_TOOL_CALL
+from synthgen.data.prompts import REGENERATE_MODES
+from synthgen.data.selection import SAMPLE_MODES
+from synthgen.errors import UsageError
 
 CHANGED_PROMPTS = ("refuse", "keep", "regenerate")
 # With --launch-server, --server-wait covers a start-up plus this: the restart's stop grace (30 s)
@@ -53,7 +53,7 @@ class RunConfig:
     server_url: str = "http://127.0.0.1:30000"
     api_key: str | None = field(default=None, repr=False)  # never printed
 
-    # --- launching the server (synthgen.supervisor) ----------------------------------------------
+    # --- launching the server (synthgen.server.supervisor) ----------------------------------------------
     launch_server: str | None = None  # a shell-style command, or "demo"; None: the server is the user's
     server_log: Path | None = None  # None: <output_dir>/server.log
     server_start_timeout: float = 1800.0  # a large model loads for many minutes
@@ -130,8 +130,10 @@ class RunConfig:
             raise UsageError(f"--regenerate must be one of {', '.join(REGENERATE_MODES)}")
         if self.changed_prompts not in CHANGED_PROMPTS:
             raise UsageError(f"--changed-prompts must be one of {', '.join(CHANGED_PROMPTS)}")
-        for flag, name, known in (("--reasoning-parser", self.reasoning_parser, KNOWN_REASONING),
-                                  ("--tool-call-parser", self.tool_call_parser, KNOWN_TOOL_CALL)):
+        for flag, name, known in (
+            ("--reasoning-parser", self.reasoning_parser, KNOWN_REASONING),
+            ("--tool-call-parser", self.tool_call_parser, KNOWN_TOOL_CALL),
+        ):
             if name is not None and name not in known:
                 raise UsageError(f"{flag}: unknown parser '{name}' (SGLang's names: {', '.join(known)})")
         if not self.think_start or not self.think_end:
@@ -152,8 +154,9 @@ class RunConfig:
         try:
             url = httpx.URL(self.server_url)
         except httpx.InvalidURL as exc:
-            raise UsageError(f"--server-url {shown!r} is not a valid URL ({exc}); "
-                             "e.g. http://127.0.0.1:30000") from None
+            raise UsageError(
+                f"--server-url {shown!r} is not a valid URL ({exc}); e.g. http://127.0.0.1:30000"
+            ) from None
         if not url.host:
             raise UsageError(f"--server-url {shown!r} has no host; e.g. http://127.0.0.1:30000")
         if url.port is not None and not 1 <= url.port <= 65535:
@@ -162,8 +165,10 @@ class RunConfig:
             # A key from a file or $(cat key) ends with a newline the server would not recognise.
             self.api_key = self.api_key.strip() or None
         if self.api_key is not None and not all(" " <= ch <= "~" for ch in self.api_key):
-            raise UsageError("the API key (--api-key or $SGLANG_API_KEY) has a character an HTTP header cannot carry "
-                             "(non-ASCII or a control character); check it for a stray character")
+            raise UsageError(
+                "the API key (--api-key or $SGLANG_API_KEY) has a character an HTTP header cannot carry "
+                "(non-ASCII or a control character); check it for a stray character"
+            )
 
     def _check_launch(self) -> None:
         if self.launch_server is None:

@@ -1,4 +1,4 @@
-"""The budget math, parsing and table of synthgen.budget: known values, table-driven."""
+"""The budget math, parsing and table of synthgen.budget.plan: known values, table-driven."""
 
 from fractions import Fraction
 
@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from synthgen import budget
-from synthgen.budget import (
+from synthgen.budget import plan as budget
+from synthgen.budget.file import plan_json
+from synthgen.budget.plan import (
     Estimate,
     Measurement,
     Plan,
@@ -24,7 +25,6 @@ from synthgen.budget import (
     plan_dataset,
     samples_for,
 )
-from synthgen.budget_file import plan_json
 from synthgen.errors import UsageError
 
 FLAG = "--tokens-per-dataset"
@@ -269,23 +269,25 @@ def test_fixed_datasets_are_not_in_the_generation_time():
 
 
 def test_the_table_is_aligned_with_thousands_separators_totals_and_generation_time():
-    assert format_table(_example_plan()) == "\n".join([
-        "Budget: 10,000,000 output tokens per dataset",
-        "",
-        "dataset        avg tokens  source                                   available  samples  expected tokens",
-        "-------------  ----------  ---------------------------------------  ---------  -------  ---------------",
-        "math_hard           3,793  measured: 50 rows, p50 2,800, p90 6,000     14,714    2,636        9,998,348",
-        "code                  812  --avg-tokens                                 9,001    9,001        7,308,812",
-        "chat                    -  no estimate                                  4,000        -                -",
-        "poems             2,000.5  --default-avg                               20,000    4,998        9,998,499",
-        "wiki_rewrites           -  fixed (generated elsewhere)                      -        -       24,000,000",
-        "-------------  ----------  ---------------------------------------  ---------  -------  ---------------",
-        "total                                                                  47,715   16,635       51,305,659",
-        "",
-        "To generate: 27,305,659 tokens -> 7.6 h at 1,000 tok/s, 5.1 h at 1,500 tok/s",
-        "Fixed:       24,000,000 tokens (generated elsewhere: in the total, not in the generation time)",
-        "No estimate: chat (no sample count, not in the totals; see the notes on stderr)",
-    ])
+    assert format_table(_example_plan()) == "\n".join(
+        [
+            "Budget: 10,000,000 output tokens per dataset",
+            "",
+            "dataset        avg tokens  source                                   available  samples  expected tokens",
+            "-------------  ----------  ---------------------------------------  ---------  -------  ---------------",
+            "math_hard           3,793  measured: 50 rows, p50 2,800, p90 6,000     14,714    2,636        9,998,348",
+            "code                  812  --avg-tokens                                 9,001    9,001        7,308,812",
+            "chat                    -  no estimate                                  4,000        -                -",
+            "poems             2,000.5  --default-avg                               20,000    4,998        9,998,499",
+            "wiki_rewrites           -  fixed (generated elsewhere)                      -        -       24,000,000",
+            "-------------  ----------  ---------------------------------------  ---------  -------  ---------------",
+            "total                                                                  47,715   16,635       51,305,659",
+            "",
+            "To generate: 27,305,659 tokens -> 7.6 h at 1,000 tok/s, 5.1 h at 1,500 tok/s",
+            "Fixed:       24,000,000 tokens (generated elsewhere: in the total, not in the generation time)",
+            "No estimate: chat (no sample count, not in the totals; see the notes on stderr)",
+        ]
+    )
 
 
 def test_a_single_measured_row_is_labelled_in_the_singular():
@@ -298,14 +300,34 @@ def test_the_json_plan_marks_fixed_datasets_with_zero_samples_and_lists_no_estim
     assert plan_json(_example_plan()) == {
         "tokens_per_dataset": 10_000_000,
         "datasets": {
-            "math_hard": {"max_samples": 2636, "available": 14714, "avg_completion_tokens": 3793,
-                          "avg_source": "measured", "expected_tokens": 9_998_348},
-            "code": {"max_samples": 9001, "available": 9001, "avg_completion_tokens": 812,
-                     "avg_source": "avg-tokens", "expected_tokens": 7_308_812},
-            "poems": {"max_samples": 4998, "available": 20000, "avg_completion_tokens": 2000.5,
-                      "avg_source": "default-avg", "expected_tokens": 9_998_499},
-            "wiki_rewrites": {"max_samples": 0, "available": None, "avg_completion_tokens": None,
-                              "avg_source": "fixed", "expected_tokens": 24_000_000},
+            "math_hard": {
+                "max_samples": 2636,
+                "available": 14714,
+                "avg_completion_tokens": 3793,
+                "avg_source": "measured",
+                "expected_tokens": 9_998_348,
+            },
+            "code": {
+                "max_samples": 9001,
+                "available": 9001,
+                "avg_completion_tokens": 812,
+                "avg_source": "avg-tokens",
+                "expected_tokens": 7_308_812,
+            },
+            "poems": {
+                "max_samples": 4998,
+                "available": 20000,
+                "avg_completion_tokens": 2000.5,
+                "avg_source": "default-avg",
+                "expected_tokens": 9_998_499,
+            },
+            "wiki_rewrites": {
+                "max_samples": 0,
+                "available": None,
+                "avg_completion_tokens": None,
+                "avg_source": "fixed",
+                "expected_tokens": 24_000_000,
+            },
         },
         "no_estimate": ["chat"],
     }

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from synthgen.budget_cli import main
+from synthgen.cli.budget import main
 from synthgen.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,18 +52,20 @@ def table_row(out: str, name: str) -> list[str]:
 def test_the_issues_example_gives_2636_samples_and_9998348_tokens(project, capsys):
     code, out, err = run(capsys, "--dataset", "math", "--avg-tokens", "math=3793")
     assert code == 0
-    assert out == "\n".join([
-        "Budget: 10,000,000 output tokens per dataset",
-        "",
-        "dataset  avg tokens  source        available  samples  expected tokens",
-        "-------  ----------  ------------  ---------  -------  ---------------",
-        "math          3,793  --avg-tokens     14,714    2,636        9,998,348",
-        "-------  ----------  ------------  ---------  -------  ---------------",
-        "total                                 14,714    2,636        9,998,348",
-        "",
-        "To generate: 9,998,348 tokens -> 2.8 h at 1,000 tok/s, 1.9 h at 1,500 tok/s",
-        "",
-    ])
+    assert out == "\n".join(
+        [
+            "Budget: 10,000,000 output tokens per dataset",
+            "",
+            "dataset  avg tokens  source        available  samples  expected tokens",
+            "-------  ----------  ------------  ---------  -------  ---------------",
+            "math          3,793  --avg-tokens     14,714    2,636        9,998,348",
+            "-------  ----------  ------------  ---------  -------  ---------------",
+            "total                                 14,714    2,636        9,998,348",
+            "",
+            "To generate: 9,998,348 tokens -> 2.8 h at 1,000 tok/s, 1.9 h at 1,500 tok/s",
+            "",
+        ]
+    )
     assert err == "note: math: 1 repeated id(s) counted once, as the runner does\n"
 
 
@@ -104,9 +106,7 @@ def test_the_average_is_measured_from_completed_rows_ignoring_a_torn_last_line(p
         (["--avg-tokens", "chat=50.5"], False, "avg-tokens", 50.5),
     ],
 )
-def test_avg_tokens_wins_over_the_measurement_which_wins_over_default_avg(
-    project, capsys, argv, measured, source, avg
-):
+def test_avg_tokens_wins_over_the_measurement_which_wins_over_default_avg(project, capsys, argv, measured, source, avg):
     if measured:
         write_jsonl(project / "outputs/chat/raw_responses.jsonl", [result(0, 40), result(1, 80)])
     code, _, _ = run(capsys, "--dataset", "chat", "--out", "b.json", *argv)
@@ -116,8 +116,9 @@ def test_avg_tokens_wins_over_the_measurement_which_wins_over_default_avg(
 
 
 def test_fixed_datasets_count_in_the_token_total_but_not_in_the_generation_time(project, capsys):
-    code, out, _ = run(capsys, "--dataset", "chat", "--avg-tokens", "chat=1000", "--fixed", "wiki=7.2M",
-                       "--throughput", "1000")
+    code, out, _ = run(
+        capsys, "--dataset", "chat", "--avg-tokens", "chat=1000", "--fixed", "wiki=7.2M", "--throughput", "1000"
+    )
     assert code == 0
     assert table_row(out, "wiki") == ["wiki", "-", "fixed (generated elsewhere)", "-", "-", "7,200,000"]
     assert table_row(out, "total") == ["total", "3", "3", "7,203,000"]
@@ -130,8 +131,13 @@ def test_a_fixed_dataset_that_also_has_prompts_is_not_planned_for_generation(pro
     assert code == 0
     assert table_row(out, "chat")[2] == "fixed (generated elsewhere)"
     assert json.loads((project / "b.json").read_text())["datasets"] == {
-        "chat": {"max_samples": 0, "available": None, "avg_completion_tokens": None, "avg_source": "fixed",
-                 "expected_tokens": 5000},
+        "chat": {
+            "max_samples": 0,
+            "available": None,
+            "avg_completion_tokens": None,
+            "avg_source": "fixed",
+            "expected_tokens": 5000,
+        },
     }
 
 
@@ -158,8 +164,10 @@ def test_the_measurement_hint_carries_non_default_folders(project, capsys):
     (project / "prompts").rename(project / "p")
     code, _, err = run(capsys, "--prompts-dir", "p", "--output-dir", "o", "--dataset", "chat")
     assert code == 0
-    assert "python run_inference.py --partition short --dataset chat --prompts-dir p --output-dir o " \
-           "--max-samples 50" in err
+    assert (
+        "python run_inference.py --partition short --dataset chat --prompts-dir p --output-dir o "
+        "--max-samples 50" in err
+    )
 
 
 def test_the_budget_file_holds_the_plan_fixed_rows_and_the_no_estimate_list(project, capsys):
@@ -169,10 +177,20 @@ def test_the_budget_file_holds_the_plan_fixed_rows_and_the_no_estimate_list(proj
     assert json.loads((project / "budget.json").read_text()) == {
         "tokens_per_dataset": 10,
         "datasets": {
-            "chat": {"max_samples": 2, "available": 3, "avg_completion_tokens": 3.5, "avg_source": "measured",
-                     "expected_tokens": 7},
-            "wiki": {"max_samples": 0, "available": None, "avg_completion_tokens": None, "avg_source": "fixed",
-                     "expected_tokens": 2_000_000_000},
+            "chat": {
+                "max_samples": 2,
+                "available": 3,
+                "avg_completion_tokens": 3.5,
+                "avg_source": "measured",
+                "expected_tokens": 7,
+            },
+            "wiki": {
+                "max_samples": 0,
+                "available": None,
+                "avg_completion_tokens": None,
+                "avg_source": "fixed",
+                "expected_tokens": 2_000_000_000,
+            },
         },
         "no_estimate": ["math"],
     }
@@ -207,13 +225,18 @@ def test_a_budget_file_that_cannot_be_written_exits_5_with_the_fix(project, caps
         (["--avg-tokens", "chat=0"], "--avg-tokens chat must be positive, got '0'"),
         (["--avg-tokens", "chat=-5"], "--avg-tokens chat must be positive, got '-5'"),
         (["--avg-tokens", "chat=1", "--avg-tokens", "chat=2"], "--avg-tokens: 'chat' is given twice; keep one"),
-        (["--avg-tokens", "chta=5"], "--avg-tokens: unknown dataset 'chta' (datasets in this plan: math, chat); "
-                                     "check the name, --partition and --dataset"),
+        (
+            ["--avg-tokens", "chta=5"],
+            "--avg-tokens: unknown dataset 'chta' (datasets in this plan: math, chat); "
+            "check the name, --partition and --dataset",
+        ),
         (["--fixed", "wiki"], "--fixed: 'wiki' is not NAME=N; write it like --fixed math=3793"),
         (["--fixed", "wiki=0"], "--fixed wiki must be positive, got '0'"),
         (["--fixed", "wiki=1.5"], "--fixed wiki: '1.5' is not a whole number of tokens"),
-        (["--fixed", "chat=1M", "--avg-tokens", "chat=5"],
-         "'chat' has both --fixed and --avg-tokens; a fixed dataset needs no average, drop one"),
+        (
+            ["--fixed", "chat=1M", "--avg-tokens", "chat=5"],
+            "'chat' has both --fixed and --avg-tokens; a fixed dataset needs no average, drop one",
+        ),
         (["--default-avg", "0"], "--default-avg must be positive, got '0'"),
         (["--default-avg", "lots"], "--default-avg: 'lots' is not a number; use e.g. 10M, 2.5B, 500K or 10000000"),
         (["--tokens-per-dataset", "0"], "--tokens-per-dataset must be positive, got '0'"),
@@ -221,13 +244,17 @@ def test_a_budget_file_that_cannot_be_written_exits_5_with_the_fix(project, caps
         (["--tokens-per-dataset=-5M"], "--tokens-per-dataset must be positive, got '-5M'"),
         (["--tokens-per-dataset", "10G"], f"--tokens-per-dataset: unknown suffix 'G' in '10G'; {USE}"),
         (["--tokens-per-dataset", "2.5"], "--tokens-per-dataset: '2.5' is not a whole number of tokens"),
-        (["--throughput", "1500-1000"], "--throughput: range '1500-1000' goes down; put the lower figure first "
-                                        "(1000-1500)"),
+        (
+            ["--throughput", "1500-1000"],
+            "--throughput: range '1500-1000' goes down; put the lower figure first (1000-1500)",
+        ),
         (["--throughput", "0"], "--throughput must be positive, got '0'"),
         (["--throughput", "1000-"], "--throughput: '1000-' is not a figure or a range; use e.g. 1200 or 1000-1500"),
         (["--tokens"], "unrecognized arguments: --tokens (see compute_budget.py --help)"),
-        (["--tokens-per-dataset"], "argument --tokens-per-dataset: expected one argument "
-                                   "(see compute_budget.py --help)"),
+        (
+            ["--tokens-per-dataset"],
+            "argument --tokens-per-dataset: expected one argument (see compute_budget.py --help)",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line_naming_the_fix(project, capsys, argv, message):
@@ -246,8 +273,9 @@ def test_a_malformed_prompt_line_stops_with_file_and_line_unless_skipped(project
     code, out, err = run(capsys, "--dataset", "chat", "--default-avg", "10", "--skip-bad-lines")
     assert code == 0
     assert table_row(out, "chat")[3] == "3"
-    assert err.startswith("warning: prompts/short/chat.jsonl: skipped 1 bad line(s); first: "
-                          "prompts/short/chat.jsonl:5: not valid JSON (")
+    assert err.startswith(
+        "warning: prompts/short/chat.jsonl: skipped 1 bad line(s); first: prompts/short/chat.jsonl:5: not valid JSON ("
+    )
 
 
 def test_debug_shows_the_traceback_instead_of_one_line(project):
@@ -258,7 +286,7 @@ def test_debug_shows_the_traceback_instead_of_one_line(project):
 def test_help_ends_with_examples_and_exits_0(capsys):
     code, out, _ = run(capsys, "--help")
     assert code == 0
-    examples = out[out.index("\nExamples:\n"):]
+    examples = out[out.index("\nExamples:\n") :]
     assert examples.rstrip().endswith("python compute_budget.py --fixed wiki_rewrites=120M --throughput 1200")
     assert "python compute_budget.py --tokens-per-dataset 5M --out budget.json" in examples
 
@@ -266,9 +294,21 @@ def test_help_ends_with_examples_and_exits_0(capsys):
 def test_the_entry_script_runs_as_a_subprocess_with_the_default_folders(project):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the script finds its package itself
     ok = subprocess.run(
-        [sys.executable, str(ROOT / "compute_budget.py"), "--avg-tokens", "math=3793", "--avg-tokens", "chat=2K",
-         "--out", "budget.json"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            str(ROOT / "compute_budget.py"),
+            "--avg-tokens",
+            "math=3793",
+            "--avg-tokens",
+            "chat=2K",
+            "--out",
+            "budget.json",
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert ok.returncode == 0, ok.stderr
     assert table_row(ok.stdout, "math") == ["math", "3,793", "--avg-tokens", "14,714", "2,636", "9,998,348"]
@@ -276,8 +316,13 @@ def test_the_entry_script_runs_as_a_subprocess_with_the_default_folders(project)
 
     bad = subprocess.run(
         [sys.executable, str(ROOT / "compute_budget.py"), "--throughput", "1500-1000"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=60,
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert (bad.returncode, bad.stdout) == (2, "")
-    assert bad.stderr == ("compute_budget.py: error: --throughput: range '1500-1000' goes down; "
-                          "put the lower figure first (1000-1500)\n")
+    assert bad.stderr == (
+        "compute_budget.py: error: --throughput: range '1500-1000' goes down; put the lower figure first (1000-1500)\n"
+    )

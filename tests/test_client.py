@@ -3,65 +3,109 @@
 import orjson
 import pytest
 
-from synthgen.client import Rejected, Transient, build_payload, error_message, parse_generation
 from synthgen.errors import AuthError
-from synthgen.server import fit_max_new_tokens
+from synthgen.server.client import Rejected, Transient, build_payload, error_message, parse_generation
+from synthgen.server.discovery import fit_max_new_tokens
 
 
 def body(obj) -> bytes:
     return orjson.dumps(obj)
 
 
-OK = {"text": "<think>r</think>a", "output_ids": [1, 2, 3], "meta_info": {
-    "id": "rid-1", "finish_reason": {"type": "stop", "matched": 2}, "prompt_tokens": 17,
-    "completion_tokens": 3, "cached_tokens": 4, "e2e_latency": 0.4}}
+OK = {
+    "text": "<think>r</think>a",
+    "output_ids": [1, 2, 3],
+    "meta_info": {
+        "id": "rid-1",
+        "finish_reason": {"type": "stop", "matched": 2},
+        "prompt_tokens": 17,
+        "completion_tokens": 3,
+        "cached_tokens": 4,
+        "e2e_latency": 0.4,
+    },
+}
 
 
 def test_payload_always_sends_max_new_tokens_and_keeps_special_tokens():
     payload = build_payload([1, 2], 100, {"temperature": 0.6}, "r1")
-    assert payload == {"input_ids": [1, 2], "rid": "r1", "sampling_params": {
-        "max_new_tokens": 100, "skip_special_tokens": False, "temperature": 0.6}}
+    assert payload == {
+        "input_ids": [1, 2],
+        "rid": "r1",
+        "sampling_params": {"max_new_tokens": 100, "skip_special_tokens": False, "temperature": 0.6},
+    }
 
 
 def test_a_normal_answer_is_parsed():
     gen = parse_generation(200, body(OK))
     assert (gen.text, gen.finish_type, gen.prompt_tokens, gen.completion_tokens, gen.cached_tokens) == (
-        "<think>r</think>a", "stop", 17, 3, 4)
+        "<think>r</think>a",
+        "stop",
+        17,
+        3,
+        4,
+    )
 
 
 def test_an_answer_without_output_ids_is_accepted():
-    gen = parse_generation(200, body({"text": "x", "meta_info": {"finish_reason": {"type": "length", "length": 5},
-                                                                   "prompt_tokens": 1, "completion_tokens": 5}}))
+    gen = parse_generation(
+        200,
+        body(
+            {
+                "text": "x",
+                "meta_info": {
+                    "finish_reason": {"type": "length", "length": 5},
+                    "prompt_tokens": 1,
+                    "completion_tokens": 5,
+                },
+            }
+        ),
+    )
     assert gen.output_ids is None and gen.finish_type == "length"
 
 
-@pytest.mark.parametrize("finish", [
-    {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None},
-    {"type": "abort", "message": "Abort in waiting queue"},
-])
+@pytest.mark.parametrize(
+    "finish",
+    [
+        {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None},
+        {"type": "abort", "message": "Abort in waiting queue"},
+    ],
+)
 def test_an_aborted_200_is_retryable_not_a_result(finish):
     with pytest.raises(Transient) as info:
         parse_generation(200, body({**OK, "meta_info": {**OK["meta_info"], "finish_reason": finish}}))
     assert info.value.kind == "abort" and not info.value.outage
 
 
-@pytest.mark.parametrize("status,outage", [(500, False), (502, True), (503, True), (504, True), (408, False),
-                                           (429, False)])
+@pytest.mark.parametrize(
+    "status,outage", [(500, False), (502, True), (503, True), (504, True), (408, False), (429, False)]
+)
 def test_server_errors_are_retryable(status, outage):
-    err = {"object": "error", "message": "The request queue is full.", "type": str(status), "param": None,
-           "code": status}
+    err = {
+        "object": "error",
+        "message": "The request queue is full.",
+        "type": str(status),
+        "param": None,
+        "code": status,
+    }
     with pytest.raises(Transient) as info:
         parse_generation(status, body(err))
     assert info.value.outage is outage and "The request queue is full." in info.value.message
 
 
-@pytest.mark.parametrize("payload,message", [
-    ({"error": {"message": "The input (4000 tokens) is longer than the model's context length (2048 tokens)."}},
-     "HTTP 400: The input (4000 tokens) is longer than the model's context length (2048 tokens)."),
-    ({"error": "unknown field `seed`, expected one of `max_new_tokens`"},
-     "HTTP 400: unknown field `seed`, expected one of `max_new_tokens`"),
-    ({"object": "error", "message": "bad", "type": "Bad Request", "param": None, "code": 400}, "HTTP 400: bad"),
-])
+@pytest.mark.parametrize(
+    "payload,message",
+    [
+        (
+            {"error": {"message": "The input (4000 tokens) is longer than the model's context length (2048 tokens)."}},
+            "HTTP 400: The input (4000 tokens) is longer than the model's context length (2048 tokens).",
+        ),
+        (
+            {"error": "unknown field `seed`, expected one of `max_new_tokens`"},
+            "HTTP 400: unknown field `seed`, expected one of `max_new_tokens`",
+        ),
+        ({"object": "error", "message": "bad", "type": "Bad Request", "param": None, "code": 400}, "HTTP 400: bad"),
+    ],
+)
 def test_client_errors_are_permanent_with_the_servers_message(payload, message):
     with pytest.raises(Rejected) as info:
         parse_generation(400, body(payload))
@@ -77,14 +121,17 @@ def test_plain_text_error_bodies_are_kept():
     assert error_message(b"Internal Server Error") == "Internal Server Error"
 
 
-@pytest.mark.parametrize("prompt,max_tokens,context,max_input,expected", [
-    (100, 1000, None, None, (1000, None)),  # nothing known: send as asked
-    (100, 1000, 4096, None, (1000, None)),
-    (3000, 2000, 4096, None, (1095, None)),  # reduced to fit: 3000 + 1095 = 4095 < 4096
-    (4089, 10, 4096, None, (6, None)),  # last length the scheduler accepts (< 4096 - 6)
-    (4090, 10, 4096, None, (None, "prompt has 4090 tokens; the server accepts fewer than 4090")),
-    (5000, 10, 4096, None, (None, "prompt has 5000 tokens; the server accepts fewer than 4090")),
-    (500, 10, 4096, 400, (None, "prompt has 500 tokens; the server accepts fewer than 400")),
-])
+@pytest.mark.parametrize(
+    "prompt,max_tokens,context,max_input,expected",
+    [
+        (100, 1000, None, None, (1000, None)),  # nothing known: send as asked
+        (100, 1000, 4096, None, (1000, None)),
+        (3000, 2000, 4096, None, (1095, None)),  # reduced to fit: 3000 + 1095 = 4095 < 4096
+        (4089, 10, 4096, None, (6, None)),  # last length the scheduler accepts (< 4096 - 6)
+        (4090, 10, 4096, None, (None, "prompt has 4090 tokens; the server accepts fewer than 4090")),
+        (5000, 10, 4096, None, (None, "prompt has 5000 tokens; the server accepts fewer than 4090")),
+        (500, 10, 4096, 400, (None, "prompt has 500 tokens; the server accepts fewer than 400")),
+    ],
+)
 def test_max_new_tokens_is_fitted_under_the_context(prompt, max_tokens, context, max_input, expected):
     assert fit_max_new_tokens(prompt, max_tokens, context, max_input) == expected

@@ -10,8 +10,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 
-from synthgen.client import SGLangClient
-from synthgen.concurrency import (
+from synthgen.run.concurrency import (
     AutoConcurrency,
     InFlightLimit,
     LoadMonitor,
@@ -19,10 +18,19 @@ from synthgen.concurrency import (
     parse_loads,
     router_worker_urls,
 )
+from synthgen.server.client import SGLangClient
 
 
-def rank(running: int, waiting: int, usage: float = 0.1, pool: int = 10000, max_running: int = 256,
-         throughput: float = 100.0, retracted: int = 0, dp_rank: int = 0) -> dict:
+def rank(
+    running: int,
+    waiting: int,
+    usage: float = 0.1,
+    pool: int = 10000,
+    max_running: int = 256,
+    throughput: float = 100.0,
+    retracted: int = 0,
+    dp_rank: int = 0,
+) -> dict:
     """One /v1/loads entry with the keys SGLang 0.5.23 reports (core + queues)."""
     return {
         "timestamp": 1.0, "dp_rank": dp_rank, "num_running_reqs": running, "num_waiting_reqs": waiting,
@@ -36,29 +44,64 @@ def rank(running: int, waiting: int, usage: float = 0.1, pool: int = 10000, max_
 
 
 def body(*ranks: dict) -> dict:
-    return {"timestamp": "2026-01-01T00:00:00+00:00", "version": "0.5.23", "accelerator": None,
-            "num_accelerators": 1, "loads": list(ranks)}
+    return {
+        "timestamp": "2026-01-01T00:00:00+00:00",
+        "version": "0.5.23",
+        "accelerator": None,
+        "num_accelerators": 1,
+        "loads": list(ranks),
+    }
 
 
-def load(running: int, waiting: int, usage: float = 0.1, max_running: int | None = 256, retracted: int = 0,
-         pool: int | None = 10000) -> ServerLoad:
-    return ServerLoad(running=running, waiting=waiting, token_usage=usage, max_total_tokens=pool,
-                      max_running=max_running, gen_throughput=0.0, retracted=retracted, ranks=1)
+def load(
+    running: int,
+    waiting: int,
+    usage: float = 0.1,
+    max_running: int | None = 256,
+    retracted: int = 0,
+    pool: int | None = 10000,
+) -> ServerLoad:
+    return ServerLoad(
+        running=running,
+        waiting=waiting,
+        token_usage=usage,
+        max_total_tokens=pool,
+        max_running=max_running,
+        gen_throughput=0.0,
+        retracted=retracted,
+        ranks=1,
+    )
 
 
 # ------------------------------------------------------------------------------ parse_loads
 def test_one_rank_report_is_read_as_the_server_load():
     assert parse_loads(body(rank(12, 3, usage=0.25, throughput=512.5, retracted=2))) == ServerLoad(
-        running=12, waiting=3, token_usage=0.25, max_total_tokens=10000, max_running=256,
-        gen_throughput=512.5, retracted=2, ranks=1)
+        running=12,
+        waiting=3,
+        token_usage=0.25,
+        max_total_tokens=10000,
+        max_running=256,
+        gen_throughput=512.5,
+        retracted=2,
+        ranks=1,
+    )
 
 
 def test_data_parallel_ranks_are_summed_and_kv_usage_is_weighted_by_pool_size():
-    report = parse_loads(body(rank(10, 1, usage=0.5, pool=1000, max_running=8),
-                              rank(30, 5, usage=0.1, pool=3000, max_running=8, dp_rank=1)))
+    report = parse_loads(
+        body(
+            rank(10, 1, usage=0.5, pool=1000, max_running=8),
+            rank(30, 5, usage=0.1, pool=3000, max_running=8, dp_rank=1),
+        )
+    )
     assert report is not None
     assert (report.running, report.waiting, report.max_total_tokens, report.max_running, report.ranks) == (
-        40, 6, 4000, 16, 2)
+        40,
+        6,
+        4000,
+        16,
+        2,
+    )
     assert report.token_usage == pytest.approx((500 + 300) / 4000)
     assert report.gen_throughput == 200.0
 
@@ -374,8 +417,14 @@ def test_a_server_starved_at_max_concurrency_for_a_minute_draws_one_warning():
     clock = Clock()
     server = ScriptedServer({"/v1/loads": body(rank(32, 0, usage=0.2))})
     limit = InFlightLimit(32)
-    monitor = LoadMonitor(server, limit, AutoConcurrency(max_concurrency=32, initial=32),
-                          on_message=messages.append, clock=clock, warn_after=60)
+    monitor = LoadMonitor(
+        server,
+        limit,
+        AutoConcurrency(max_concurrency=32, initial=32),
+        on_message=messages.append,
+        clock=clock,
+        warn_after=60,
+    )
 
     async def polls(count: int) -> None:
         for _ in range(count):
@@ -394,8 +443,9 @@ def test_a_watching_monitor_leaves_a_fixed_target_alone_and_names_concurrency_in
     clock = Clock()
     server = ScriptedServer({"/v1/loads": body(rank(16, 0, usage=0.2))})
     limit = InFlightLimit(16)
-    monitor = LoadMonitor(server, limit, AutoConcurrency(initial=16), on_message=messages.append, clock=clock,
-                          warn_after=60, steer=False)
+    monitor = LoadMonitor(
+        server, limit, AutoConcurrency(initial=16), on_message=messages.append, clock=clock, warn_after=60, steer=False
+    )
 
     async def polls(count: int) -> None:
         for _ in range(16):
@@ -420,8 +470,9 @@ def test_a_server_retracting_for_a_minute_draws_one_warning_naming_the_fix():
     messages: list[str] = []
     clock = Clock()
     server = ScriptedServer({"/v1/loads": body(rank(50, 10, usage=0.97, retracted=4))})
-    monitor = LoadMonitor(server, InFlightLimit(64), AutoConcurrency(initial=64), on_message=messages.append,
-                          clock=clock, warn_after=60)
+    monitor = LoadMonitor(
+        server, InFlightLimit(64), AutoConcurrency(initial=64), on_message=messages.append, clock=clock, warn_after=60
+    )
 
     async def polls(count: int) -> None:
         for _ in range(count):
@@ -450,8 +501,16 @@ async def until(check: Callable[[], Awaitable[bool]], what: str, timeout: float 
 def test_on_the_simulator_the_target_rises_until_requests_wait_and_falls_when_capacity_shrinks(make_sim):
     # Requests of 2,000 tokens at 50 ms a step never finish during the test: the server's state
     # changes only when the client sends more or the server restarts with fewer running slots.
-    sim_args = ["--max-total-tokens", "200000", "--step-time", "0.05", "--output-len-dist", "fixed:2000",
-                "--context-length", "4096"]
+    sim_args = [
+        "--max-total-tokens",
+        "200000",
+        "--step-time",
+        "0.05",
+        "--output-len-dist",
+        "fixed:2000",
+        "--context-length",
+        "4096",
+    ]
     sim = make_sim("chatml", *sim_args, "--max-running-requests", "12")
     prompt = {"input_ids": list(range(5, 25)), "sampling_params": {"max_new_tokens": 2000}}
 

@@ -21,9 +21,14 @@ from simharness import wait_until
 from tokenizers import Tokenizer
 
 COMMON = ("--max-tokens", "256", "--concurrency", "4", "--status-interval", "0.2")
-LOOKUP_TOOL = {"type": "function", "function": {
-    "name": "lookup", "description": "Look a query up",
-    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
+LOOKUP_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "description": "Look a query up",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+    },
+}
 
 
 def chat(rid: str, *turns: str, system: str | None = None) -> dict:
@@ -36,16 +41,29 @@ def chat(rid: str, *turns: str, system: str | None = None) -> dict:
 
 def agent(rid: str, question: str = "What is the weather in Paris?", follow_up: str = "And in Rome?") -> dict:
     """OpenAI-style agent turns: a tool call with empty content, its result, an answer, a last user turn."""
-    return {"id": rid, "tools": [LOOKUP_TOOL], "messages": [
-        {"role": "system", "content": "Use the tools."},
-        {"role": "user", "content": question},
-        {"role": "assistant", "content": "", "reasoning_content": "I should look it up.",
-         "tool_calls": [{"id": "call_1", "type": "function",
-                         "function": {"name": "lookup", "arguments": "{\"query\": \"Paris weather\"}"}}]},
-        {"role": "tool", "tool_call_id": "call_1", "name": "lookup", "content": "sunny, 21 C"},
-        {"role": "assistant", "content": "It is sunny and 21 C.", "reasoning_content": "The tool said so."},
-        {"role": "user", "content": follow_up},
-    ]}
+    return {
+        "id": rid,
+        "tools": [LOOKUP_TOOL],
+        "messages": [
+            {"role": "system", "content": "Use the tools."},
+            {"role": "user", "content": question},
+            {
+                "role": "assistant",
+                "content": "",
+                "reasoning_content": "I should look it up.",
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "lookup", "arguments": '{"query": "Paris weather"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "name": "lookup", "content": "sunny, 21 C"},
+            {"role": "assistant", "content": "It is sunny and 21 C.", "reasoning_content": "The tool said so."},
+            {"role": "user", "content": follow_up},
+        ],
+    }
 
 
 def request_log(path: Path) -> list[dict]:
@@ -81,8 +99,11 @@ def last_user(prompt: str) -> str:
 def test_each_makes_one_prompt_per_assistant_turn_on_the_original_history(ws, make_sim, tokenizers, tmp_path):
     log = tmp_path / "requests.jsonl"
     sim = make_sim("chatml", "--request-log", str(log))
-    ws.dataset("short", "mt", [chat("c1", "first q", "orig a1", "second q", "orig a2"),
-                               chat("c2", "only q", system="Be brief.")])
+    ws.dataset(
+        "short",
+        "mt",
+        [chat("c1", "first q", "orig a1", "second q", "orig a2"), chat("c2", "only q", system="Be brief.")],
+    )
     result = ws.run("--server-url", sim.url, "--regenerate", "each", *COMMON)
     assert result.returncode == 0, result.stderr
     rows = {r["id"]: r for r in ws.assert_exactly_once("mt", ["c1#0", "c1#1", "c2#0"])}
@@ -102,14 +123,19 @@ def test_each_makes_one_prompt_per_assistant_turn_on_the_original_history(ws, ma
 
 # --- all ----------------------------------------------------------------------------------------------
 def test_all_generates_every_turn_on_the_models_own_replies_and_skips_tool_conversations(
-        ws, make_sim, tokenizers, tmp_path):
+    ws, make_sim, tokenizers, tmp_path
+):
     log = tmp_path / "requests.jsonl"
     sim = make_sim("chatml", "--request-log", str(log))
-    ws.dataset("short", "mt", [
-        chat("c1", "first q", "orig a1", "second q", "orig a2", "third q"),
-        chat("c2", "only q", system="Be brief."),
-        agent("t1"),
-    ])
+    ws.dataset(
+        "short",
+        "mt",
+        [
+            chat("c1", "first q", "orig a1", "second q", "orig a2", "third q"),
+            chat("c2", "only q", system="Be brief."),
+            agent("t1"),
+        ],
+    )
     result = ws.run("--server-url", sim.url, "--regenerate", "all", *COMMON)
     assert result.returncode == 1, result.stderr  # a skipped prompt is a warning exit
     rows = {r["id"]: r for r in ws.assert_exactly_once("mt", ["c1", "c2"])}
@@ -117,9 +143,18 @@ def test_all_generates_every_turn_on_the_models_own_replies_and_skips_tool_conve
 
     c1 = rows["c1"]
     assert [m["content"] for m in c1["messages"]] == [
-        "first q", "Answer: first q", "second q", "Answer: second q", "third q", "Answer: third q"]
+        "first q",
+        "Answer: first q",
+        "second q",
+        "Answer: second q",
+        "third q",
+        "Answer: third q",
+    ]
     assert [m.get("reasoning_content") for m in c1["messages"] if m["role"] == "assistant"] == [
-        "Reasoning about: first q", "Reasoning about: second q", "Reasoning about: third q"]
+        "Reasoning about: first q",
+        "Reasoning about: second q",
+        "Reasoning about: third q",
+    ]
     assert len(c1["turns"]) == 3 and c1["stopped_early"] is None and c1["regenerate"] == "all"
     sent = by_rid(log)
     for turn in c1["turns"]:
@@ -144,7 +179,8 @@ def test_all_generates_every_turn_on_the_models_own_replies_and_skips_tool_conve
     summary = next(line for line in result.stderr.splitlines() if line.startswith("mt "))
     assert summary.split()[1:5] == ["2", "3", "2", "1"]  # done, total, this run, skipped
     assert not (ws.outputs / "mt" / "partial_turns.jsonl").read_bytes().strip() or all(
-        json.loads(line)["id"] in rows for line in (ws.outputs / "mt" / "partial_turns.jsonl").read_text().splitlines())
+        json.loads(line)["id"] in rows for line in (ws.outputs / "mt" / "partial_turns.jsonl").read_text().splitlines()
+    )
 
 
 def test_a_turn_cut_at_max_tokens_ends_the_conversation_and_the_row_says_so(ws, make_sim, tmp_path):
@@ -166,8 +202,20 @@ def test_max_tokens_per_dataset_counts_every_turn_of_a_conversation(ws, make_sim
     # third conversation (counting only the last turn of each row would let 7 through).
     sim = make_sim("chatml", "--output-len-dist", "fixed:10")
     ws.dataset("short", "mt", [chat(f"c{i}", f"q{i} a", "x", f"q{i} b", "y", f"q{i} c") for i in range(10)])
-    result = ws.run("--server-url", sim.url, "--regenerate", "all", "--max-tokens-per-dataset", "65",
-                    "--max-tokens", "64", "--concurrency", "1", "--status-interval", "0.2")
+    result = ws.run(
+        "--server-url",
+        sim.url,
+        "--regenerate",
+        "all",
+        "--max-tokens-per-dataset",
+        "65",
+        "--max-tokens",
+        "64",
+        "--concurrency",
+        "1",
+        "--status-interval",
+        "0.2",
+    )
     assert result.returncode == 0, result.stderr
     rows = ws.results("mt")
     assert len(rows) == 3 and all(r["completion_tokens"] == 30 and len(r["turns"]) == 3 for r in rows)
@@ -185,7 +233,8 @@ def turn_of(tok: Tokenizer, input_ids: list[int]) -> tuple[str, int]:
 
 
 def test_sigkill_at_random_points_of_an_all_run_then_a_rerun_gives_every_conversation_once_and_whole(
-        ws, make_sim, tokenizers, tmp_path):
+    ws, make_sim, tokenizers, tmp_path
+):
     log = tmp_path / "requests.jsonl"
     # Slow tokens keep several requests in flight at each kill; answers are deterministic, so a turn
     # generated again is the same request and shows in the log as a repeat.
@@ -197,8 +246,18 @@ def test_sigkill_at_random_points_of_an_all_run_then_a_rerun_gives_every_convers
             turns += [f"conv {i} turn {k}", f"old answer {k}"]
         dataset.append(chat(f"conv-{i:02d}", *turns[:-1]))
     ids = ws.dataset("short", "mt", dataset)
-    args = ("--server-url", sim.url, "--regenerate", "all", "--max-tokens", "256",
-            "--concurrency", str(CONCURRENCY), "--status-interval", "0.2")
+    args = (
+        "--server-url",
+        sim.url,
+        "--regenerate",
+        "all",
+        "--max-tokens",
+        "256",
+        "--concurrency",
+        str(CONCURRENCY),
+        "--status-interval",
+        "0.2",
+    )
     rng = random.Random(20261130)
     total = CONVERSATIONS * TURNS
     kills = 0
@@ -206,8 +265,11 @@ def test_sigkill_at_random_points_of_an_all_run_then_a_rerun_gives_every_convers
         seen = len(request_log(log))
         target = seen + rng.randint(3, total // (KILLS + 1))
         proc = ws.start(*args)
-        wait_until(lambda t=target, p=proc: len(request_log(log)) >= t or p.poll() is not None, timeout=120,
-                   what=f"{target} answers in the request log")
+        wait_until(
+            lambda t=target, p=proc: len(request_log(log)) >= t or p.poll() is not None,
+            timeout=120,
+            what=f"{target} answers in the request log",
+        )
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             kills += 1
@@ -225,7 +287,8 @@ def test_sigkill_at_random_points_of_an_all_run_then_a_rerun_gives_every_convers
         users = [m["content"] for m in row["messages"] if m["role"] == "user"]
         conv = users[0].rpartition(" turn ")[0]
         assert [m["content"] for m in row["messages"] if m["role"] == "assistant"] == [
-            f"Answer: {conv} turn {k}" for k in range(TURNS)]
+            f"Answer: {conv} turn {k}" for k in range(TURNS)
+        ]
         for k, turn in enumerate(row["turns"]):
             assert turn_of(tok, turn["input_ids"]) == (conv, k)
     requests = Counter(turn_of(tok, a["input_ids"]) for a in request_log(log))
@@ -278,8 +341,9 @@ TOOL_MODELS = {
 @pytest.mark.parametrize("model", sorted(TOOL_MODELS))
 def test_a_generated_tool_call_is_parsed_as_sglang_does_and_the_prompt_keeps_every_field(ws, model_make_sim, model):
     style, tool_parser, reasoning_parser, call_id = TOOL_MODELS[model]
-    folder, log, sim = model_make_sim(model, "--output-style", style, "--tool-call-parser", tool_parser,
-                                      "--reasoning-parser", reasoning_parser)
+    folder, log, sim = model_make_sim(
+        model, "--output-style", style, "--tool-call-parser", tool_parser, "--reasoning-parser", reasoning_parser
+    )
     record = agent("a1")
     ws.dataset("short", "agents", [record])
     result = ws.run("--server-url", sim.url, *COMMON)  # parsers: the server's, from /server_info
@@ -303,17 +367,21 @@ def test_a_generated_tool_call_is_parsed_as_sglang_does_and_the_prompt_keeps_eve
     else:
         assert re.fullmatch(r"call_[0-9a-f]{24}", call["id"]), call["id"]
     assert row["reasoning_content"] == "Reasoning about: And in Rome?" and row["content"] == ""
-    assert row["messages"][-1] == {"role": "assistant", "content": "", "reasoning_content": row["reasoning_content"],
-                                   "tool_calls": row["tool_calls"]}
+    assert row["messages"][-1] == {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": row["reasoning_content"],
+        "tool_calls": row["tool_calls"],
+    }
     assert row["output_text"] == answer["text"] and "lookup" in row["output_text"]
 
 
 @pytest.mark.parametrize("model", sorted(TOOL_MODELS))
-def test_without_tools_a_tool_call_looking_answer_stays_in_the_content_as_sglang_leaves_it(
-        ws, model_make_sim, model):
+def test_without_tools_a_tool_call_looking_answer_stays_in_the_content_as_sglang_leaves_it(ws, model_make_sim, model):
     style, tool_parser, reasoning_parser, _ = TOOL_MODELS[model]
-    _, log, sim = model_make_sim(model, "--output-style", style, "--tool-call-parser", tool_parser,
-                                 "--reasoning-parser", reasoning_parser)
+    _, log, sim = model_make_sim(
+        model, "--output-style", style, "--tool-call-parser", tool_parser, "--reasoning-parser", reasoning_parser
+    )
     ws.dataset("short", "plain", [chat("p1", "Say hi.")])
     result = ws.run("--server-url", sim.url, *COMMON)
     assert result.returncode == 0, result.stderr

@@ -12,7 +12,9 @@ import orjson
 import pyarrow.json as paj
 import pytest
 
-from synthgen.export import (
+from synthgen.cli.export import main
+from synthgen.data.records import ResultRecord
+from synthgen.export.exporter import (
     DatasetRef,
     ExportConfig,
     RowRef,
@@ -22,16 +24,24 @@ from synthgen.export import (
     token_rows,
     val_path,
 )
-from synthgen.export_cli import main
-from synthgen.histogram import histogram, quantile
-from synthgen.records import ResultRecord
+from synthgen.export.histogram import histogram, quantile
 
 ROOT = Path(__file__).resolve().parent.parent
-WEATHER_TOOL = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather of a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-CALC_TOOL = {"type": "function", "function": {
-    "name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer", "default": 0}}}}}
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+CALC_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer", "default": 0}}},
+    },
+}
 ARGS = '{"city": "Paris",  "unit":"C"}'  # odd spacing on purpose: it must survive byte for byte
 
 
@@ -43,16 +53,35 @@ def record(rid: str, dataset: str = "chat", **fields) -> ResultRecord:
     if fields.get("tool_calls"):
         assistant["tool_calls"] = fields["tool_calls"]
     values = {
-        "id": rid, "dataset": dataset, "partition": "short",
-        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"Question {rid}?"},
-                     assistant],
-        "reasoning_content": reasoning, "content": content, "finish_reason": "stop",
-        "finish_detail": {"type": "stop", "matched": 2}, "reasoning_complete": True, "prompt_tokens": 4,
-        "completion_tokens": 4, "cached_tokens": None, "output_text": f"<think>{reasoning}</think>{content}",
-        "model": "tiny", "sampling_params": {"temperature": 0.6, "max_new_tokens": 64},
-        "chat_template_kwargs": None, "latency_s": 0.5, "server_latency_s": 0.4, "attempts": 1,
-        "request_id": f"r-{rid}", "created_at": "2026-11-30T00:00:00Z", "source": f"short/{dataset}.jsonl",
-        "input_ids": [1, 5, 6, 7], "output_ids": [10, 11, 12, 2], "regenerate": "last",
+        "id": rid,
+        "dataset": dataset,
+        "partition": "short",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": f"Question {rid}?"},
+            assistant,
+        ],
+        "reasoning_content": reasoning,
+        "content": content,
+        "finish_reason": "stop",
+        "finish_detail": {"type": "stop", "matched": 2},
+        "reasoning_complete": True,
+        "prompt_tokens": 4,
+        "completion_tokens": 4,
+        "cached_tokens": None,
+        "output_text": f"<think>{reasoning}</think>{content}",
+        "model": "tiny",
+        "sampling_params": {"temperature": 0.6, "max_new_tokens": 64},
+        "chat_template_kwargs": None,
+        "latency_s": 0.5,
+        "server_latency_s": 0.4,
+        "attempts": 1,
+        "request_id": f"r-{rid}",
+        "created_at": "2026-11-30T00:00:00Z",
+        "source": f"short/{dataset}.jsonl",
+        "input_ids": [1, 5, 6, 7],
+        "output_ids": [10, 11, 12, 2],
+        "regenerate": "last",
     }
     values.update(fields)
     return ResultRecord.from_dict(values)
@@ -61,34 +90,74 @@ def record(rid: str, dataset: str = "chat", **fields) -> ResultRecord:
 def old_row(rid: str, dataset: str = "chat") -> dict:
     """A row written before tools, ids, turns and settings were stored."""
     row = record(rid, dataset).to_dict()
-    for key in ("source", "prompt_hash", "tools", "tool_calls", "input_ids", "output_ids", "regenerate", "turns",
-                "settings"):
+    for key in (
+        "source",
+        "prompt_hash",
+        "tools",
+        "tool_calls",
+        "input_ids",
+        "output_ids",
+        "regenerate",
+        "turns",
+        "settings",
+    ):
         del row[key]
     return row
 
 
 def tool_row(rid: str = "t1", dataset: str = "chat") -> ResultRecord:
     calls = [{"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": ARGS}}]
-    return record(rid, dataset, content="", tool_calls=calls, tools=[WEATHER_TOOL],
-                  chat_template_kwargs={"thinking": True})
+    return record(
+        rid, dataset, content="", tool_calls=calls, tools=[WEATHER_TOOL], chat_template_kwargs={"thinking": True}
+    )
 
 
 def truncated_row(rid: str = "cut", dataset: str = "chat") -> ResultRecord:
-    return record(rid, dataset, content="", reasoning_content="and so on and so", reasoning_complete=False,
-                  finish_reason="length", finish_detail={"type": "length", "length": 4},
-                  output_text="<think>and so on and so", output_ids=[10, 11, 12, 13])
+    return record(
+        rid,
+        dataset,
+        content="",
+        reasoning_content="and so on and so",
+        reasoning_complete=False,
+        finish_reason="length",
+        finish_detail={"type": "length", "length": 4},
+        output_text="<think>and so on and so",
+        output_ids=[10, 11, 12, 13],
+    )
 
 
 def multi_turn_row(rid: str = "mt", chained: bool = True, dataset: str = "chat") -> ResultRecord:
-    first = {"input_ids": [1, 5], "output_ids": [10, 2], "reasoning_content": "", "content": "A1",
-             "tool_calls": None, "finish_reason": "stop", "reasoning_complete": True, "prompt_tokens": 2,
-             "completion_tokens": 2, "output_text": "A1"}
+    first = {
+        "input_ids": [1, 5],
+        "output_ids": [10, 2],
+        "reasoning_content": "",
+        "content": "A1",
+        "tool_calls": None,
+        "finish_reason": "stop",
+        "reasoning_complete": True,
+        "prompt_tokens": 2,
+        "completion_tokens": 2,
+        "output_text": "A1",
+    }
     history = [1, 5, 10, 2] if chained else [1, 5, 99]
     second = dict(first, input_ids=[*history, 6], output_ids=[11, 12, 2], content="A2", output_text="A2 more")
-    messages = [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"},
-                {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2"}]
-    return record(rid, dataset, messages=messages, turns=[first, second], regenerate="all", content="A2",
-                  reasoning_content="", input_ids=second["input_ids"], output_ids=second["output_ids"])
+    messages = [
+        {"role": "user", "content": "Q1"},
+        {"role": "assistant", "content": "A1"},
+        {"role": "user", "content": "Q2"},
+        {"role": "assistant", "content": "A2"},
+    ]
+    return record(
+        rid,
+        dataset,
+        messages=messages,
+        turns=[first, second],
+        regenerate="all",
+        content="A2",
+        reasoning_content="",
+        input_ids=second["input_ids"],
+        output_ids=second["output_ids"],
+    )
 
 
 def write_results(root: Path, dataset: str, rows: list, tail: bytes = b"") -> Path:
@@ -129,8 +198,10 @@ def test_specforge_rows_keep_the_models_text_and_tool_arguments_byte_for_byte_an
     assert list(rows) == ["chat/a", "chat/t1", "chat/b", "chat/old"]
     a = rows["chat/a"]
     assert a["conversations"] == [
-        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Question a?"},
-        {"role": "assistant", "content": "Answer a.", "reasoning_content": "Let me think."}]
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Question a?"},
+        {"role": "assistant", "content": "Answer a.", "reasoning_content": "Let me think."},
+    ]
     assert "tools" not in a
     assert set(a) == {"id", "conversations", "synthgen_meta"}
     assert a["synthgen_meta"]["finish_reason"] == "stop" and a["synthgen_meta"]["completion_tokens"] == 4
@@ -151,29 +222,33 @@ def test_messages_rows_are_openai_style_with_tools_as_given(project, capsys):
     code, _, err = run(capsys, "--dataset", "chat", "--format", "messages", "--out", "sft.jsonl")
     assert code == 0, err
     rows = jsonl(project / "sft.jsonl")
-    assert rows[0] == {"id": "chat/a", "messages": [
-        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Question a?"},
-        {"role": "assistant", "content": "Answer a.", "reasoning_content": "Let me think."}]}
+    assert rows[0] == {
+        "id": "chat/a",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Question a?"},
+            {"role": "assistant", "content": "Answer a.", "reasoning_content": "Let me think."},
+        ],
+    }
     assert rows[1]["tools"] == [WEATHER_TOOL]
     assert rows[1]["messages"][-1]["tool_calls"][0]["function"]["arguments"] == ARGS
     assert len(read_arrow(project / "sft.jsonl")) == 2
 
 
-def test_tokens_rows_are_prompt_plus_output_ids_with_the_mask_on_the_output_and_old_rows_are_refused(
-        project, capsys):
+def test_tokens_rows_are_prompt_plus_output_ids_with_the_mask_on_the_output_and_old_rows_are_refused(project, capsys):
     write_results(project, "chat", [record("a"), old_row("old"), truncated_row("cut")])
     code, _, err = run(capsys, "--dataset", "chat", "--format", "tokens", "--out", "tok.jsonl")
     assert code == 0, err
     assert jsonl(project / "tok.jsonl") == [
-        {"id": "chat/a", "input_ids": [1, 5, 6, 7, 10, 11, 12, 2], "loss_mask": [0, 0, 0, 0, 1, 1, 1, 1]}]
+        {"id": "chat/a", "input_ids": [1, 5, 6, 7, 10, 11, 12, 2], "loss_mask": [0, 0, 0, 0, 1, 1, 1, 1]}
+    ]
     assert err.splitlines()[0] == "chat: 1 of 3 rows (dropped: 1 no_ids, 1 truncated)"
     assert read_arrow(project / "tok.jsonl")[0]["loss_mask"] == [0, 0, 0, 0, 1, 1, 1, 1]
 
 
 def test_a_multi_turn_row_whose_turns_chain_is_one_sequence_with_every_generated_span_masked():
     rows = token_rows(multi_turn_row(chained=True))
-    assert rows == [{"id": "chat/mt", "input_ids": [1, 5, 10, 2, 6, 11, 12, 2],
-                     "loss_mask": [0, 0, 1, 1, 0, 1, 1, 1]}]
+    assert rows == [{"id": "chat/mt", "input_ids": [1, 5, 10, 2, 6, 11, 12, 2], "loss_mask": [0, 0, 1, 1, 0, 1, 1, 1]}]
 
 
 def test_a_multi_turn_row_whose_history_was_re_rendered_differently_is_one_row_per_turn():
@@ -185,25 +260,32 @@ def test_a_multi_turn_row_whose_history_was_re_rendered_differently_is_one_row_p
 
 
 # --- filters -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("row", "fmt", "keep", "reason"), [
-    (record("a"), "specforge", False, None),
-    (truncated_row(), "specforge", False, "truncated"),
-    (truncated_row(), "specforge", True, None),
-    (record("u", reasoning_complete=False), "specforge", False, "unclosed"),
-    (record("e", content="  \n"), "specforge", False, "empty"),
-    (tool_row(), "specforge", False, None),  # an empty answer beside a tool call is the call
-    (record("s", content="</think>The answer"), "specforge", False, "stray"),
-    (record("h", reasoning_content="x<|channel|>final"), "specforge", False, "stray"),
-    (ResultRecord.from_dict(old_row("o")), "tokens", False, "no_ids"),
-    (ResultRecord.from_dict(old_row("o")), "messages", False, None),
-])
+@pytest.mark.parametrize(
+    ("row", "fmt", "keep", "reason"),
+    [
+        (record("a"), "specforge", False, None),
+        (truncated_row(), "specforge", False, "truncated"),
+        (truncated_row(), "specforge", True, None),
+        (record("u", reasoning_complete=False), "specforge", False, "unclosed"),
+        (record("e", content="  \n"), "specforge", False, "empty"),
+        (tool_row(), "specforge", False, None),  # an empty answer beside a tool call is the call
+        (record("s", content="</think>The answer"), "specforge", False, "stray"),
+        (record("h", reasoning_content="x<|channel|>final"), "specforge", False, "stray"),
+        (ResultRecord.from_dict(old_row("o")), "tokens", False, "no_ids"),
+        (ResultRecord.from_dict(old_row("o")), "messages", False, None),
+    ],
+)
 def test_each_filter_drops_the_row_it_is_for_and_nothing_else(row, fmt, keep, reason):
     assert drop_reason(row, fmt, keep) == reason
 
 
 def test_duplicates_torn_lines_and_filtered_rows_are_counted_and_the_first_copy_of_an_id_wins(project, capsys):
-    write_results(project, "chat", [record("a"), record("a", content="second copy"), truncated_row("cut"),
-                                    record("e", content="")], tail=b'{"id": "torn", "mess')
+    write_results(
+        project,
+        "chat",
+        [record("a"), record("a", content="second copy"), truncated_row("cut"), record("e", content="")],
+        tail=b'{"id": "torn", "mess',
+    )
     code, _, err = run(capsys, "--dataset", "chat", "--format", "messages", "--out", "o.jsonl")
     assert code == 0
     assert err.splitlines()[0] == "chat: 1 of 4 rows (dropped: 1 duplicate, 1 empty, 1 truncated)"
@@ -244,8 +326,9 @@ def test_shuffle_changes_the_order_but_not_the_rows_and_no_shuffle_keeps_input_o
 def test_val_fraction_writes_a_second_file_named_with_val_before_the_extension(project, capsys):
     write_results(project, "chat", [record(f"r{i}") for i in range(40)])
     (project / "data").mkdir()
-    code, _, err = run(capsys, "--dataset", "chat", "--out", "data/train.jsonl", "--val-fraction", "0.25",
-                       "--shuffle", "--seed", "5")
+    code, _, err = run(
+        capsys, "--dataset", "chat", "--out", "data/train.jsonl", "--val-fraction", "0.25", "--shuffle", "--seed", "5"
+    )
     assert code == 0, err
     train, val = jsonl(project / "data/train.jsonl"), jsonl(project / "data/train.val.jsonl")
     assert len(train) + len(val) == 40 and val
@@ -260,33 +343,59 @@ def test_datasets_come_from_a_partition_a_budget_file_or_every_result_folder(pro
         (project / "prompts/short").mkdir(parents=True, exist_ok=True)
         (project / f"prompts/short/{name}.jsonl").write_text('{"id": "1", "prompt": "hi"}\n')
         write_results(project, name, [record("1", name)])
-    (project / "budget.json").write_text(json.dumps({"datasets": {
-        "ultrachat": {"max_samples": 1}, "elsewhere": {"max_samples": 0, "avg_source": "fixed"}}}))
-    for argv, ids in ((["--partition", "short"], ["glaive/1", "ultrachat/1"]),
-                      (["--budget", "budget.json"], ["ultrachat/1"]),
-                      ([], ["glaive/1", "ultrachat/1"])):
+    (project / "budget.json").write_text(
+        json.dumps(
+            {"datasets": {"ultrachat": {"max_samples": 1}, "elsewhere": {"max_samples": 0, "avg_source": "fixed"}}}
+        )
+    )
+    for argv, ids in (
+        (["--partition", "short"], ["glaive/1", "ultrachat/1"]),
+        (["--budget", "budget.json"], ["ultrachat/1"]),
+        ([], ["glaive/1", "ultrachat/1"]),
+    ):
         code, _, err = run(capsys, *argv, "--out", "o.jsonl")
         assert code == 0, err
         assert [r["id"] for r in jsonl(project / "o.jsonl")] == ids
 
 
-@pytest.mark.parametrize(("setup", "argv", "message"), [
-    ("partition", ["--partition", "short", "--dataset", "nope", "--out", "o.jsonl"],
-     "unknown dataset nope in partition 'short' (known: chat)"),
-    ("none", ["--dataset", "chat", "--out", "o.jsonl"],
-     "outputs/chat/raw_responses.jsonl: no results for dataset 'chat'; run it first "
-     "(python run_inference.py --dataset chat) or leave it out"),
-    ("dropped", ["--dataset", "chat", "--out", "o.jsonl"],
-     "nothing to export: 1 rows read, none kept; see why with --report"),
-    ("rows", ["--dataset", "chat"], "--out FILE is required (or --report to only see what would be exported)"),
-    ("rows", ["--budget", "missing.json", "--out", "o.jsonl"],
-     "missing.json: budget file not found; create it with compute_budget.py --out missing.json"),
-    ("rows", ["--dataset", "chat", "--out", "o.jsonl", "--val-fraction", "1.5"],
-     "--val-fraction must be at least 0 and below 1, got 1.5"),
-    ("rows", ["--format", "csv"],
-     "argument --format: invalid choice: 'csv' (choose from 'specforge', 'tokens', 'messages') "
-     "(see export_training.py --help)"),
-])
+@pytest.mark.parametrize(
+    ("setup", "argv", "message"),
+    [
+        (
+            "partition",
+            ["--partition", "short", "--dataset", "nope", "--out", "o.jsonl"],
+            "unknown dataset nope in partition 'short' (known: chat)",
+        ),
+        (
+            "none",
+            ["--dataset", "chat", "--out", "o.jsonl"],
+            "outputs/chat/raw_responses.jsonl: no results for dataset 'chat'; run it first "
+            "(python run_inference.py --dataset chat) or leave it out",
+        ),
+        (
+            "dropped",
+            ["--dataset", "chat", "--out", "o.jsonl"],
+            "nothing to export: 1 rows read, none kept; see why with --report",
+        ),
+        ("rows", ["--dataset", "chat"], "--out FILE is required (or --report to only see what would be exported)"),
+        (
+            "rows",
+            ["--budget", "missing.json", "--out", "o.jsonl"],
+            "missing.json: budget file not found; create it with compute_budget.py --out missing.json",
+        ),
+        (
+            "rows",
+            ["--dataset", "chat", "--out", "o.jsonl", "--val-fraction", "1.5"],
+            "--val-fraction must be at least 0 and below 1, got 1.5",
+        ),
+        (
+            "rows",
+            ["--format", "csv"],
+            "argument --format: invalid choice: 'csv' (choose from 'specforge', 'tokens', 'messages') "
+            "(see export_training.py --help)",
+        ),
+    ],
+)
 def test_user_errors_are_one_line_with_exit_code_2_and_write_nothing(project, capsys, setup, argv, message):
     (project / "prompts/short").mkdir(parents=True)
     (project / "prompts/short/chat.jsonl").write_text('{"id": "1", "prompt": "hi"}\n')
@@ -318,45 +427,52 @@ def test_a_failed_export_leaves_the_previous_file_untouched(project, capsys):
 
 # --- report ------------------------------------------------------------------------------------------
 def test_the_report_shows_counts_shares_and_histograms_and_writes_nothing(project, capsys):
-    rows = [record("a", completion_tokens=100), record("b", completion_tokens=300), tool_row("t1"),
-            truncated_row("cut"), record("a")]
+    rows = [
+        record("a", completion_tokens=100),
+        record("b", completion_tokens=300),
+        tool_row("t1"),
+        truncated_row("cut"),
+        record("a"),
+    ]
     write_results(project, "chat", rows, tail=b'{"torn')
     code, out, err = run(capsys, "--dataset", "chat", "--report")
     assert (code, err) == (0, "")
-    assert out == "\n".join([
-        "chat  (outputs/chat/raw_responses.jsonl)",
-        "  rows read                              5",
-        "  exported                               3   (--format specforge)",
-        "  dropped                                2",
-        "    duplicate id (first kept)            1",
-        "    cut at max tokens                    1   (finish_reason length; --keep-truncated keeps them)",
-        "  unreadable lines                       1   (torn or not JSON; skipped)",
-        "  share cut at max tokens            25.0%   (1 of 4)",
-        "  share with empty answer             0.0%   (0 of 4)",
-        "  tool calls per row             0: 3   1: 1",
-        "",
-        "  completion tokens  n=4  min 4  p50 4  p90 300  p99 300  max 300",
-        "      0 -  49  ######################################## 2  p50",
-        "     50 -  99                                           0",
-        "    100 - 149  ####################                     1",
-        "    150 - 199                                           0",
-        "    200 - 249                                           0",
-        "    250 - 299                                           0",
-        "    300 - 349  ####################                     1  p90 p99",
-        "",
-        "  prompt tokens  n=4  min 4  p50 4  p90 4  p99 4  max 4",
-        "    4 - 4  ######################################## 4  p50 p90 p99",
-        "",
-        "  reasoning chars  n=4  min 13  p50 13  p90 16  p99 16  max 16",
-        "    13 - 13  ######################################## 3  p50",
-        "    14 - 14                                           0",
-        "    15 - 15                                           0",
-        "    16 - 16  #############                            1  p90 p99",
-        "",
-        "total: 3 of 5 rows would be exported as specforge",
-        "re-tokenization check skipped: pass --tokenizer PATH to compare the text with the stored output_ids",
-        "",
-    ])
+    assert out == "\n".join(
+        [
+            "chat  (outputs/chat/raw_responses.jsonl)",
+            "  rows read                              5",
+            "  exported                               3   (--format specforge)",
+            "  dropped                                2",
+            "    duplicate id (first kept)            1",
+            "    cut at max tokens                    1   (finish_reason length; --keep-truncated keeps them)",
+            "  unreadable lines                       1   (torn or not JSON; skipped)",
+            "  share cut at max tokens            25.0%   (1 of 4)",
+            "  share with empty answer             0.0%   (0 of 4)",
+            "  tool calls per row             0: 3   1: 1",
+            "",
+            "  completion tokens  n=4  min 4  p50 4  p90 300  p99 300  max 300",
+            "      0 -  49  ######################################## 2  p50",
+            "     50 -  99                                           0",
+            "    100 - 149  ####################                     1",
+            "    150 - 199                                           0",
+            "    200 - 249                                           0",
+            "    250 - 299                                           0",
+            "    300 - 349  ####################                     1  p90 p99",
+            "",
+            "  prompt tokens  n=4  min 4  p50 4  p90 4  p99 4  max 4",
+            "    4 - 4  ######################################## 4  p50 p90 p99",
+            "",
+            "  reasoning chars  n=4  min 13  p50 13  p90 16  p99 16  max 16",
+            "    13 - 13  ######################################## 3  p50",
+            "    14 - 14                                           0",
+            "    15 - 15                                           0",
+            "    16 - 16  #############                            1  p90 p99",
+            "",
+            "total: 3 of 5 rows would be exported as specforge",
+            "re-tokenization check skipped: pass --tokenizer PATH to compare the text with the stored output_ids",
+            "",
+        ]
+    )
     assert not list(project.glob("*.jsonl"))
     assert out.isascii() and "\r" not in out and "\x1b" not in out
 
@@ -388,22 +504,35 @@ def test_text_that_encodes_to_the_stored_ids_without_the_stop_token_does_not_cou
 
 
 def test_the_report_counts_rows_whose_text_does_not_re_tokenize(project, capsys):
-    from synthgen.export import format_report, scan_dataset
+    from synthgen.export.exporter import format_report, scan_dataset
 
-    path = write_results(project, "chat", [
-        record("a", output_text="ab", output_ids=[97, 98, 2]), record("b", output_text="ab", output_ids=[7, 2]),
-        old_row("old")])
+    path = write_results(
+        project,
+        "chat",
+        [
+            record("a", output_text="ab", output_ids=[97, 98, 2]),
+            record("b", output_text="ab", output_ids=[7, 2]),
+            old_row("old"),
+        ],
+    )
     config = ExportConfig(datasets=(DatasetRef("chat", path),), tokenizer=CharTokenizer())
     report = format_report([scan_dataset(ref, config) for ref in config.datasets], config)
     assert "  re-tokenization                1 of 2 kept rows differ (1 without stored ids not checked)" in report
-    assert report.endswith("some rows do not re-tokenize to the ids the model produced: prefer --format tokens "
-                           "to train on exactly those ids\n")
+    assert report.endswith(
+        "some rows do not re-tokenize to the ids the model produced: prefer --format tokens "
+        "to train on exactly those ids\n"
+    )
 
 
 def test_export_training_py_runs_as_a_script(project):
     write_results(project, "chat", [record("a")])
-    done = subprocess.run([sys.executable, str(ROOT / "export_training.py"), "--out", "o.jsonl"], cwd=project,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "export_training.py"), "--out", "o.jsonl"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines() == ["chat: 1 of 1 rows", "wrote o.jsonl (1 rows, specforge)"]
 
@@ -430,16 +559,15 @@ def specforge_render(tokenizer, row: dict) -> str:
         messages.append(message)
     extra = {k: v for k, v in row.items() if k not in ("id", "conversations", "tools")}
     tools = json.loads(row["tools"]) if row.get("tools") else None
-    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=False,
-                                         **extra)
+    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=False, **extra)
 
 
 @pytest.mark.parametrize("model", sorted(WRITTEN))
 def test_a_specforge_row_renders_back_to_the_prompt_the_model_saw_and_the_text_it_wrote(project, model):
     from model_tokenizers import build_model_tokenizer
 
-    from synthgen.reasoning import split_reasoning
-    from synthgen.templating import load_tokenizer
+    from synthgen.chat.parsers import split_reasoning
+    from synthgen.chat.templating import load_tokenizer
 
     tokenizer = load_tokenizer(str(build_model_tokenizer(project / "tok", model)))
     prompt = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a prime."}]
@@ -447,8 +575,13 @@ def test_a_specforge_row_renders_back_to_the_prompt_the_model_saw_and_the_text_i
     written, end_of_turn = WRITTEN[model]
     split = split_reasoning(written, seen.rstrip().endswith("<think>"))
     assistant = {"role": "assistant", "content": split.content, "reasoning_content": split.reasoning}
-    row = record("p", messages=[*prompt, assistant], content=split.content, reasoning_content=split.reasoning,
-                 output_text=written)
+    row = record(
+        "p",
+        messages=[*prompt, assistant],
+        content=split.content,
+        reasoning_content=split.reasoning,
+        output_text=written,
+    )
     write_results(project, "chat", [row, record("q")])
     assert main(["--dataset", "chat", "--out", "sf.jsonl"]) == 0
     loaded = read_arrow(project / "sf.jsonl")[0]

@@ -17,26 +17,46 @@ from model_tokenizers import build_model_tokenizer
 
 EXPORT = Path(__file__).resolve().parent.parent / "export_training.py"
 COMMON = ("--max-tokens", "256", "--concurrency", "4", "--status-interval", "0.2")
-LOOKUP_TOOL = {"type": "function", "function": {
-    "name": "lookup", "description": "Look a query up",
-    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
+LOOKUP_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "description": "Look a query up",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+    },
+}
 
 
 def chat(rid: str, *turns: str) -> dict:
-    return {"id": rid, "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": text}
-                                    for i, text in enumerate(turns)]}
+    return {
+        "id": rid,
+        "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": text} for i, text in enumerate(turns)],
+    }
 
 
 def agent(rid: str) -> dict:
-    return {"id": rid, "tools": [LOOKUP_TOOL], "messages": [
-        {"role": "system", "content": "Use the tools."},
-        {"role": "user", "content": "What is the weather in Paris?"},
-        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function", "function": {
-            "name": "lookup", "arguments": "{\"query\": \"Paris weather\"}"}}]},
-        {"role": "tool", "tool_call_id": "call_1", "name": "lookup", "content": "sunny, 21 C"},
-        {"role": "assistant", "content": "It is sunny and 21 C."},
-        {"role": "user", "content": "And in Rome?"},
-    ]}
+    return {
+        "id": rid,
+        "tools": [LOOKUP_TOOL],
+        "messages": [
+            {"role": "system", "content": "Use the tools."},
+            {"role": "user", "content": "What is the weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "lookup", "arguments": '{"query": "Paris weather"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "name": "lookup", "content": "sunny, 21 C"},
+            {"role": "assistant", "content": "It is sunny and 21 C."},
+            {"role": "user", "content": "And in Rome?"},
+        ],
+    }
 
 
 def answers(path: Path) -> dict[str, dict]:
@@ -66,8 +86,7 @@ def spans(mask: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def test_tokens_rows_are_the_ids_the_server_received_then_sent_with_the_mask_on_what_it_sent(
-        ws, make_sim, tmp_path):
+def test_tokens_rows_are_the_ids_the_server_received_then_sent_with_the_mask_on_what_it_sent(ws, make_sim, tmp_path):
     log = tmp_path / "requests.jsonl"
     sim = make_sim("chatml", "--request-log", str(log))
     ws.dataset("short", "d", [chat("a", "first q", "old", "second q"), {"id": "b", "prompt": "plain prompt"}])
@@ -98,7 +117,7 @@ def test_an_all_row_whose_turns_chain_is_one_sequence_with_each_generated_span_m
     expected = []
     for turn in turns:
         start = len(turn["input_ids"])
-        assert out["input_ids"][start:start + len(turn["output_ids"])] == turn["output_ids"]
+        assert out["input_ids"][start : start + len(turn["output_ids"])] == turn["output_ids"]
         expected.append((start, start + len(turn["output_ids"])))
     assert spans(out["loss_mask"]) == expected
 
@@ -130,8 +149,7 @@ def specforge_render(tokenizer, row: dict) -> str:
         messages.append(message)
     extra = {k: v for k, v in row.items() if k not in ("id", "conversations", "tools")}
     tools = json.loads(row["tools"]) if row.get("tools") else None
-    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=False,
-                                         **extra)
+    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=False, **extra)
 
 
 @pytest.fixture
@@ -140,7 +158,8 @@ def qwen3(tmp_path_factory):
 
 
 def test_specforge_rows_rendered_with_qwen3s_template_give_back_what_the_model_saw_and_wrote(
-        ws, make_sim, tmp_path, qwen3):
+    ws, make_sim, tmp_path, qwen3
+):
     # Thinking off: the template pre-fills the empty think block, and the simulator's answer (no newlines
     # around reasoning, unlike the real Qwen3) does not have to match the template's reasoning layout.
     from simharness import start_sim
@@ -151,8 +170,17 @@ def test_specforge_rows_rendered_with_qwen3s_template_give_back_what_the_model_s
     ws.dataset("short", "agents", [agent("tool")])
     ws.dataset("short", "chats", [chat("chat", "Name a prime.", "Seven.", "And another?")])
     for style, dataset in (("qwen_tool", "agents"), ("think", "chats")):
-        with start_sim(qwen3, "--request-log", str(log), "--output-style", style,
-                       "--tool-call-parser", "qwen25", "--reasoning-parser", "qwen3") as sim:
+        with start_sim(
+            qwen3,
+            "--request-log",
+            str(log),
+            "--output-style",
+            style,
+            "--tool-call-parser",
+            "qwen25",
+            "--reasoning-parser",
+            "qwen3",
+        ) as sim:
             result = ws.run("--server-url", sim.url, "--dataset", dataset, *kwargs)
             assert result.returncode == 0, result.stderr
     rows = {r["id"]: r for r in ws.results("agents") + ws.results("chats")}

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from workspace import BUDGET, RUN
 
+from synthgen.data.prompts import DatasetSource, PromptReader, scan_dataset
 from synthgen.errors import InputFileError
-from synthgen.prompts import DatasetSource, PromptReader, scan_dataset
 
 FIX = "; fix or remove the line, or pass --skip-bad-lines"
 ROLES = {"system", "user", "assistant", "tool"}
@@ -124,8 +124,9 @@ json_values = st.recursive(
 containers = st.one_of(st.lists(json_values, min_size=1, max_size=3), st.dictionaries(text, json_values, max_size=3))
 
 good_text = st.text(min_size=1, max_size=12).filter(str.strip)
-good_content = st.one_of(good_text, st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": good_text}),
-                                             min_size=1, max_size=2))
+good_content = st.one_of(
+    good_text, st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": good_text}), min_size=1, max_size=2)
+)
 
 
 def conversation(role_key: str, content_key: str, names: list[str]):
@@ -144,11 +145,28 @@ good_bodies = st.one_of(
 )
 good_records = st.builds(
     lambda body, rid: body if rid is None else {"id": rid, **body},
-    good_bodies, st.one_of(st.none(), good_text, st.integers(-(2**63), 2**63 - 1)),
+    good_bodies,
+    st.one_of(st.none(), good_text, st.integers(-(2**63), 2**63 - 1)),
 )
 wrong_values = st.one_of(
-    st.sampled_from(["", " ", "\n\t", "\u3000", "bot", "function", "user ", "ｕｓｅｒ", [], {}, [{}],
-                     [{"type": "image_url"}], [{"type": "text"}], [{"type": "text", "text": 1}]]),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "\n\t",
+            "\u3000",
+            "bot",
+            "function",
+            "user ",
+            "ｕｓｅｒ",
+            [],
+            {},
+            [{}],
+            [{"type": "image_url"}],
+            [{"type": "text"}],
+            [{"type": "text", "text": 1}],
+        ]
+    ),
     json_values,
 )
 
@@ -182,8 +200,9 @@ def wrong_records(draw) -> dict:
 records = st.one_of(
     good_records,
     wrong_records(),
-    st.dictionaries(st.sampled_from(["id", "messages", "conversations", "prompt", "system", "from"]),
-                    json_values, max_size=4),
+    st.dictionaries(
+        st.sampled_from(["id", "messages", "conversations", "prompt", "system", "from"]), json_values, max_size=4
+    ),
 )
 
 
@@ -209,8 +228,13 @@ def torn(draw, values) -> bytes:
 
 json_lines = st.builds(dump, json_values, st.booleans())
 record_lines = st.builds(dump, records, st.booleans())
-any_line = st.one_of(record_lines, json_lines, torn(records), st.binary(max_size=40),
-                     st.sampled_from([b"", b"   ", b"\x00", b"\xef\xbb\xbf{}", b"\xff"]))
+any_line = st.one_of(
+    record_lines,
+    json_lines,
+    torn(records),
+    st.binary(max_size=40),
+    st.sampled_from([b"", b"   ", b"\x00", b"\xef\xbb\xbf{}", b"\xff"]),
+)
 
 
 # --- properties ------------------------------------------------------------------------------------
@@ -252,22 +276,32 @@ def nested(depth: int, open_: bytes = b"[", close: bytes = b"]", core: bytes = b
     return open_ * depth + core + close * depth
 
 
-@pytest.mark.parametrize("line", [
-    nested(10_000),
-    nested(10_000, b'{"a":', b"}", b"1"),
-    b'{"id": "x", "messages": ' + nested(10_000) + b"}",
-    b'{"id": ' + nested(5_000, b'{"a":', b"}", b"1") + b', "prompt": "q"}',
-], ids=["lists", "objects", "inside-messages", "inside-id"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        nested(10_000),
+        nested(10_000, b'{"a":', b"}", b"1"),
+        b'{"id": "x", "messages": ' + nested(10_000) + b"}",
+        b'{"id": ' + nested(5_000, b'{"a":', b"}", b"1") + b', "prompt": "q"}',
+    ],
+    ids=["lists", "objects", "inside-messages", "inside-id"],
+)
 def test_nesting_past_the_json_depth_limit_is_a_file_line_error(line):
     assert "not valid JSON" in check_rejected(GOOD + line + b"\n" + GOOD, 2)
 
 
-@pytest.mark.parametrize("line, problem", [
-    (b'{"id": "x", "messages": [{"role": "user", "content": ' + nested(1000) + b"}]}",
-     "messages[0] content has a content part that is not text"),
-    (b'{"id": ' + nested(1000) + b', "prompt": "q"}', "'id' is list"),
-    (b'{"prompt": ' + nested(1000, b'{"a":', b"}", b"1") + b"}", "'prompt' is dict"),
-], ids=["content", "id", "prompt"])
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        (
+            b'{"id": "x", "messages": [{"role": "user", "content": ' + nested(1000) + b"}]}",
+            "messages[0] content has a content part that is not text",
+        ),
+        (b'{"id": ' + nested(1000) + b', "prompt": "q"}', "'id' is list"),
+        (b'{"prompt": ' + nested(1000, b'{"a":', b"}", b"1") + b"}", "'prompt' is dict"),
+    ],
+    ids=["content", "id", "prompt"],
+)
 def test_nesting_just_under_the_depth_limit_is_named_by_its_field(line, problem):
     assert check_rejected(line + b"\n", 1).startswith(problem)
 
@@ -283,12 +317,16 @@ def test_a_20_mb_prompt_on_one_line_is_indexed_and_read_back_whole():
         assert PromptReader(index).read("huge").messages == ({"role": "user", "content": question},)
 
 
-@pytest.mark.parametrize("line", [
-    b'{"id": "x", "prompt": "' + b"a" * MB20,
-    b'{"id": "x", "prompt": "' + b"\xff" * MB20 + b'"}',
-    b"[" * MB20,
-    b"1" * MB20,
-], ids=["unterminated-string", "invalid-utf8", "open-brackets", "huge-number"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"id": "x", "prompt": "' + b"a" * MB20,
+        b'{"id": "x", "prompt": "' + b"\xff" * MB20 + b'"}',
+        b"[" * MB20,
+        b"1" * MB20,
+    ],
+    ids=["unterminated-string", "invalid-utf8", "open-brackets", "huge-number"],
+)
 def test_a_20_mb_invalid_line_is_a_short_file_line_error(line):
     problem = check_rejected(GOOD + line + b"\n", 2)
     assert len(problem) < 300, problem[:300]
@@ -300,33 +338,42 @@ def test_a_huge_wrong_value_is_not_copied_whole_into_the_error():
     assert len(problem) < 500, f"{len(problem):,} characters"
 
 
-@pytest.mark.parametrize("line, problem", [
-    ({"id": ["a"], "prompt": "q"}, "'id' is list, expected a string or integer"),
-    ({"id": 1.5, "prompt": "q"}, "'id' is a number that is not a 64-bit integer; write it as a string"),
-    ({"id": True, "prompt": "q"}, "'id' is bool, expected a string or integer"),
-    ({"id": {}, "prompt": "q"}, "'id' is dict, expected a string or integer"),
-    ({"id": " ", "prompt": "q"}, "'id' is empty"),
-    ({"id": "x", "messages": "hi"}, "'messages' must be a non-empty list of messages"),
-    ({"id": "x", "messages": {"role": "user"}}, "'messages' must be a non-empty list of messages"),
-    ({"id": "x", "messages": ["hi"]}, "messages[0] is str, expected an object"),
-    ({"id": "x", "messages": [{"role": 1, "content": "q"}]}, "messages[0] has unknown role 1"),
-    ({"id": "x", "messages": [{"role": None, "content": "q"}]}, "messages[0] has unknown role None"),
-    ({"id": "x", "messages": [{"role": "bot", "content": "q"}]}, "messages[0] has unknown role 'bot'"),
-    ({"id": "x", "messages": [{"role": "user", "content": 3}]}, "messages[0] content is int, expected a string"),
-    ({"id": "x", "messages": [{"role": "user", "content": "  "}]}, "messages[0] content is empty"),
-    ({"id": "x", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
-     "messages[0] content has a content part that is not text"),
-    ({"id": "x", "messages": [{"role": "user", "content": ["q"]}]},
-     "messages[0] content has a content part that is not text"),
-    ({"id": "x", "messages": [{"role": "assistant", "content": "a"}]}, "'messages' has no user turn to answer"),
-    ({"id": "x", "conversations": [{"from": 0, "value": "q"}]}, "conversations[0] has unknown role 0"),
-    ({"id": "x", "conversations": [{"from": "human", "value": None}]},
-     "conversations[0] content is NoneType, expected a string"),
-    ({"id": "x", "prompt": ["q"]}, "'prompt' has a content part that is not text"),
-    ({"id": "x", "prompt": 7}, "'prompt' is int, expected a string"),
-    ({"id": "x", "prompt": "q", "system": 0}, "'system' is int, expected a string"),
-    ({"id": "x"}, "no 'messages', 'conversations' or 'prompt' field"),
-])
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ({"id": ["a"], "prompt": "q"}, "'id' is list, expected a string or integer"),
+        ({"id": 1.5, "prompt": "q"}, "'id' is a number that is not a 64-bit integer; write it as a string"),
+        ({"id": True, "prompt": "q"}, "'id' is bool, expected a string or integer"),
+        ({"id": {}, "prompt": "q"}, "'id' is dict, expected a string or integer"),
+        ({"id": " ", "prompt": "q"}, "'id' is empty"),
+        ({"id": "x", "messages": "hi"}, "'messages' must be a non-empty list of messages"),
+        ({"id": "x", "messages": {"role": "user"}}, "'messages' must be a non-empty list of messages"),
+        ({"id": "x", "messages": ["hi"]}, "messages[0] is str, expected an object"),
+        ({"id": "x", "messages": [{"role": 1, "content": "q"}]}, "messages[0] has unknown role 1"),
+        ({"id": "x", "messages": [{"role": None, "content": "q"}]}, "messages[0] has unknown role None"),
+        ({"id": "x", "messages": [{"role": "bot", "content": "q"}]}, "messages[0] has unknown role 'bot'"),
+        ({"id": "x", "messages": [{"role": "user", "content": 3}]}, "messages[0] content is int, expected a string"),
+        ({"id": "x", "messages": [{"role": "user", "content": "  "}]}, "messages[0] content is empty"),
+        (
+            {"id": "x", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+            "messages[0] content has a content part that is not text",
+        ),
+        (
+            {"id": "x", "messages": [{"role": "user", "content": ["q"]}]},
+            "messages[0] content has a content part that is not text",
+        ),
+        ({"id": "x", "messages": [{"role": "assistant", "content": "a"}]}, "'messages' has no user turn to answer"),
+        ({"id": "x", "conversations": [{"from": 0, "value": "q"}]}, "conversations[0] has unknown role 0"),
+        (
+            {"id": "x", "conversations": [{"from": "human", "value": None}]},
+            "conversations[0] content is NoneType, expected a string",
+        ),
+        ({"id": "x", "prompt": ["q"]}, "'prompt' has a content part that is not text"),
+        ({"id": "x", "prompt": 7}, "'prompt' is int, expected a string"),
+        ({"id": "x", "prompt": "q", "system": 0}, "'system' is int, expected a string"),
+        ({"id": "x"}, "no 'messages', 'conversations' or 'prompt' field"),
+    ],
+)
 def test_each_wrong_type_is_named_in_the_error(line, problem):
     said = check_rejected(GOOD + orjson.dumps(line) + b"\n", 2)
     assert said.startswith(problem) and said.endswith(FIX), said
@@ -350,10 +397,14 @@ def expected_error(data: bytes) -> InputFileError:
     return caught.value
 
 
-@pytest.mark.parametrize("script, args", [
-    (RUN, ("--partition", "short", "--server-url", "http://127.0.0.1:9")),
-    (BUDGET, ("--partition", "short")),
-], ids=["run_inference", "compute_budget"])
+@pytest.mark.parametrize(
+    "script, args",
+    [
+        (RUN, ("--partition", "short", "--server-url", "http://127.0.0.1:9")),
+        (BUDGET, ("--partition", "short")),
+    ],
+    ids=["run_inference", "compute_budget"],
+)
 @pytest.mark.parametrize("name", CLI_FILES)
 def test_both_scripts_stop_on_a_hostile_file_with_one_file_line_error(ws, name, script, args):
     folder = ws.prompts / "short"

@@ -33,8 +33,9 @@ def port_is_free(port: int) -> bool:
 
 
 def sim_command(tokenizer_dir: Path, port: int, *extra: str) -> str:
-    return " ".join([sys.executable, str(SIM_SCRIPT), "--tokenizer-dir", str(tokenizer_dir), "--port", str(port),
-                     *extra])
+    return " ".join(
+        [sys.executable, str(SIM_SCRIPT), "--tokenizer-dir", str(tokenizer_dir), "--port", str(port), *extra]
+    )
 
 
 def launched_pgids(text: str) -> list[int]:
@@ -60,8 +61,16 @@ def port():
 
 
 def run_args(tokenizer_dir: Path, port: int, *extra: str) -> tuple[str, ...]:
-    return ("--server-url", f"http://127.0.0.1:{port}", "--partition", "short", *COMMON, *extra,
-            "--launch-server", sim_command(tokenizer_dir, port, "--exit-after", "8"))
+    return (
+        "--server-url",
+        f"http://127.0.0.1:{port}",
+        "--partition",
+        "short",
+        *COMMON,
+        *extra,
+        "--launch-server",
+        sim_command(tokenizer_dir, port, "--exit-after", "8"),
+    )
 
 
 def test_a_server_that_crashes_mid_run_is_restarted_and_the_run_finishes_exactly_once(ws, tokenizers, port):
@@ -70,8 +79,11 @@ def test_a_server_that_crashes_mid_run_is_restarted_and_the_run_finishes_exactly
     assert result.returncode == 0, result.stderr
     for row in ws.assert_exactly_once("d", ids):
         assert_model_answer(row)
-    restarts = re.findall(r"server exited with code 1 \(died during the run\); restart (\d)/5 in \d+ s: .*"
-                          r"exiting on /generate request 8 \(--exit-after 8\)", result.stderr)
+    restarts = re.findall(
+        r"server exited with code 1 \(died during the run\); restart (\d)/5 in \d+ s: .*"
+        r"exiting on /generate request 8 \(--exit-after 8\)",
+        result.stderr,
+    )
     assert restarts and restarts == [str(n) for n in range(1, len(restarts) + 1)], result.stderr
     assert "stopping server (pid" in result.stderr
     assert "server.log" in result.stderr and (ws.outputs / "server.log").exists()
@@ -83,8 +95,11 @@ def test_when_restarts_are_used_up_the_run_stops_with_the_reason_and_exit_3(ws, 
     result = ws.run(*run_args(tokenizers["chatml"], port, "--server-restarts", "1"), timeout=DEADLINE)
     assert result.returncode == 3, result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert re.fullmatch(r"run_inference\.py: error: server exited with code 1 \(died during the run\) and was "
-                        r"already restarted 1 times; giving up \(log outputs/server\.log\): .*--exit-after 8\)", last)
+    assert re.fullmatch(
+        r"run_inference\.py: error: server exited with code 1 \(died during the run\) and was "
+        r"already restarted 1 times; giving up \(log outputs/server\.log\): .*--exit-after 8\)",
+        last,
+    )
     done = ws.results("d")
     assert len({r["id"] for r in done}) == len(done) and 0 < len(done) < len(ids)  # resumable, no duplicates
     assert_nothing_left(port, launched_pgids(result.stderr))
@@ -97,19 +112,28 @@ def test_a_command_that_exits_at_once_is_a_one_line_error_with_the_log_tail(ws, 
     assert result.returncode == 3, result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         "run_inference.py: error: server exited with code 7 before it was ready (log outputs/server.log): "
-        "cannot load the model: out of memory")
+        "cannot load the model: out of memory"
+    )
     assert "Traceback" not in result.stderr
 
 
 def test_a_command_that_never_becomes_healthy_times_out_with_the_log_tail_and_is_stopped(ws, port):
     ws.dataset("short", "d", 2)
     script = "import time; print('loading weights', flush=True); time.sleep(3600)"
-    command = f"{sys.executable} -c \"{script}\""
-    result = ws.run("--server-url", f"http://127.0.0.1:{port}", "--launch-server", command,
-                    "--server-start-timeout", "2", timeout=DEADLINE)
+    command = f'{sys.executable} -c "{script}"'
+    result = ws.run(
+        "--server-url",
+        f"http://127.0.0.1:{port}",
+        "--launch-server",
+        command,
+        "--server-start-timeout",
+        "2",
+        timeout=DEADLINE,
+    )
     assert result.returncode == 3, result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        "run_inference.py: error: server never became ready within 2 s (log outputs/server.log): loading weights")
+        "run_inference.py: error: server never became ready within 2 s (log outputs/server.log): loading weights"
+    )
     assert_nothing_left(port, launched_pgids(result.stderr))
 
 
@@ -158,8 +182,15 @@ def start_run(ws: Workspace, *args: str) -> tuple[subprocess.Popen, Path]:
 def test_sigterm_during_the_run_drains_stops_the_server_and_a_rerun_finishes(ws, tokenizers, port):
     ids = ws.dataset("short", "d", 12)
     url = f"http://127.0.0.1:{port}"
-    args = ("--server-url", url, *COMMON, "--drain-timeout", "1",
-            "--launch-server", sim_command(tokenizers["chatml"], port, "--token-delay", "0.2"))
+    args = (
+        "--server-url",
+        url,
+        *COMMON,
+        "--drain-timeout",
+        "1",
+        "--launch-server",
+        sim_command(tokenizers["chatml"], port, "--token-delay", "0.2"),
+    )
     proc, out = start_run(ws, *args)
     with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as sim:
 
@@ -188,31 +219,46 @@ def test_sigterm_during_the_run_drains_stops_the_server_and_a_rerun_finishes(ws,
 def test_a_signal_while_the_server_loads_stops_it_with_one_line_and_128_plus_the_signal(ws, port, sig):
     ws.dataset("short", "d", 2)
     script = "import time; print('loading weights', flush=True); time.sleep(3600)"
-    proc, out = start_run(ws, "--server-url", f"http://127.0.0.1:{port}", "--launch-server",
-                          f"{sys.executable} -c \"{script}\"")
+    proc, out = start_run(
+        ws, "--server-url", f"http://127.0.0.1:{port}", "--launch-server", f'{sys.executable} -c "{script}"'
+    )
     # The line the server prints, not the log's header line, which quotes the command and so the text too.
-    wait_until(lambda: "loading weights" in (ws.outputs / "server.log").read_text(errors="replace").splitlines()
-               if (ws.outputs / "server.log").exists() else False, timeout=DEADLINE, interval=0.05)
+    wait_until(
+        lambda: (
+            "loading weights" in (ws.outputs / "server.log").read_text(errors="replace").splitlines()
+            if (ws.outputs / "server.log").exists()
+            else False
+        ),
+        timeout=DEADLINE,
+        interval=0.05,
+    )
     proc.send_signal(sig)
     assert proc.wait(DEADLINE) == 128 + sig, out.read_text()
     text = out.read_text()
     assert text.strip().splitlines()[-1] == (
         f"run_inference.py: error: stopped by {sig.name}; the launched server was stopped too. "
-        "Rerun the same command to resume")
+        "Rerun the same command to resume"
+    )
     assert_nothing_left(port, launched_pgids(text))
 
 
 def test_a_second_sigterm_kills_a_server_that_ignores_the_first(ws, port):
     ws.dataset("short", "d", 2)
     # A server that ignores SIGTERM (as one stuck in a CUDA call would): only SIGKILL ends it.
-    script = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-              "print('loading weights', flush=True); time.sleep(3600)")
-    proc, out = start_run(ws, "--server-url", f"http://127.0.0.1:{port}", "--launch-server",
-                          f"{sys.executable} -c \"{script}\"")
+    script = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('loading weights', flush=True); time.sleep(3600)"
+    )
+    proc, out = start_run(
+        ws, "--server-url", f"http://127.0.0.1:{port}", "--launch-server", f'{sys.executable} -c "{script}"'
+    )
     log = ws.outputs / "server.log"
     # The line the server prints once it ignores SIGTERM, not the header line that quotes the command.
-    wait_until(lambda: log.exists() and "loading weights" in log.read_text(errors="replace").splitlines(),
-               timeout=DEADLINE, interval=0.05)
+    wait_until(
+        lambda: log.exists() and "loading weights" in log.read_text(errors="replace").splitlines(),
+        timeout=DEADLINE,
+        interval=0.05,
+    )
     proc.send_signal(signal.SIGTERM)
     wait_until(lambda: "SIGTERM: stopping the server" in out.read_text(), timeout=DEADLINE, interval=0.05)
     proc.send_signal(signal.SIGTERM)

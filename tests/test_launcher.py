@@ -17,9 +17,9 @@ import httpx
 import pytest
 from simharness import SIM_SCRIPT, wait_until
 
-from synthgen import demo
 from synthgen.errors import EXIT_SERVER
-from synthgen.launcher import (
+from synthgen.server import demo
+from synthgen.server.launcher import (
     ServerLaunchError,
     ServerProcess,
     decide_launch,
@@ -321,7 +321,7 @@ def test_stop_before_start_and_close_with_keep_do_nothing(servers, tmp_path):
     assert kept.exited() == -signal.SIGTERM
 
 
-# -- the demo server's install and command (synthgen.demo), without installing anything
+# -- the demo server's install and command (synthgen.server.demo), without installing anything
 
 
 def fake_cache(tmp_path: Path, python_script: str) -> demo.DemoPaths:

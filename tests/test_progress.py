@@ -2,8 +2,9 @@
 
 import io
 
-from synthgen.cli import main
-from synthgen.progress import DatasetStats, Progress, fmt_duration, summary_table
+from synthgen.cli.run import main
+from synthgen.fmt import fmt_duration
+from synthgen.run.progress import DatasetStats, Progress, summary_table
 
 
 def test_a_tty_gets_a_bar_that_counts_finished_prompts(ws, make_sim, monkeypatch):
@@ -43,12 +44,31 @@ def test_the_bar_does_not_move_when_a_request_is_sent_only_when_it_finishes():
 
 
 def test_summary_reports_the_token_budget_overshoot():
-    s = DatasetStats("d", target=10, done=4, completion_tokens=450, token_budget=400,
-                     budget_stopped=True, first_start=0.0, last_finish=10.0)
+    s = DatasetStats(
+        "d",
+        target=10,
+        done=4,
+        completion_tokens=450,
+        token_budget=400,
+        budget_stopped=True,
+        first_start=0.0,
+        last_finish=10.0,
+    )
     table = summary_table([s], 10.0)
     assert "d: token budget 400 reached; 450 output tokens in total (overshot by 50)" in table
-    assert table.splitlines()[0].split() == ["dataset", "done", "total", "this", "run", "skipped", "failed", "out",
-                                             "tokens", "tok/s", "wall"]
+    assert table.splitlines()[0].split() == [
+        "dataset",
+        "done",
+        "total",
+        "this",
+        "run",
+        "skipped",
+        "failed",
+        "out",
+        "tokens",
+        "tok/s",
+        "wall",
+    ]
 
 
 def test_durations_are_human_readable():

@@ -3,8 +3,8 @@
 import orjson
 import pytest
 
+from synthgen.data.prompts import DatasetSource, PromptReader, discover, parse_line, scan_dataset
 from synthgen.errors import InputFileError, UsageError
-from synthgen.prompts import DatasetSource, PromptReader, discover, parse_line, scan_dataset
 
 
 def parse(obj):
@@ -15,29 +15,51 @@ def parse(obj):
 
 def test_messages_format_is_taken_as_is():
     assert parse({"id": "a", "messages": [{"role": "user", "content": "hi"}]}) == (
-        "a", [{"role": "user", "content": "hi"}])
+        "a",
+        [{"role": "user", "content": "hi"}],
+    )
 
 
 def test_sharegpt_roles_are_mapped_and_the_trailing_answer_is_dropped():
-    rid, messages = parse({"id": 7, "conversations": [
-        {"from": "system", "value": "s"}, {"from": "human", "value": "q"}, {"from": "gpt", "value": "old answer"}]})
+    rid, messages = parse(
+        {
+            "id": 7,
+            "conversations": [
+                {"from": "system", "value": "s"},
+                {"from": "human", "value": "q"},
+                {"from": "gpt", "value": "old answer"},
+            ],
+        }
+    )
     assert rid == "7"
     assert messages == [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
 
 
 def test_conversations_with_role_and_content_are_accepted():
     assert parse({"id": "c", "conversations": [{"role": "user", "content": "q"}]})[1] == [
-        {"role": "user", "content": "q"}]
+        {"role": "user", "content": "q"}
+    ]
 
 
 def test_prompt_format_with_optional_system():
     assert parse({"id": "p", "prompt": "q", "system": "s"})[1] == [
-        {"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "q"},
+    ]
 
 
 def test_text_parts_are_joined():
-    assert parse({"id": "t", "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]})[1][0]["content"] == "ab"
+    assert (
+        parse(
+            {
+                "id": "t",
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+                ],
+            }
+        )[1][0]["content"]
+        == "ab"
+    )
 
 
 def test_missing_id_gets_a_stable_id_from_the_content():
@@ -45,19 +67,22 @@ def test_missing_id_gets_a_stable_id_from_the_content():
     assert first.startswith("auto-") and first == parse({"prompt": "same"})[0] != parse({"prompt": "other"})[0]
 
 
-@pytest.mark.parametrize("line,problem", [
-    (b"{not json", "not valid JSON"),
-    (b"[1, 2]", "expected a JSON object, got list"),
-    (b'{"id": "x"}', "no 'messages', 'conversations' or 'prompt' field"),
-    (b'{"id": "x", "messages": []}', "'messages' must be a non-empty list of messages"),
-    (b'{"id": "x", "messages": [{"role": "user", "content": "  "}]}', "messages[0] content is empty"),
-    (b'{"id": "x", "messages": [{"role": "wizard", "content": "hi"}]}', "messages[0] has unknown role 'wizard'"),
-    (b'{"id": "x", "messages": [{"role": "user", "content": 5}]}', "messages[0] content is int, expected a string"),
-    (b'{"id": "x", "messages": [{"role": "assistant", "content": "a"}]}', "'messages' has no user turn to answer"),
-    (b'{"id": ["x"], "prompt": "hi"}', "'id' is list, expected a string or integer"),
-    (b'{"id": "", "prompt": "hi"}', "'id' is empty"),
-    (b'\xff\xfe{"prompt": "hi"}', "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "line,problem",
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "expected a JSON object, got list"),
+        (b'{"id": "x"}', "no 'messages', 'conversations' or 'prompt' field"),
+        (b'{"id": "x", "messages": []}', "'messages' must be a non-empty list of messages"),
+        (b'{"id": "x", "messages": [{"role": "user", "content": "  "}]}', "messages[0] content is empty"),
+        (b'{"id": "x", "messages": [{"role": "wizard", "content": "hi"}]}', "messages[0] has unknown role 'wizard'"),
+        (b'{"id": "x", "messages": [{"role": "user", "content": 5}]}', "messages[0] content is int, expected a string"),
+        (b'{"id": "x", "messages": [{"role": "assistant", "content": "a"}]}', "'messages' has no user turn to answer"),
+        (b'{"id": ["x"], "prompt": "hi"}', "'id' is list, expected a string or integer"),
+        (b'{"id": "", "prompt": "hi"}', "'id' is empty"),
+        (b'\xff\xfe{"prompt": "hi"}', "not valid JSON"),
+    ],
+)
 def test_malformed_lines_are_named_with_file_and_line(tmp_path, line, problem):
     path = tmp_path / "d.jsonl"
     path.write_bytes(b'{"id": "ok", "prompt": "fine"}\n' + line + b"\n")

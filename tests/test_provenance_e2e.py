@@ -29,16 +29,21 @@ def request_log(path: Path) -> dict[str, dict]:
 
 
 def chat(rid: str, *turns: str) -> dict:
-    return {"id": rid, "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": text}
-                                    for i, text in enumerate(turns)]}
+    return {
+        "id": rid,
+        "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": text} for i, text in enumerate(turns)],
+    }
 
 
 @pytest.mark.parametrize("mode", ["last", "each"])
 def test_every_row_holds_the_ids_the_server_received_and_sent_with_the_stop_token(ws, make_sim, tmp_path, mode):
     log = tmp_path / "requests.jsonl"
     sim = make_sim("chatml", "--request-log", str(log))
-    ws.dataset("short", "d", [chat("a", "first q", "old", "second q"), chat("b", "one q"),
-                              {"id": "c", "prompt": "plain prompt"}])
+    ws.dataset(
+        "short",
+        "d",
+        [chat("a", "first q", "old", "second q"), chat("b", "one q"), {"id": "c", "prompt": "plain prompt"}],
+    )
     result = ws.run("--server-url", sim.url, "--regenerate", mode, *COMMON)
     assert result.returncode == 0, result.stderr
     sent = request_log(log)
@@ -66,8 +71,7 @@ class StripOutputIds(BaseHTTPRequestHandler):
 
     def _forward(self, body: bytes | None) -> None:
         headers = {"Content-Type": "application/json"} if body is not None else {}
-        response = httpx.request(self.command, self.upstream + self.path, content=body, headers=headers,
-                                 timeout=60.0)
+        response = httpx.request(self.command, self.upstream + self.path, content=body, headers=headers, timeout=60.0)
         data = response.content
         if self.path.startswith("/generate") and response.status_code == 200:
             answer = response.json()
@@ -103,8 +107,15 @@ def test_an_answer_without_output_ids_is_stored_as_null_ids_not_re_tokenized(ws,
     for row in ws.results("d"):
         assert row["output_ids"] is None, row
         assert row["input_ids"] and row["completion_tokens"] > 0  # the count still comes from meta_info
-    export = ws.run("--dataset", "d", "--format", "tokens", "--out", "t.jsonl",
-                    script=Path(__file__).resolve().parent.parent / "export_training.py")
+    export = ws.run(
+        "--dataset",
+        "d",
+        "--format",
+        "tokens",
+        "--out",
+        "t.jsonl",
+        script=Path(__file__).resolve().parent.parent / "export_training.py",
+    )
     assert export.returncode == 2, export.stderr
     assert "3" in export.stderr and "ids" in export.stderr
 
@@ -123,9 +134,10 @@ def test_a_changed_temperature_refuses_in_one_line_and_mixed_settings_record_bot
     refused = ws.run("--server-url", sim.url, "--temperature", "0.5", *COMMON)
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.strip().splitlines()[-1] == (
-        'run_inference.py: error: settings differ from the rows already written (d: sampling_params {} -> '
+        "run_inference.py: error: settings differ from the rows already written (d: sampling_params {} -> "
         '{"temperature":0.5}); rerun with the same flags, use another --output-dir, or pass '
-        "--allow-mixed-settings to record the new settings for the rows this run writes")
+        "--allow-mixed-settings to record the new settings for the rows this run writes"
+    )
     assert len(ws.results("d")) == 2 and len(settings_sets(ws, "d")) == 1
     assert sim.stats()["generate_requests"] == 2
 
@@ -136,7 +148,8 @@ def test_a_changed_temperature_refuses_in_one_line_and_mixed_settings_record_bot
     assert old == before and new["id"] != old["id"]
     assert old["settings"]["sampling_params"] == {} and new["settings"]["sampling_params"] == {"temperature": 0.5}
     assert {k: v for k, v in new["settings"].items() if k != "sampling_params"} == {
-        k: v for k, v in old["settings"].items() if k != "sampling_params"}
+        k: v for k, v in old["settings"].items() if k != "sampling_params"
+    }
     for rid in ids[:2]:
         assert rows[rid]["settings"] == old["id"] and "temperature" not in rows[rid]["sampling_params"]
     for rid in ids[2:]:
@@ -146,8 +159,18 @@ def test_a_changed_temperature_refuses_in_one_line_and_mixed_settings_record_bot
     assert again.returncode == 0 and "nothing to do" in again.stderr
 
 
-PRE_PROVENANCE_KEYS = ("settings", "source", "prompt_hash", "tools", "tool_calls", "input_ids", "output_ids",
-                       "regenerate", "turns", "stopped_early")
+PRE_PROVENANCE_KEYS = (
+    "settings",
+    "source",
+    "prompt_hash",
+    "tools",
+    "tool_calls",
+    "input_ids",
+    "output_ids",
+    "regenerate",
+    "turns",
+    "stopped_early",
+)
 
 
 def test_rows_written_before_provenance_stay_readable_and_the_run_resumes_after_them(ws, make_sim):
@@ -155,8 +178,10 @@ def test_rows_written_before_provenance_stay_readable_and_the_run_resumes_after_
     ids = ws.dataset("short", "d", 6)
     assert ws.run("--server-url", sim.url, "--max-samples", "3", *COMMON).returncode == 0
     path = ws.outputs / "d" / "raw_responses.jsonl"
-    old_rows = [{k: v for k, v in json.loads(line).items() if k not in PRE_PROVENANCE_KEYS}
-                for line in path.read_text().splitlines()]
+    old_rows = [
+        {k: v for k, v in json.loads(line).items() if k not in PRE_PROVENANCE_KEYS}
+        for line in path.read_text().splitlines()
+    ]
     old_bytes = b"".join(orjson.dumps(r) + b"\n" for r in old_rows)
     path.write_bytes(old_bytes)
     (ws.outputs / "d" / "settings.jsonl").unlink()

@@ -13,21 +13,23 @@ import json
 import pytest
 from model_tokenizers import MODELS, build_model_tokenizer
 
-from synthgen.conversations import parse_record
-from synthgen.templating import ChatRenderer, load_tokenizer
+from synthgen.chat.templating import ChatRenderer, load_tokenizer
+from synthgen.data.conversations import parse_record
 
-TOOLS = [{
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Look up the current weather",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "description": "City name"}},
-            "required": ["city"],
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Look up the current weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": "City name"}},
+                "required": ["city"],
+            },
         },
-    },
-}]
+    }
+]
 
 AGENT_RECORD = {
     "id": "agent",
@@ -35,10 +37,19 @@ AGENT_RECORD = {
     "messages": [
         {"role": "system", "content": "Answer briefly."},
         {"role": "user", "content": "What is the weather in Paris?"},
-        {"role": "assistant", "content": None, "reasoning_content": "I should look it up with the tool.",
-         "tool_calls": [{"id": "call_7", "type": "function",
-                         "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
-        {"role": "tool", "tool_call_id": "call_7", "name": "get_weather", "content": "{\"temp_c\": 21}"},
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": "I should look it up with the tool.",
+            "tool_calls": [
+                {
+                    "id": "call_7",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_7", "name": "get_weather", "content": '{"temp_c": 21}'},
         {"role": "assistant", "content": "It is 21 degrees in Paris.", "reasoning_content": "The tool said 21."},
     ],
 }
@@ -83,8 +94,9 @@ def card_form(name: str, messages: list[dict]) -> list[dict]:
 
 def expected_ids(name, tokenizer, messages, tools=None) -> list[int]:
     kwargs = {"tools": tools} if tools is not None else {}
-    text = tokenizer.apply_chat_template(card_form(name, messages), tokenize=False, add_generation_prompt=True,
-                                         **kwargs)
+    text = tokenizer.apply_chat_template(
+        card_form(name, messages), tokenize=False, add_generation_prompt=True, **kwargs
+    )
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 

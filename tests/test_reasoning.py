@@ -2,7 +2,7 @@
 
 import pytest
 
-from synthgen.reasoning import split_reasoning
+from synthgen.chat.parsers import split_reasoning
 
 CASES = [
     # (output text, prompt opened reasoning, reasoning, content, closed)

@@ -17,15 +17,15 @@ import pytest
 from simharness import wait_until
 from workspace import REPO, RUN, Workspace, cli_env
 
-from synthgen import prompts
-from synthgen.budget import fmt_hours, fmt_number
+from synthgen.budget.plan import fmt_hours, fmt_number
 from synthgen.config import RunConfig
+from synthgen.data import prompts
+from synthgen.data.openfiles import FilePool
+from synthgen.data.prompts import READ_POOL, DatasetSource, PromptReader, scan_dataset
+from synthgen.data.records import ResultRecord
+from synthgen.data.store import WRITE_POOL, DatasetStore
 from synthgen.errors import RunLockedError, StoreWriteError, UsageError
-from synthgen.openfiles import FilePool
-from synthgen.progress import Progress
-from synthgen.prompts import READ_POOL, DatasetSource, PromptReader, scan_dataset
-from synthgen.records import ResultRecord
-from synthgen.store import WRITE_POOL, DatasetStore
+from synthgen.run.progress import Progress
 
 FAST = ("--max-tokens", "4", "--status-interval", "5")
 
@@ -37,10 +37,19 @@ def without_root_powers() -> None:
         libc.prctl(24, capability, 0, 0, 0)  # PR_CAPBSET_DROP: takes effect at exec
 
 
-def run_cli(ws: Workspace, *args: str, preexec=without_root_powers, script: Path = RUN,
-            timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(script), *args], cwd=ws.root, env=cli_env(), capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL, preexec_fn=preexec)
+def run_cli(
+    ws: Workspace, *args: str, preexec=without_root_powers, script: Path = RUN, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(script), *args],
+        cwd=ws.root,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=preexec,
+    )
 
 
 def last_line(result: subprocess.CompletedProcess) -> str:
@@ -60,8 +69,9 @@ def test_a_partition_of_2000_datasets_runs_under_ulimit_n_1024(ws, make_sim):
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
 
-    result = run_cli(ws, "--partition", "many", "--server-url", sim.url, "--concurrency", "64", *FAST,
-                     preexec=limit, timeout=600)
+    result = run_cli(
+        ws, "--partition", "many", "--server-url", sim.url, "--concurrency", "64", *FAST, preexec=limit, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert sim.stats()["generate_requests"] == 2000
     for i in (0, 999, 1999):
@@ -123,7 +133,8 @@ def test_a_file_whose_name_is_dots_or_nothing_is_refused_in_one_line(ws, make_si
     assert last_line(result) == (
         f"run_inference.py: error: prompts/short/{file_name}: the dataset name {name!r} "
         f"{'is empty' if not name else 'is made of dots only'}, so it cannot name an output folder; "
-        "rename the file (e.g. to prompts/short/data.jsonl)")
+        "rename the file (e.g. to prompts/short/data.jsonl)"
+    )
     assert sim.stats()["generate_requests"] == 0
     assert sorted(p.name for p in ws.root.iterdir()) == ["prompts"]  # nothing written beside outputs/
 
@@ -144,8 +155,10 @@ def test_a_partition_that_is_a_path_is_refused_in_one_line(ws, partition):
     ws.dataset("short", "d", 1)
     result = run_cli(ws, "--partition", partition, "--server-url", "http://127.0.0.1:9")
     assert result.returncode == 2
-    assert last_line(result) == (f"run_inference.py: error: --partition {partition!r}: give the name of one folder "
-                                 "under prompts (e.g. short) or 'all', not a path")
+    assert last_line(result) == (
+        f"run_inference.py: error: --partition {partition!r}: give the name of one folder "
+        "under prompts (e.g. short) or 'all', not a path"
+    )
 
 
 def test_an_unreadable_partition_folder_is_reported_as_unreadable(ws):
@@ -156,8 +169,10 @@ def test_an_unreadable_partition_folder_is_reported_as_unreadable(ws):
     finally:
         (ws.prompts / "short").chmod(0o755)
     assert result.returncode == 2
-    assert last_line(result) == ("run_inference.py: error: prompts/short: cannot list the partition folder "
-                                 "(Permission denied); make it readable (chmod u+rx prompts/short)")
+    assert last_line(result) == (
+        "run_inference.py: error: prompts/short: cannot list the partition folder "
+        "(Permission denied); make it readable (chmod u+rx prompts/short)"
+    )
 
 
 def test_an_unreadable_prompts_folder_is_one_line_not_a_traceback(ws):
@@ -168,8 +183,10 @@ def test_an_unreadable_prompts_folder_is_one_line_not_a_traceback(ws):
     finally:
         ws.prompts.chmod(0o755)
     assert result.returncode == 2
-    assert last_line(result) == ("run_inference.py: error: prompts: cannot list the prompts directory "
-                                 "(Permission denied); make it readable (chmod u+rx prompts)")
+    assert last_line(result) == (
+        "run_inference.py: error: prompts: cannot list the prompts directory "
+        "(Permission denied); make it readable (chmod u+rx prompts)"
+    )
 
 
 # --- D9 / D11 / D12: output files -------------------------------------------------------------------
@@ -211,7 +228,8 @@ def test_an_unreadable_results_file_is_one_line_exit_5(ws, make_sim):
     assert result.returncode == 5
     assert last_line(result) == (
         "run_inference.py: error: outputs/d/raw_responses.jsonl: cannot read the results file (Permission denied); "
-        "make it readable and writable (chmod u+rw outputs/d/raw_responses.jsonl) and rerun")
+        "make it readable and writable (chmod u+rw outputs/d/raw_responses.jsonl) and rerun"
+    )
 
 
 @pytest.mark.parametrize("name", ["raw_responses.jsonl", "errors.jsonl"])
@@ -225,8 +243,10 @@ def test_a_read_only_output_file_is_found_before_any_request_is_sent(ws, make_si
     (folder / name).chmod(0o444)
     result = run_cli(ws, "--server-url", sim.url, *FAST)
     assert result.returncode == 5
-    assert last_line(result) == (f"run_inference.py: error: outputs/d/{name}: cannot open for writing "
-                                 f"(Permission denied); make it writable (chmod u+w outputs/d/{name}) and rerun")
+    assert last_line(result) == (
+        f"run_inference.py: error: outputs/d/{name}: cannot open for writing "
+        f"(Permission denied); make it writable (chmod u+w outputs/d/{name}) and rerun"
+    )
     assert sim.stats()["generate_requests"] == 0
 
 
@@ -239,8 +259,10 @@ def test_a_read_only_lock_file_is_named_as_the_lock_file(ws, make_sim):
     lock.chmod(0o444)
     result = run_cli(ws, "--server-url", sim.url, *FAST)
     assert result.returncode == 5
-    assert last_line(result) == ("run_inference.py: error: outputs/d/.lock: cannot open the lock file "
-                                 "(Permission denied); make it writable (chmod u+rw outputs/d/.lock) or remove it")
+    assert last_line(result) == (
+        "run_inference.py: error: outputs/d/.lock: cannot open the lock file "
+        "(Permission denied); make it writable (chmod u+rw outputs/d/.lock) or remove it"
+    )
 
 
 def test_an_error_row_whose_id_is_a_list_does_not_crash_the_run(ws, make_sim):
@@ -306,10 +328,25 @@ def test_a_missing_output_folder_that_cannot_be_created_is_a_store_error(tmp_pat
 def test_a_run_whose_stderr_reader_goes_away_still_finishes_every_prompt(ws, make_sim):
     sim = make_sim("chatml", "--token-delay", "0.02")
     ids = ws.dataset("short", "d", 24)
-    proc = subprocess.Popen([sys.executable, str(RUN), "--server-url", sim.url, "--max-tokens", "16",
-                             "--concurrency", "2", "--status-interval", "0.05"],
-                            cwd=ws.root, env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(RUN),
+            "--server-url",
+            sim.url,
+            "--max-tokens",
+            "16",
+            "--concurrency",
+            "2",
+            "--status-interval",
+            "0.05",
+        ],
+        cwd=ws.root,
+        env=cli_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stderr is not None
     proc.stderr.readline()  # as `| head -1` does
     wait_until(lambda: sim.stats()["generate_requests"] >= 1, timeout=120, what="the run to be sending")
@@ -371,11 +408,14 @@ def test_the_bar_total_follows_a_closed_budget():
 
 
 # --- D9 / D11: arguments --------------------------------------------------------------------------------
-@pytest.mark.parametrize("url, problem", [
-    ("http://127.0.0.1:99999", "port 99999 is not between 1 and 65535"),
-    ("http://[::1", "is not a valid URL (Invalid port: ':1'); e.g. http://127.0.0.1:30000"),
-    ("http://", "has no host; e.g. http://127.0.0.1:30000"),
-])
+@pytest.mark.parametrize(
+    "url, problem",
+    [
+        ("http://127.0.0.1:99999", "port 99999 is not between 1 and 65535"),
+        ("http://[::1", "is not a valid URL (Invalid port: ':1'); e.g. http://127.0.0.1:30000"),
+        ("http://", "has no host; e.g. http://127.0.0.1:30000"),
+    ],
+)
 def test_a_server_url_that_cannot_be_used_is_one_line_exit_2(ws, url, problem):
     ws.dataset("short", "d", 1)
     result = run_cli(ws, "--server-url", url)
@@ -409,9 +449,11 @@ def test_a_non_ascii_api_key_is_one_line_exit_2(ws):
     ws.dataset("short", "d", 1)
     result = run_cli(ws, "--server-url", "http://127.0.0.1:9", "--api-key", "clé")
     assert result.returncode == 2
-    assert last_line(result) == ("run_inference.py: error: the API key (--api-key or $SGLANG_API_KEY) has a character "
-                                 "an HTTP header cannot carry (non-ASCII or a control character); check it for a "
-                                 "stray character")
+    assert last_line(result) == (
+        "run_inference.py: error: the API key (--api-key or $SGLANG_API_KEY) has a character "
+        "an HTTP header cannot carry (non-ASCII or a control character); check it for a "
+        "stray character"
+    )
     assert "clé" not in result.stderr
 
 
@@ -433,12 +475,20 @@ def test_ctrl_c_during_the_imports_is_interrupted_exit_130(ws, tmp_path, script,
         "import sys\n"
         "class Interrupt:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name in ('synthgen.cli', 'synthgen.budget_cli'):\n"
+        "        if name in ('synthgen.cli.run', 'synthgen.cli.budget'):\n"
         "            raise KeyboardInterrupt\n"
-        "sys.meta_path.insert(0, Interrupt())\n")
+        "sys.meta_path.insert(0, Interrupt())\n"
+    )
     env = cli_env(PYTHONPATH=str(hook))
-    result = subprocess.run([sys.executable, str(script), "--help"], cwd=ws.root, env=env, capture_output=True,
-                            text=True, timeout=120, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        [sys.executable, str(script), "--help"],
+        cwd=ws.root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert (result.returncode, result.stderr) == (130, f"{prog}: interrupted\n")
 
 
@@ -446,8 +496,17 @@ def test_ctrl_c_during_the_imports_is_interrupted_exit_130(ws, tmp_path, script,
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640)])
 def test_budget_json_gets_the_mode_of_a_normal_file(ws, umask, mode):
     ws.dataset("short", "d", 3)
-    result = run_cli(ws, "--partition", "short", "--default-avg", "100", "--out", "budget.json",
-                     script=REPO / "compute_budget.py", preexec=lambda: os.umask(umask))
+    result = run_cli(
+        ws,
+        "--partition",
+        "short",
+        "--default-avg",
+        "100",
+        "--out",
+        "budget.json",
+        script=REPO / "compute_budget.py",
+        preexec=lambda: os.umask(umask),
+    )
     assert result.returncode == 0, result.stderr
     assert (ws.root / "budget.json").stat().st_mode & 0o777 == mode
 

@@ -38,11 +38,13 @@ def test_a_second_prompts_dir_with_other_prompts_under_the_same_ids_refuses(ws, 
     other = ws.root / "other"
     (other / "short").mkdir(parents=True)
     (other / "short" / "d.jsonl").write_bytes(
-        b"".join(orjson.dumps({"id": str(i), "prompt": f"other text {i}"}) + b"\n" for i in range(3)))
+        b"".join(orjson.dumps({"id": str(i), "prompt": f"other text {i}"}) + b"\n" for i in range(3))
+    )
     result = ws.run("--server-url", sim.url, "--prompts-dir", "other", *COMMON)
     assert result.returncode == 2
-    assert "3 done prompts of other/short/d.jsonl changed since their rows were written (first: 0, 1, 2)" \
-        in result.stderr
+    assert (
+        "3 done prompts of other/short/d.jsonl changed since their rows were written (first: 0, 1, 2)" in result.stderr
+    )
     assert "--changed-prompts" in result.stderr
 
 
@@ -50,8 +52,11 @@ def test_changed_prompts_are_kept_or_regenerated_as_asked(ws, make_sim):
     sim = make_sim("chatml")
     ws.dataset("short", "d", [{"id": str(i), "prompt": f"text {i}"} for i in range(3)])
     assert ws.run("--server-url", sim.url, *COMMON).returncode == 0
-    ws.dataset("short", "d", [{"id": "0", "prompt": "text 0"}, {"id": "1", "prompt": "new text 1"},
-                              {"id": "2", "prompt": "text 2"}])
+    ws.dataset(
+        "short",
+        "d",
+        [{"id": "0", "prompt": "text 0"}, {"id": "1", "prompt": "new text 1"}, {"id": "2", "prompt": "text 2"}],
+    )
     kept = ws.run("--server-url", sim.url, "--changed-prompts", "keep", *COMMON)
     assert kept.returncode == 0 and "nothing to do" in kept.stderr
     again = ws.run("--server-url", sim.url, "--changed-prompts", "regenerate", *COMMON)
@@ -90,8 +95,18 @@ def test_a_worst_case_estimate_does_not_stop_a_dataset_far_below_its_token_budge
     ws.dataset("short", "d", 60)
     # Every answer is ~12 tokens: 60 prompts make ~700 tokens, far below 5,000. The worst case of
     # 40 in flight x --max-tokens 4,000 is 160,000: the old gate closed the dataset at once.
-    result = ws.run("--server-url", sim.url, "--concurrency", "40", "--max-tokens", "4000",
-                    "--max-tokens-per-dataset", "5000", "--status-interval", "0.5")
+    result = ws.run(
+        "--server-url",
+        sim.url,
+        "--concurrency",
+        "40",
+        "--max-tokens",
+        "4000",
+        "--max-tokens-per-dataset",
+        "5000",
+        "--status-interval",
+        "0.5",
+    )
     assert result.returncode == 0, result.stderr
     assert len(ws.results("d")) == 60
     assert "reached" not in result.stderr.replace("not reached", "")
@@ -100,8 +115,18 @@ def test_a_worst_case_estimate_does_not_stop_a_dataset_far_below_its_token_budge
 def test_a_token_budget_is_reached_only_when_output_tokens_reach_it(ws, make_sim):
     sim = make_sim("chatml")
     ws.dataset("short", "d", 60)
-    result = ws.run("--server-url", sim.url, "--concurrency", "8", "--max-tokens", "4000",
-                    "--max-tokens-per-dataset", "100", "--status-interval", "0.5")
+    result = ws.run(
+        "--server-url",
+        sim.url,
+        "--concurrency",
+        "8",
+        "--max-tokens",
+        "4000",
+        "--max-tokens-per-dataset",
+        "100",
+        "--status-interval",
+        "0.5",
+    )
     assert result.returncode == 0, result.stderr
     rows = ws.results("d")
     total = sum(r["completion_tokens"] for r in rows)
@@ -129,13 +154,32 @@ def test_a_server_that_comes_back_with_another_model_stops_the_run(ws, make_sim,
 
 
 # --- D4: malformed answers ------------------------------------------------------------------------------
-@pytest.mark.parametrize("kind", ["finish_reason_list", "prompt_tokens_string", "bad_gzip", "no_finish_reason",
-                                  "negative_completion_tokens", "no_meta_info"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "finish_reason_list",
+        "prompt_tokens_string",
+        "bad_gzip",
+        "no_finish_reason",
+        "negative_completion_tokens",
+        "no_meta_info",
+    ],
+)
 def test_a_malformed_answer_is_a_bad_response_of_the_prompt_never_a_hang(ws, make_sim, kind):
     sim = make_sim("chatml", "--malformed", kind)
     ws.dataset("short", "d", 2)
-    result = ws.run("--server-url", sim.url, "--concurrency", "1", "--max-attempts", "2", "--retry-backoff",
-                    "0.01", *COMMON, timeout=120)
+    result = ws.run(
+        "--server-url",
+        sim.url,
+        "--concurrency",
+        "1",
+        "--max-attempts",
+        "2",
+        "--retry-backoff",
+        "0.01",
+        *COMMON,
+        timeout=120,
+    )
     assert result.returncode == 1, result.stderr
     assert ws.results("d") == []
     errors = ws.errors("d")
@@ -223,8 +267,14 @@ def test_sigterm_before_the_first_request_says_so_and_exits_143(ws, make_sim):
     sim = make_sim("chatml")
     ws.dataset("short", "d", 3)
     sim.pause()  # nothing is answered: the run cannot get past its first requests by itself
-    proc = subprocess.Popen(ws.command("--server-url", sim.url, "--drain-timeout", "1", *COMMON), cwd=ws.root,
-                            env=cli_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        ws.command("--server-url", sim.url, "--drain-timeout", "1", *COMMON),
+        cwd=ws.root,
+        env=cli_env(),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert proc.stderr is not None
         for line in proc.stderr:
@@ -251,9 +301,15 @@ def test_under_nohup_sighup_stays_ignored_and_the_run_goes_on(ws, make_sim):
     sim = make_sim("chatml", "--token-delay", "0.02")
     ids = ws.dataset("short", "d", 20)
     log = ws.root / "nohup.out"
-    proc = subprocess.Popen(ws.command("--server-url", sim.url, "--concurrency", "2", *COMMON), cwd=ws.root,
-                            env=cli_env(), stdout=open(log, "ab"), stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    proc = subprocess.Popen(
+        ws.command("--server-url", sim.url, "--concurrency", "2", *COMMON),
+        cwd=ws.root,
+        env=cli_env(),
+        stdout=open(log, "ab"),
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )
     try:
         wait_until(lambda: len(ws.raw_lines("d")) >= 1, timeout=120)
         proc.send_signal(signal.SIGHUP)  # the terminal went away; nohup said to carry on

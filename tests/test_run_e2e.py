@@ -62,14 +62,21 @@ def test_special_think_tags_survive_because_the_client_turns_off_skip_special_to
 
 def test_every_input_format_is_accepted_and_trailing_answers_regenerated(ws, make_sim):
     sim = make_sim("chatml")
-    ws.dataset("short", "mixed", [
-        {"id": "m", "messages": [{"role": "user", "content": "from messages"}]},
-        {"id": "s", "conversations": [{"from": "human", "value": "from sharegpt"}, {"from": "gpt", "value": "old"}]},
-        {"id": "c", "conversations": [{"role": "user", "content": "from conversations"}]},
-        {"id": "p", "prompt": "from prompt"},
-        {"prompt": "no id here"},
-        {"id": "m", "prompt": "duplicate id: ignored"},
-    ])
+    ws.dataset(
+        "short",
+        "mixed",
+        [
+            {"id": "m", "messages": [{"role": "user", "content": "from messages"}]},
+            {
+                "id": "s",
+                "conversations": [{"from": "human", "value": "from sharegpt"}, {"from": "gpt", "value": "old"}],
+            },
+            {"id": "c", "conversations": [{"role": "user", "content": "from conversations"}]},
+            {"id": "p", "prompt": "from prompt"},
+            {"prompt": "no id here"},
+            {"id": "m", "prompt": "duplicate id: ignored"},
+        ],
+    )
     result = ws.run("--server-url", sim.url, *COMMON)
     assert result.returncode == 0, result.stderr
     rows = {r["id"]: r for r in ws.results("mixed")}
@@ -130,7 +137,8 @@ def test_a_malformed_line_stops_the_run_before_any_request(ws, make_sim):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "run_inference.py: error: prompts/short/bad.jsonl:2: 'messages' must be a non-empty list of messages; "
-        "fix or remove the line, or pass --skip-bad-lines")
+        "fix or remove the line, or pass --skip-bad-lines"
+    )
     assert "Traceback" not in result.stderr
     assert sim.stats()["generate_requests"] == 0
 
@@ -212,7 +220,8 @@ def test_unreachable_server_is_one_line_naming_the_url(ws):
     assert result.returncode == 3
     assert result.stderr.strip().splitlines()[-1] == (
         "run_inference.py: error: cannot reach the SGLang server at http://127.0.0.1:9 (ConnectError); "
-        "start the server or pass --server-url URL")
+        "start the server or pass --server-url URL"
+    )
 
 
 def test_missing_tokenizer_is_one_line_naming_the_path(ws, make_sim):
@@ -223,7 +232,8 @@ def test_missing_tokenizer_is_one_line_naming_the_path(ws, make_sim):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         f"run_inference.py: error: tokenizer folder {missing} not found; pass --tokenizer PATH to a folder with "
-        "tokenizer files (default: the tokenizer_path the server reports)")
+        "tokenizer files (default: the tokenizer_path the server reports)"
+    )
 
 
 def test_tokenizer_comes_from_get_model_info_on_older_servers(ws, make_sim):
@@ -247,13 +257,16 @@ def test_dry_run_prints_the_plan_and_first_request_and_sends_nothing(ws, make_si
     assert not (ws.outputs / "d").exists()
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--max-samples", "-1"], "--max-samples must be 0 or more, got -1"),
-    (["--top-p", "1.5"], "--top-p must be in (0, 1], got 1.5"),
-    (["--chat-template-kwargs", "{oops"], "--chat-template-kwargs is not valid JSON"),
-    (["--partition", "nope"], "no such partition"),
-    (["--dataset", "zzz"], "unknown dataset zzz"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--max-samples", "-1"], "--max-samples must be 0 or more, got -1"),
+        (["--top-p", "1.5"], "--top-p must be in (0, 1], got 1.5"),
+        (["--chat-template-kwargs", "{oops"], "--chat-template-kwargs is not valid JSON"),
+        (["--partition", "nope"], "no such partition"),
+        (["--dataset", "zzz"], "unknown dataset zzz"),
+    ],
+)
 def test_bad_arguments_get_one_line_errors(ws, args, message):
     ws.dataset("short", "d", 1)
     result = ws.run("--partition", "short", *args) if "--partition" not in args else ws.run(*args)

@@ -12,18 +12,24 @@ import httpx
 import orjson
 import pytest
 
-from synthgen.client import SGLangClient
 from synthgen.config import RunConfig
+from synthgen.data.records import ResultRecord
 from synthgen.errors import AuthError
-from synthgen.records import ResultRecord
-from synthgen.runner import Runner
+from synthgen.run.runner import Runner
+from synthgen.server.client import SGLangClient
 
 URL = "http://sglang.test"
 
 
 def answer(text: str = "<think>r</think>a", finish: dict | None = None, completion: int = 5) -> httpx.Response:
-    meta = {"id": "x", "finish_reason": finish or {"type": "stop", "matched": 1}, "prompt_tokens": 3,
-            "completion_tokens": completion, "cached_tokens": 0, "e2e_latency": 0.01}
+    meta = {
+        "id": "x",
+        "finish_reason": finish or {"type": "stop", "matched": 1},
+        "prompt_tokens": 3,
+        "completion_tokens": completion,
+        "cached_tokens": 0,
+        "e2e_latency": 0.01,
+    }
     return httpx.Response(200, json={"text": text, "output_ids": [1] * completion, "meta_info": meta})
 
 
@@ -63,10 +69,21 @@ class ScriptedServer:
 def run(tmp_path: Path, server: ScriptedServer, **overrides) -> tuple[int, str]:
     folder = tmp_path / "prompts" / "p"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "d.jsonl").write_bytes(b"".join(orjson.dumps({"id": f"q{i}", "prompt": f"question {i}"}) + b"\n"
-                                              for i in range(overrides.pop("prompts", 1))))
-    cfg = RunConfig(partition="p", prompts_dir=tmp_path / "prompts", output_dir=tmp_path / "out",
-                    server_url=URL, concurrency=2, backoff_base=0.001, backoff_max=0.001, **overrides).validate()
+    (folder / "d.jsonl").write_bytes(
+        b"".join(
+            orjson.dumps({"id": f"q{i}", "prompt": f"question {i}"}) + b"\n" for i in range(overrides.pop("prompts", 1))
+        )
+    )
+    cfg = RunConfig(
+        partition="p",
+        prompts_dir=tmp_path / "prompts",
+        output_dir=tmp_path / "out",
+        server_url=URL,
+        concurrency=2,
+        backoff_base=0.001,
+        backoff_max=0.001,
+        **overrides,
+    ).validate()
     out = io.StringIO()
     client = SGLangClient(URL, None, cfg.concurrency, 30.0, transport=httpx.MockTransport(server))
 
@@ -144,7 +161,7 @@ def test_a_refused_api_key_stops_the_whole_run(tmp_path, tok):
 def test_datasets_with_the_longest_expected_answers_start_first():
     from types import SimpleNamespace
 
-    from synthgen.runner import longest_first
+    from synthgen.run.runner import longest_first
 
     def run(name: str, rows: int, tokens: int):
         return SimpleNamespace(name=name, resume=SimpleNamespace(done=set(range(rows)), completion_tokens=tokens))
@@ -183,13 +200,30 @@ def test_each_mode_sends_a_turn_only_after_the_turn_before_it_is_answered(tmp_pa
     server = ScriptedServer(tok)
     folder = tmp_path / "prompts" / "p"
     folder.mkdir(parents=True)
-    for_conversation = [[m for k in range(3) for m in ({"role": "user", "content": f"conv {c} turn {k}"},
-                                                          {"role": "assistant", "content": f"answer {k}"})]
-                        for c in range(4)]
-    (folder / "d.jsonl").write_bytes(b"".join(orjson.dumps({"id": f"c{c}", "messages": messages}) + b"\n"
-                                              for c, messages in enumerate(for_conversation)))
-    cfg = RunConfig(partition="p", prompts_dir=tmp_path / "prompts", output_dir=tmp_path / "out", server_url=URL,
-                    concurrency=8, regenerate="each").validate()
+    for_conversation = [
+        [
+            m
+            for k in range(3)
+            for m in (
+                {"role": "user", "content": f"conv {c} turn {k}"},
+                {"role": "assistant", "content": f"answer {k}"},
+            )
+        ]
+        for c in range(4)
+    ]
+    (folder / "d.jsonl").write_bytes(
+        b"".join(
+            orjson.dumps({"id": f"c{c}", "messages": messages}) + b"\n" for c, messages in enumerate(for_conversation)
+        )
+    )
+    cfg = RunConfig(
+        partition="p",
+        prompts_dir=tmp_path / "prompts",
+        output_dir=tmp_path / "out",
+        server_url=URL,
+        concurrency=8,
+        regenerate="each",
+    ).validate()
     answered: set[tuple[str, int]] = set()
     violations = []
     other_conversation = asyncio.Event()

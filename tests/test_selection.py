@@ -2,7 +2,7 @@
 
 import random
 
-from synthgen.selection import order, select
+from synthgen.data.selection import order, select
 
 IDS = [f"p{i}" for i in range(100)]
 
@@ -65,7 +65,7 @@ def test_random_order_of_each_mode_prompts_keeps_a_conversations_turns_together_
     assert sorted(picked) == sorted(ids)
     conversations = [i.rpartition("#")[0] for i in picked]
     for start in range(0, len(picked), 3):
-        block = picked[start:start + 3]
-        assert len({c for c in conversations[start:start + 3]}) == 1
+        block = picked[start : start + 3]
+        assert len({c for c in conversations[start : start + 3]}) == 1
         assert [b.rpartition("#")[2] for b in block] == ["0", "1", "2"]
     assert conversations[::3] != [f"c{c}" for c in range(20)]  # the conversations themselves are shuffled

@@ -137,9 +137,19 @@ def test_single_generate_returns_text_output_ids_and_meta_info(sim, tokenizer_di
     assert set(body) == {"text", "output_ids", "meta_info"}
     meta = body["meta_info"]
     assert list(meta) == [
-        "id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions",
-        "reasoning_tokens", "completion_tokens", "cached_tokens", "weight_versions",
-        "cached_tokens_details", "dp_rank", "e2e_latency", "response_sent_to_client_ts",
+        "id",
+        "finish_reason",
+        "prompt_tokens",
+        "weight_version",
+        "num_retractions",
+        "reasoning_tokens",
+        "completion_tokens",
+        "cached_tokens",
+        "weight_versions",
+        "cached_tokens_details",
+        "dp_rank",
+        "e2e_latency",
+        "response_sent_to_client_ts",
     ]  # fmt: skip  (the key order of a real 0.5.23 answer, captured on CPU)
     eos = token_id(tokenizer_dirs["chatml"], "<|im_end|>")
     assert meta["id"] == "r1"
@@ -610,8 +620,9 @@ def test_sigterm_stops_the_server_cleanly(tokenizer_dirs):
 
 
 def test_text_and_input_ids_together_use_the_ids_as_the_real_server_does(sim):
-    response = sim.client.post("/generate", json={"text": "ignored", "input_ids": [1, 2, 3],
-                                                 "sampling_params": {"max_new_tokens": 1}})
+    response = sim.client.post(
+        "/generate", json={"text": "ignored", "input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 1}}
+    )
     assert response.status_code == 200
     assert response.json()["meta_info"]["prompt_tokens"] == 3
 
@@ -631,8 +642,10 @@ def queue_while_paused(sim: Sim, pool: ThreadPoolExecutor, payloads: list[dict])
     for payload in payloads:
         before = sim.stats()["http_in_flight"]
         futures.append(pool.submit(generate, sim, payload))
-        wait_until(lambda before=before: sim.stats()["waiting"] + sim.stats()["running"] > before
-                   or futures[-1].done(), what="queued")
+        wait_until(
+            lambda before=before: sim.stats()["waiting"] + sim.stats()["running"] > before or futures[-1].done(),
+            what="queued",
+        )
         assert not futures[-1].done(), futures[-1].result().text
     return futures
 
@@ -681,8 +694,16 @@ def test_scheduler_retracts_requests_when_the_kv_pool_runs_out_and_still_finishe
 
 def test_scheduler_step_time_grows_with_the_batch(tokenizer_dirs):
     directory = tokenizer_dirs["chatml"]
-    args = ("--max-total-tokens", "4096", "--step-time", "0.01", "--step-time-per-req", "0.01",
-            "--output-len-dist", "fixed:5")
+    args = (
+        "--max-total-tokens",
+        "4096",
+        "--step-time",
+        "0.01",
+        "--step-time-per-req",
+        "0.01",
+        "--output-len-dist",
+        "fixed:5",
+    )
     with start_sim(directory, *args) as sim:
         body = generate(sim, {"input_ids": [1, 2, 3]}).json()
         stats = sim.stats()
@@ -706,8 +727,9 @@ def test_scheduler_abort_in_the_waiting_queue_answers_200_with_the_waiting_queue
 def test_scheduler_abort_of_a_running_request_returns_partial_output(tokenizer_dirs, background):
     with start_sim(tokenizer_dirs["chatml"], "--max-total-tokens", "4096") as sim:
         sim.configure(token_delay=600)
-        pending = start_blocked_request(sim, background, {"input_ids": chat_ids(tokenizer_dirs["chatml"]),
-                                                          "rid": "run-1"})
+        pending = start_blocked_request(
+            sim, background, {"input_ids": chat_ids(tokenizer_dirs["chatml"]), "rid": "run-1"}
+        )
         wait_until(lambda: sim.stats()["running"] == 1, what="running")
         abort(sim, "run-1")
         body = pending.result(timeout=60).json()
@@ -757,8 +779,18 @@ def test_v1_loads_is_404_when_the_server_is_started_as_an_older_one(tokenizer_di
 
 
 def test_server_info_reports_the_kv_pool_and_the_effective_max_running_requests(tokenizer_dirs):
-    args = ("--max-total-tokens", "1000", "--max-running-requests", "8", "--reasoning-parser", "qwen3",
-            "--tool-call-parser", "qwen25", "--weight-version", "v7")
+    args = (
+        "--max-total-tokens",
+        "1000",
+        "--max-running-requests",
+        "8",
+        "--reasoning-parser",
+        "qwen3",
+        "--tool-call-parser",
+        "qwen25",
+        "--weight-version",
+        "v7",
+    )
     with start_sim(tokenizer_dirs["chatml"], *args) as sim:
         info = sim.client.get("/server_info").json()
         model = sim.client.get("/model_info").json()
@@ -787,15 +819,18 @@ KIMI_CALL = (
 )
 THINK = f"<think>{REASONING}</think>"
 HARMONY = (
-    f"<|channel|>analysis<|message|>{REASONING}<|end|><|start|>assistant"
-    f"<|channel|>final<|message|>{ANSWER}<|return|>"
+    f"<|channel|>analysis<|message|>{REASONING}<|end|><|start|>assistant<|channel|>final<|message|>{ANSWER}<|return|>"
 )
 
 
 @pytest.mark.parametrize(
     ("style", "expected"),
-    [("think", THINK + ANSWER), ("qwen_tool", THINK + QWEN_CALL), ("kimi_tool", THINK + KIMI_CALL),
-     ("harmony", HARMONY)],
+    [
+        ("think", THINK + ANSWER),
+        ("qwen_tool", THINK + QWEN_CALL),
+        ("kimi_tool", THINK + KIMI_CALL),
+        ("harmony", HARMONY),
+    ],
 )
 def test_output_style_writes_the_documented_text(tokenizer_dirs, style, expected):
     directory = tokenizer_dirs["chatml"]
@@ -821,8 +856,10 @@ def test_qwen3_tool_response_inside_a_user_turn_is_read_as_the_tool_result(sim, 
     directory = tokenizer_dirs["chatml"]
     messages = [
         {"role": "user", "content": "weather?"},
-        {"role": "user", "content": "<tool_response>\nfirst\n</tool_response>\n<tool_response>\nsunny\n"
-                                    "</tool_response>"},
+        {
+            "role": "user",
+            "content": "<tool_response>\nfirst\n</tool_response>\n<tool_response>\nsunny\n</tool_response>",
+        },
     ]
     body = generate(sim, {"input_ids": messages_ids(directory, messages)}).json()
     assert body["text"] == "Reasoning about: sunnyAnswer: sunny"
@@ -863,8 +900,10 @@ def test_harmony_return_is_the_stop_token_when_the_tokenizer_has_it(tokenizer_di
 @pytest.mark.parametrize(("dist", "low", "high"), [("fixed:7", 7, 7), ("uniform:3-40", 3, 40)])
 def test_output_len_dist_sets_a_per_prompt_length_that_repeats(tokenizer_dirs, dist, low, high):
     with start_sim(tokenizer_dirs["chatml"], "--output-len-dist", dist) as sim:
-        lengths = [[generate(sim, {"input_ids": [1, i]}).json()["meta_info"]["completion_tokens"]
-                    for i in range(2, 10)] for _ in range(2)]
+        lengths = [
+            [generate(sim, {"input_ids": [1, i]}).json()["meta_info"]["completion_tokens"] for i in range(2, 10)]
+            for _ in range(2)
+        ]
     assert lengths[0] == lengths[1]
     assert all(low <= n <= high for n in lengths[0])
 

@@ -7,9 +7,9 @@ import sys
 import orjson
 import pytest
 
+from synthgen.data.records import ResultRecord
+from synthgen.data.store import DatasetStore
 from synthgen.errors import RunLockedError, StoreWriteError
-from synthgen.records import ResultRecord
-from synthgen.store import DatasetStore
 
 
 def row(i, tokens=10):
@@ -80,8 +80,10 @@ def test_a_failed_write_is_cut_back_and_reported(tmp_path, monkeypatch):
 
 def test_error_rows_keep_the_latest_per_prompt_and_drop_completed_ones(tmp_path):
     store = make(tmp_path, row(1))
-    store.errors_path.write_bytes(b'{"id": "p1", "error": "x"}\n{"id": "p9", "error": "old"}\n'
-                                  b'{"id": "p8", "error": "z"}\n{"id": "p9", "error": "new"}\n')
+    store.errors_path.write_bytes(
+        b'{"id": "p1", "error": "x"}\n{"id": "p9", "error": "old"}\n'
+        b'{"id": "p8", "error": "z"}\n{"id": "p9", "error": "new"}\n'
+    )
     store.compact_errors({"p1"})
     rows = [orjson.loads(x) for x in store.errors_path.read_bytes().splitlines()]
     assert rows == [{"id": "p8", "error": "z"}, {"id": "p9", "error": "new"}]
@@ -91,7 +93,7 @@ def test_a_second_process_is_refused_with_the_holder_pid(tmp_path):
     store = DatasetStore(tmp_path, "ds")
     store.lock()
     code = (
-        "import sys; from synthgen.store import DatasetStore; from synthgen.errors import RunLockedError\n"
+        "import sys; from synthgen.data.store import DatasetStore; from synthgen.errors import RunLockedError\n"
         f"try: DatasetStore({str(tmp_path)!r}, 'ds').lock()\n"
         "except RunLockedError as e: print(e); sys.exit(4)\n"
     )

@@ -26,12 +26,37 @@ def log_has(path, text: str) -> bool:
 
 
 def test_random_503s_drops_aborts_and_slow_responses_together_still_give_exactly_once(ws, make_sim):
-    sim = make_sim("chatml", "--rate-503", "0.15", "--rate-drop", "0.1", "--rate-abort", "0.15",
-                   "--rate-slow", "0.1", "--slow-seconds", "0.2", "--fault-seed", "11")
+    sim = make_sim(
+        "chatml",
+        "--rate-503",
+        "0.15",
+        "--rate-drop",
+        "0.1",
+        "--rate-abort",
+        "0.15",
+        "--rate-slow",
+        "0.1",
+        "--slow-seconds",
+        "0.2",
+        "--fault-seed",
+        "11",
+    )
     a = ws.dataset("short", "a", 40)
     b = ws.dataset("short", "b", 25)
-    result = ws.run("--server-url", sim.url, "--max-tokens", "256", "--concurrency", "8", "--max-attempts", "30",
-                    "--retry-backoff", "0.02", "--status-interval", "0.5")
+    result = ws.run(
+        "--server-url",
+        sim.url,
+        "--max-tokens",
+        "256",
+        "--concurrency",
+        "8",
+        "--max-attempts",
+        "30",
+        "--retry-backoff",
+        "0.02",
+        "--status-interval",
+        "0.5",
+    )
     assert result.returncode == 0, result.stderr
     for name, ids in (("a", a), ("b", b)):
         for row in ws.assert_exactly_once(name, ids):
@@ -44,8 +69,18 @@ def test_the_server_killed_and_restarted_mid_run_the_run_finishes_by_itself(ws, 
     sim = make_sim("chatml", "--token-delay", "0.005")
     ids = ws.dataset("short", "d", 60)
     log = ws.root / "run.log"
-    proc = ws.start("--server-url", sim.url, "--max-tokens", "256", "--concurrency", "4", "--log-file", str(log),
-                    "--status-interval", "0.5")
+    proc = ws.start(
+        "--server-url",
+        sim.url,
+        "--max-tokens",
+        "256",
+        "--concurrency",
+        "4",
+        "--log-file",
+        str(log),
+        "--status-interval",
+        "0.5",
+    )
     wait_until(lambda: rows_written(ws, "d") >= 10, timeout=120, what="10 rows")
     sim.kill()
     wait_until(lambda: log_has(log, "OUTAGE"), timeout=120, what="the outage to be noticed")
@@ -61,8 +96,18 @@ def test_a_long_outage_gives_up_after_server_wait_with_a_resume_hint(ws, make_si
     sim = make_sim("chatml", "--token-delay", "0.005")
     ids = ws.dataset("short", "d", 40)
     log = ws.root / "run.log"
-    proc = ws.start("--server-url", sim.url, "--max-tokens", "256", "--concurrency", "2", "--log-file", str(log),
-                    "--server-wait", "1")
+    proc = ws.start(
+        "--server-url",
+        sim.url,
+        "--max-tokens",
+        "256",
+        "--concurrency",
+        "2",
+        "--log-file",
+        str(log),
+        "--server-wait",
+        "1",
+    )
     wait_until(lambda: rows_written(ws, "d") >= 5, timeout=120, what="5 rows")
     sim.kill()
     assert proc.wait(timeout=120) == 3
@@ -123,8 +168,18 @@ def test_a_second_signal_stops_at_once_without_a_torn_line(ws, make_sim):
     sim = make_sim("chatml", "--token-delay", "0.05")
     ids = ws.dataset("short", "d", 20)
     log = ws.root / "run.log"
-    proc = ws.start("--server-url", sim.url, "--max-tokens", "256", "--concurrency", "2", "--drain-timeout", "600",
-                    "--log-file", str(log))
+    proc = ws.start(
+        "--server-url",
+        sim.url,
+        "--max-tokens",
+        "256",
+        "--concurrency",
+        "2",
+        "--drain-timeout",
+        "600",
+        "--log-file",
+        str(log),
+    )
     wait_until(lambda: rows_written(ws, "d") >= 1 and sim.stats()["in_flight"] >= 1, timeout=120)
     proc.send_signal(signal.SIGINT)
     wait_until(lambda: log_has(log, "SIGINT: no new requests"), timeout=60)
@@ -145,7 +200,8 @@ def test_a_second_launch_on_the_same_dataset_refuses_naming_the_pid(ws, make_sim
     assert second.returncode == 4
     assert second.stderr.strip().splitlines()[-1] == (
         f"run_inference.py: error: outputs/d: another run (pid {first.pid}) is writing dataset 'd'; "
-        f"wait for it to finish or stop it (kill {first.pid}) before starting this one")
+        f"wait for it to finish or stop it (kill {first.pid}) before starting this one"
+    )
     first.send_signal(signal.SIGTERM)
     assert first.wait(timeout=120) == 143
 
@@ -153,6 +209,7 @@ def test_a_second_launch_on_the_same_dataset_refuses_naming_the_pid(ws, make_sim
 def _limit_file_size(limit: int):
     def apply():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
     return apply
 
 
@@ -160,9 +217,15 @@ def test_a_write_error_stops_the_run_cleanly_and_damages_nothing(ws, make_sim):
     sim = make_sim("chatml")
     ids = ws.dataset("short", "d", 30)
     # A file-size limit makes the kernel refuse writes past 6 KB, as a full disk would.
-    result = subprocess.run(ws.command("--server-url", sim.url, "--max-tokens", "256", "--concurrency", "4"),
-                            cwd=ws.root, env=cli_env(), capture_output=True, text=True, timeout=300,
-                            preexec_fn=_limit_file_size(6000))
+    result = subprocess.run(
+        ws.command("--server-url", sim.url, "--max-tokens", "256", "--concurrency", "4"),
+        cwd=ws.root,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_limit_file_size(6000),
+    )
     assert result.returncode == 5, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("run_inference.py: error: outputs/d/raw_responses.jsonl: write failed")
@@ -177,8 +240,18 @@ def test_the_log_file_has_status_lines_with_rates_in_flight_failures_and_eta(ws,
     sim = make_sim("chatml", "--token-delay", "0.003")
     ws.dataset("short", "d", 30)
     log = ws.root / "run.log"
-    result = ws.run("--server-url", sim.url, "--max-tokens", "256", "--concurrency", "2", "--log-file", str(log),
-                    "--status-interval", "0.05")
+    result = ws.run(
+        "--server-url",
+        sim.url,
+        "--max-tokens",
+        "256",
+        "--concurrency",
+        "2",
+        "--log-file",
+        str(log),
+        "--status-interval",
+        "0.05",
+    )
     assert result.returncode == 0, result.stderr
     status = [line for line in log.read_text().splitlines() if " done " in line and "out tok/s 1m" in line]
     assert status, log.read_text()
@@ -198,18 +271,24 @@ def test_signal_exit_codes_are_documented_values(ws, make_sim, sig, code):
 
 
 def test_a_prompt_that_keeps_killing_the_server_is_failed_after_three_deaths(ws, make_sim, tokenizers):
-    from synthgen.templating import ChatRenderer, load_tokenizer
+    from synthgen.chat.templating import ChatRenderer, load_tokenizer
 
     renderer = ChatRenderer(load_tokenizer(str(tokenizers["chatml"])))
     normal = [f"question {i}" for i in range(5)]
     limit = max(max(renderer.render([{"role": "user", "content": t}]).input_ids) for t in normal) + 1
     tokenizer = renderer.tokenizer
-    killer = next(text for text in (tokenizer.decode([i]) for i in range(len(tokenizer) - 1, limit, -1))
-                  if text.strip() and max(renderer.render([{"role": "user", "content": text}]).input_ids) >= limit)
+    killer = next(
+        text
+        for text in (tokenizer.decode([i]) for i in range(len(tokenizer) - 1, limit, -1))
+        if text.strip() and max(renderer.render([{"role": "user", "content": text}]).input_ids) >= limit
+    )
     # The simulator dies, as the real server does, on an id it cannot embed; a supervisor restarts it.
     sim = make_sim("chatml", "--max-vocab", str(limit))
-    ws.dataset("short", "d", [*({"id": f"ok{i}", "prompt": t} for i, t in enumerate(normal)),
-                              {"id": "killer", "prompt": killer}])
+    ws.dataset(
+        "short",
+        "d",
+        [*({"id": f"ok{i}", "prompt": t} for i, t in enumerate(normal)), {"id": "killer", "prompt": killer}],
+    )
     proc = ws.start("--server-url", sim.url, "--max-tokens", "64", "--concurrency", "1", "--retry-backoff", "0.01")
     deaths = 0
     while proc.poll() is None and deaths < 5:

@@ -17,10 +17,23 @@ RUN = REPO / "run_inference.py"
 BUDGET = REPO / "compute_budget.py"
 
 RESULT_FIELDS = {
-    "id": str, "dataset": str, "partition": str, "messages": list, "reasoning_content": str, "content": str,
-    "finish_reason": str, "finish_detail": dict, "reasoning_complete": bool, "prompt_tokens": int,
-    "completion_tokens": int, "output_text": str, "sampling_params": dict, "latency_s": float, "attempts": int,
-    "request_id": str, "created_at": str,
+    "id": str,
+    "dataset": str,
+    "partition": str,
+    "messages": list,
+    "reasoning_content": str,
+    "content": str,
+    "finish_reason": str,
+    "finish_detail": dict,
+    "reasoning_complete": bool,
+    "prompt_tokens": int,
+    "completion_tokens": int,
+    "output_text": str,
+    "sampling_params": dict,
+    "latency_s": float,
+    "attempts": int,
+    "request_id": str,
+    "created_at": str,
 }
 
 
@@ -53,16 +66,30 @@ class Workspace:
     def command(self, *args: str, script: Path = RUN) -> list[str]:
         return [sys.executable, str(script), *args]
 
-    def run(self, *args: str, script: Path = RUN, env: dict | None = None,
-            timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run(self.command(*args, script=script), cwd=self.root, env=env or cli_env(),
-                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    def run(
+        self, *args: str, script: Path = RUN, env: dict | None = None, timeout: float = 300
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            self.command(*args, script=script),
+            cwd=self.root,
+            env=env or cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
 
     def start(self, *args: str, env: dict | None = None, log: Path | None = None) -> subprocess.Popen:
         """A background run whose stderr goes to a file (as under nohup)."""
         log = log or self.root / "nohup.out"
-        return subprocess.Popen(self.command(*args), cwd=self.root, env=env or cli_env(),
-                                stdout=open(log, "ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            self.command(*args),
+            cwd=self.root,
+            env=env or cli_env(),
+            stdout=open(log, "ab"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
 
     def raw_lines(self, dataset: str, name: str = "raw_responses.jsonl") -> list[bytes]:
         path = self.outputs / dataset / name
@@ -94,7 +121,8 @@ class Workspace:
         assert not dupes, f"{dataset}: duplicated ids {dupes}"
         assert set(counts) == set(expected_ids), (
             f"{dataset}: missing {sorted(set(expected_ids) - set(counts))[:5]}, "
-            f"unexpected {sorted(set(counts) - set(expected_ids))[:5]}")
+            f"unexpected {sorted(set(counts) - set(expected_ids))[:5]}"
+        )
         return rows
 
 
@@ -104,5 +132,8 @@ def assert_model_answer(row: dict) -> None:
     assert row["reasoning_content"] == f"Reasoning about: {u}", row
     assert row["content"] == f"Answer: {u}", row
     assert row["finish_reason"] == "stop" and row["reasoning_complete"] is True
-    assert row["messages"][-1] == {"role": "assistant", "content": row["content"],
-                                   "reasoning_content": row["reasoning_content"]}
+    assert row["messages"][-1] == {
+        "role": "assistant",
+        "content": row["content"],
+        "reasoning_content": row["reasoning_content"],
+    }

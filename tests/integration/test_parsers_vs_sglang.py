@@ -17,8 +17,8 @@ import subprocess
 
 import pytest
 
-from synthgen.demo import DemoPaths
-from synthgen.parsers import OutputParser
+from synthgen.chat.parsers import OutputParser
+from synthgen.server.demo import DemoPaths
 from tests.test_parsers import CASES
 
 pytestmark = pytest.mark.real_sglang
@@ -60,9 +60,26 @@ print(json.dumps({"results": results, "reasoning_names": REASONING_PARSER_NAMES,
 """
 
 HARMONY_PIECES = [
-    "<|start|>assistant", "<|channel|>", "analysis", "final", "commentary", " to=functions.get_weather ",
-    "<|constrain|>json", "<|message|>", "<|end|>", "<|call|>", "<|return|>", '{"location":"Tokyo"}',
-    "Thinking it over. ", "The answer.", " ", "\n", "<|weird|>", "<|", "commentary", "assistantfinal",
+    "<|start|>assistant",
+    "<|channel|>",
+    "analysis",
+    "final",
+    "commentary",
+    " to=functions.get_weather ",
+    "<|constrain|>json",
+    "<|message|>",
+    "<|end|>",
+    "<|call|>",
+    "<|return|>",
+    '{"location":"Tokyo"}',
+    "Thinking it over. ",
+    "The answer.",
+    " ",
+    "\n",
+    "<|weird|>",
+    "<|",
+    "commentary",
+    "assistantfinal",
 ]
 OSS_ROUND = (
     "<|channel|>analysis<|message|>{r}<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
@@ -77,8 +94,14 @@ def _harmony_rows(count: int) -> list[dict]:
     texts += [OSS_ROUND.format(r="Hmm " * i, c="Paris", a="Done."[:i]) for i in range(6)]
     texts += [OSS_ROUND.format(r="x", c="Rome", a="ok")[:cut] for cut in range(0, 260, 7)]
     return [
-        {"name": f"harmony {i}", "reasoning_parser": "gpt-oss", "tool_parser": tool, "text": text, "opened": False,
-         "history": 0}
+        {
+            "name": f"harmony {i}",
+            "reasoning_parser": "gpt-oss",
+            "tool_parser": tool,
+            "text": text,
+            "opened": False,
+            "history": 0,
+        }
         for i, text in enumerate(texts)
         for tool in (None, "gpt-oss")
     ]
@@ -86,8 +109,14 @@ def _harmony_rows(count: int) -> list[dict]:
 
 def _rows() -> list[dict]:
     rows = [
-        {"name": c.name, "reasoning_parser": c.reasoning_parser, "tool_parser": c.tool_parser, "text": c.text,
-         "opened": c.opened, "history": 0}
+        {
+            "name": c.name,
+            "reasoning_parser": c.reasoning_parser,
+            "tool_parser": c.tool_parser,
+            "text": c.text,
+            "opened": c.opened,
+            "history": 0,
+        }
         for c in CASES
     ]
     # Cut-offs of every table output at every position, so truncation agrees wherever it falls.
@@ -136,7 +165,7 @@ def test_every_table_row_and_its_cut_offs_match_the_real_sglang_parsers(sglang_a
 
 
 def test_every_name_we_accept_is_one_sglang_accepts(sglang_answers):
-    from synthgen.parsers import KNOWN_REASONING, KNOWN_TOOL_CALL
+    from synthgen.chat.parsers import KNOWN_REASONING, KNOWN_TOOL_CALL
 
     _, answer = sglang_answers
     assert set(KNOWN_REASONING) <= set(answer["reasoning_names"])

@@ -35,12 +35,17 @@ def parser_server(real_setup):
 def conversations(n: int) -> list[dict]:
     rows = []
     for i in range(n):
-        rows.append({"id": f"conv-{i}", "messages": [
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": f"Question {i}, part one."},
-            {"role": "assistant", "content": "An answer from another model."},
-            {"role": "user", "content": f"Question {i}, part two."},
-        ]})
+        rows.append(
+            {
+                "id": f"conv-{i}",
+                "messages": [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": f"Question {i}, part one."},
+                    {"role": "assistant", "content": "An answer from another model."},
+                    {"role": "user", "content": f"Question {i}, part two."},
+                ],
+            }
+        )
     return rows
 
 
@@ -53,12 +58,28 @@ def test_the_server_reports_the_parsers_it_was_started_with_deprecated_names_rep
 
 def test_an_all_run_completes_and_a_killed_run_resumes_with_each_conversation_once(ws: Workspace, parser_server):
     ids = ws.dataset("short", "mt", conversations(8))
-    args = ("--server-url", parser_server.url, "--regenerate", "all", "--temperature", "0", "--max-tokens", "24",
-            "--concurrency", "2", "--status-interval", "0.5")
+    args = (
+        "--server-url",
+        parser_server.url,
+        "--regenerate",
+        "all",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "24",
+        "--concurrency",
+        "2",
+        "--status-interval",
+        "0.5",
+    )
     proc = ws.start(*args)
     results = ws.outputs / "mt" / "raw_responses.jsonl"
-    wait_until(lambda: (results.exists() and results.stat().st_size > 0) or proc.poll() is not None,
-               timeout=300, interval=0.05, what="a first row")
+    wait_until(
+        lambda: (results.exists() and results.stat().st_size > 0) or proc.poll() is not None,
+        timeout=300,
+        interval=0.05,
+        what="a first row",
+    )
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -91,8 +112,7 @@ def test_the_tokens_export_holds_the_ids_the_server_received_and_returned(ws: Wo
     run = ws.run("--server-url", parser_server.url, "--temperature", "0", "--max-tokens", "12", "--concurrency", "2")
     assert run.returncode == 0, run.stderr
     rows = {f"d/{r['id']}": r for r in ws.results("d")}
-    done = ws.run("--dataset", "d", "--format", "tokens", "--keep-truncated", "--out", "tokens.jsonl",
-                  script=EXPORT)
+    done = ws.run("--dataset", "d", "--format", "tokens", "--keep-truncated", "--out", "tokens.jsonl", script=EXPORT)
     assert done.returncode == 0, done.stderr
     exported = [orjson.loads(line) for line in (ws.root / "tokens.jsonl").read_bytes().splitlines()]
     assert sorted(r["id"] for r in exported) == sorted(rows)

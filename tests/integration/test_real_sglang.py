@@ -28,8 +28,9 @@ EOS_ID = 2  # <|im_end|>
 
 def chat_ids(tokenizer, content: str) -> list[int]:
     """The ids the runner must send for a one-message prompt: template text, then encode."""
-    text = tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
-                                         add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+    )
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
@@ -48,13 +49,24 @@ def assert_finish_is_consistent(row: dict, max_new: int) -> None:
 
 
 def test_a_partition_of_several_datasets_completes_with_the_servers_own_answers(
-        ws: Workspace, real_server, real_tokenizer):
+    ws: Workspace, real_server, real_tokenizer
+):
     alpha = ws.dataset("short", "alpha", 10)
     beta = ws.dataset("short", "beta", 6)
     ws.dataset("long", "gamma", 2)  # another partition: not touched
     mark = real_server.mark()
-    result = ws.run("--partition", "short", "--server-url", real_server.url, "--temperature", "0",
-                    "--max-tokens", "16", "--concurrency", "8")
+    result = ws.run(
+        "--partition",
+        "short",
+        "--server-url",
+        real_server.url,
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "16",
+        "--concurrency",
+        "8",
+    )
     assert result.returncode == 0, result.stderr
     assert not (ws.outputs / "gamma").exists()
     assert real_server.generate_requests(mark) == 16  # one request per prompt, no retries
@@ -96,13 +108,17 @@ def long_prompt_dataset(ws: Workspace, tokenizer) -> int:
     text = "word " * 1500
     n = len(chat_ids(tokenizer, text))
     assert n > CONTEXT, f"the test's long prompt has only {n} tokens"
-    ws.dataset("short", "d", [{"id": "a", "prompt": "short one"}, {"id": "long", "prompt": text},
-                              {"id": "b", "prompt": "short two"}])
+    ws.dataset(
+        "short",
+        "d",
+        [{"id": "a", "prompt": "short one"}, {"id": "long", "prompt": text}, {"id": "b", "prompt": "short two"}],
+    )
     return n
 
 
 def test_a_prompt_longer_than_the_context_is_skipped_before_sending_and_the_run_goes_on(
-        ws: Workspace, real_server, real_tokenizer):
+    ws: Workspace, real_server, real_tokenizer
+):
     n = long_prompt_dataset(ws, real_tokenizer)
     mark = real_server.mark()
     result = ws.run("--server-url", real_server.url, "--max-tokens", "16")
@@ -110,13 +126,18 @@ def test_a_prompt_longer_than_the_context_is_skipped_before_sending_and_the_run_
     ws.assert_exactly_once("d", ["a", "b"])
     (error,) = ws.errors("d")
     assert (error["id"], error["status"], error["error_type"], error["attempts"]) == (
-        "long", "skipped", "prompt_too_long", 0)
+        "long",
+        "skipped",
+        "prompt_too_long",
+        0,
+    )
     assert error["error"] == f"prompt has {n} tokens; the server accepts fewer than {MAX_REQ_INPUT_LEN}"
     assert real_server.generate_requests(mark) == 2
 
 
 def test_with_max_seq_len_raised_the_long_prompt_is_sent_and_the_servers_400_is_recorded(
-        ws: Workspace, real_server, real_tokenizer):
+    ws: Workspace, real_server, real_tokenizer
+):
     n = long_prompt_dataset(ws, real_tokenizer)
     mark = real_server.mark()
     result = ws.run("--server-url", real_server.url, "--max-tokens", "16", "--max-seq-len", "100000")
@@ -125,15 +146,20 @@ def test_with_max_seq_len_raised_the_long_prompt_is_sent_and_the_servers_400_is_
     ws.assert_exactly_once("d", ["a", "b"])
     (error,) = ws.errors("d")
     assert (error["id"], error["status"], error["error_type"], error["http_status"], error["attempts"]) == (
-        "long", "failed", "http_400", 400, 1)
+        "long",
+        "failed",
+        "http_400",
+        400,
+        1,
+    )
     assert error["error"] == (
-        f"HTTP 400: The input ({n} tokens) is longer than the model's context length ({CONTEXT} tokens).")
+        f"HTTP 400: The input ({n} tokens) is longer than the model's context length ({CONTEXT} tokens)."
+    )
     assert real_server.generate_requests(mark) == 3
     assert real_server.get("/health").status_code == 200
 
 
-def test_prompts_at_the_schedulers_input_limit_are_sent_only_when_they_fit(
-        ws: Workspace, real_server, real_tokenizer):
+def test_prompts_at_the_schedulers_input_limit_are_sent_only_when_they_fit(ws: Workspace, real_server, real_tokenizer):
     # "~" is one token in this vocabulary, so the prompt length can be set to the token.
     base = len(chat_ids(real_tokenizer, ""))
     fits, too_long = MAX_REQ_INPUT_LEN - 1, MAX_REQ_INPUT_LEN
@@ -171,8 +197,11 @@ def test_token_ids_outside_the_models_vocabulary_are_never_sent(ws: Workspace, r
     oov = "say <extra_a> and <extra_b>"
     assert max(chat_ids(tokenizer, oov)) >= vocab
 
-    ws.dataset("short", "d", [{"id": "ok1", "prompt": "fine"}, {"id": "oov", "prompt": oov},
-                              {"id": "ok2", "prompt": "also fine"}])
+    ws.dataset(
+        "short",
+        "d",
+        [{"id": "ok1", "prompt": "fine"}, {"id": "oov", "prompt": oov}, {"id": "ok2", "prompt": "also fine"}],
+    )
     mark = real_server.mark()
     result = ws.run("--server-url", real_server.url, "--tokenizer", str(folder), "--max-tokens", "16")
     assert result.returncode == 1, result.stderr  # skipped prompts show in the exit code
@@ -185,7 +214,8 @@ def test_token_ids_outside_the_models_vocabulary_are_never_sent(ws: Workspace, r
 
 
 def test_a_client_killed_mid_run_then_rerun_ends_exactly_once_and_a_finished_run_sends_nothing(
-        ws: Workspace, real_server):
+    ws: Workspace, real_server
+):
     ids = ws.dataset("short", "d", 24)
     concurrency = 4
     args = ("--server-url", real_server.url, "--concurrency", str(concurrency), "--max-tokens", "100")
@@ -216,8 +246,20 @@ def test_the_server_stopped_and_restarted_mid_run_and_the_run_carries_on(ws: Wor
     # One request at a time, long enough that the stop (SGLang drains for ~5 s) lands mid-run.
     ids = ws.dataset("short", "d", 20)
     log = ws.root / "run.log"
-    proc = ws.start("--server-url", server.url, "--concurrency", "1", "--max-tokens", "300",
-                    "--server-wait", "600", "--log-file", str(log), "--status-interval", "1")
+    proc = ws.start(
+        "--server-url",
+        server.url,
+        "--concurrency",
+        "1",
+        "--max-tokens",
+        "300",
+        "--server-wait",
+        "600",
+        "--log-file",
+        str(log),
+        "--status-interval",
+        "1",
+    )
     try:
         wait_until(lambda: proc.poll() is not None or len(ws.raw_lines("d")) >= 2, timeout=300, what="2 results")
         assert proc.poll() is None, (ws.root / "nohup.out").read_text()

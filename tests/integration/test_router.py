@@ -14,20 +14,21 @@ pytestmark = [pytest.mark.router, pytest.mark.real_sglang]
 
 
 def chat_ids(tokenizer, content: str) -> list[int]:
-    text = tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
-                                         add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+    )
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def test_a_partition_runs_through_the_router_with_every_sampling_key_intact(
-        ws: Workspace, real_router, real_tokenizer):
+def test_a_partition_runs_through_the_router_with_every_sampling_key_intact(ws: Workspace, real_router, real_tokenizer):
     router, a, b = real_router
     alpha = ws.dataset("short", "alpha", 8)
     beta = ws.dataset("short", "beta", 6)
     marks = a.mark(), b.mark()
 
-    result = ws.run("--server-url", router.url, "--temperature", "0", "--top-k", "1", "--max-tokens", "16",
-                    "--concurrency", "4")
+    result = ws.run(
+        "--server-url", router.url, "--temperature", "0", "--top-k", "1", "--max-tokens", "16", "--concurrency", "4"
+    )
     assert result.returncode == 0, result.stderr
     # The router answers /model_info with 404; the runner falls back to /get_model_info, which
     # it proxies to a worker.
@@ -54,8 +55,7 @@ def test_a_partition_runs_through_the_router_with_every_sampling_key_intact(
         assert row["prompt_tokens"] == len(ids)
 
 
-def test_through_the_router_max_new_tokens_is_still_fitted_to_the_context(
-        ws: Workspace, real_router, real_tokenizer):
+def test_through_the_router_max_new_tokens_is_still_fitted_to_the_context(ws: Workspace, real_router, real_tokenizer):
     router, _, _ = real_router
     text = "~" * 1990  # one token per "~": about 2000 tokens, leaving less room than --max-tokens
     n = len(chat_ids(real_tokenizer, text))

@@ -13,7 +13,7 @@ import pytest
 from simharness import wait_until
 from workspace import Workspace
 
-from synthgen.client import SGLangClient, behind_router
+from synthgen.server.client import SGLangClient, behind_router
 from tests.integration import realserver
 
 pytestmark = [pytest.mark.router, pytest.mark.real_sglang]
@@ -50,8 +50,9 @@ def test_a_worker_killed_and_restarted_mid_run_loses_nothing_and_fails_nothing(w
     assert healthy(router.url) == (True, True)
     ids = ws.dataset("short", "d", 40)
     out = ws.root / "run.out"
-    proc = ws.start("--server-url", router.url, "--max-tokens", "24", "--concurrency", "4",
-                    "--status-interval", "1", log=out)
+    proc = ws.start(
+        "--server-url", router.url, "--max-tokens", "24", "--concurrency", "4", "--status-interval", "1", log=out
+    )
     try:
         wait_until(lambda: len(ws.raw_lines("d")) >= 4, timeout=DEADLINE, interval=0.2, what="first rows")
         kill(b)

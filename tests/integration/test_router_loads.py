@@ -13,8 +13,8 @@ import time
 import httpx
 import pytest
 
-from synthgen.client import SGLangClient
-from synthgen.concurrency import AutoConcurrency, InFlightLimit, LoadMonitor, ServerLoad
+from synthgen.run.concurrency import AutoConcurrency, InFlightLimit, LoadMonitor, ServerLoad
+from synthgen.server.client import SGLangClient
 
 pytestmark = [pytest.mark.router, pytest.mark.real_sglang]
 
@@ -59,4 +59,5 @@ def test_behind_the_router_the_monitor_sums_both_workers_loads(real_router):
     report = asyncio.run(scenario())
     assert report.ranks == 2
     assert report.max_total_tokens == sum(
-        httpx.get(w.url + "/v1/loads", timeout=30).json()["loads"][0]["max_total_num_tokens"] for w in (a, b))
+        httpx.get(w.url + "/v1/loads", timeout=30).json()["loads"][0]["max_total_num_tokens"] for w in (a, b)
+    )

@@ -1,0 +1,187 @@
+"""Tokenizer loading and chat-template rendering: the only module that imports transformers.
+
+A prompt is rendered to text with the chat template (so we can see whether the template opened
+the reasoning block) and then encoded without adding special tokens, since the template already
+carries any BOS. The ids are what we send: SGLang would add a second BOS to templated text.
+
+The template is the tokenizer's own unless an override is given (a model that ships none, such as
+DeepSeek-V3.2, or a broken one). Templates disagree on the shape of a tool-calling turn: most read
+the arguments as an object (the transformers convention SGLang follows), DeepSeek-R1's concatenates
+them as a string and wants null content; :meth:`ChatRenderer.render` tries those shapes in a fixed
+order and keeps the first the template accepts, so one conversation always renders the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from synthgen.data.conversations import template_messages
+from synthgen.errors import TokenizerError
+
+# transformers prints an advisory about missing PyTorch on import; we only need tokenizers.
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+# (tool-call arguments, content of a turn that only calls tools), most common convention first.
+TOOL_TURN_SHAPES: tuple[tuple[str, str | None], ...] = (("object", ""), ("string", None), ("string", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    input_ids: list[int]
+    opens_reasoning: bool  # the generation prompt ends with the opening think tag
+    text: str = ""
+
+
+def load_tokenizer(name_or_path: str, trust_remote_code: bool = False, chat_template: str | None = None):
+    """The tokenizer at ``name_or_path``; it must carry a chat template unless ``chat_template`` overrides it."""
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    # A name that can only be a local path fails now, not after the hub's retries. A hub id is
+    # "name" or "org/name"; "org/name" is taken as a path when "org" is a local folder.
+    looks_local = (
+        name_or_path.startswith(("/", ".", "~"))
+        or "\\" in name_or_path
+        or name_or_path.endswith("/")
+        or name_or_path.count("/") > 1
+        or ("/" in name_or_path and Path(name_or_path.split("/", 1)[0]).is_dir())
+    )
+    if looks_local and not Path(name_or_path).expanduser().is_dir():
+        raise TokenizerError(
+            f"tokenizer folder {name_or_path} not found; pass --tokenizer PATH to a folder with tokenizer files "
+            "(default: the tokenizer_path the server reports)"
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(name_or_path), trust_remote_code=trust_remote_code)
+    except Exception as exc:  # transformers raises OSError, ValueError, ImportError... for one cause
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TokenizerError(
+            f"cannot load tokenizer '{name_or_path}' ({reason[:200]}); pass --tokenizer PATH to a local "
+            "tokenizer folder (add --trust-remote-code if the model needs it)"
+        ) from exc
+    if not chat_template and not getattr(tokenizer, "chat_template", None):
+        raise TokenizerError(f"tokenizer '{name_or_path}' has no chat template; pass --tokenizer PATH to one that does")
+    return tokenizer
+
+
+def model_config(*paths: str | None) -> dict:
+    """The first readable config.json among local model folders (the served model's first)."""
+    for path in paths:
+        if not path:
+            continue
+        try:
+            data = json.loads((Path(path).expanduser() / "config.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return {}
+
+
+def _config_int(config: dict, key: str) -> int | None:
+    for holder in (config, config.get("text_config") or {}):
+        if isinstance(holder.get(key), int):
+            return holder[key]
+    return None
+
+
+def model_vocab_size(config: dict) -> int | None:
+    """The model's embedding size. Ids at or above it crash SGLang's scheduler (and the whole
+    server) rather than fail one request, so the runner never sends them."""
+    return _config_int(config, "vocab_size")
+
+
+def model_context_length(config: dict) -> int | None:
+    """max_position_embeddings: the context length when the server does not report one
+    (sglang-router answers /v1/models itself, without max_model_len)."""
+    return _config_int(config, "max_position_embeddings")
+
+
+class ChatRenderer:
+    """Renders conversations with one chat template and encodes them to the ids we send."""
+
+    def __init__(
+        self,
+        tokenizer,
+        template_kwargs: dict | None = None,
+        think_start: str = "<think>",
+        chat_template: str | None = None,
+    ):
+        self.tokenizer = tokenizer
+        self.template_kwargs = dict(template_kwargs or {})
+        self.think_start = think_start
+        self.chat_template = chat_template
+        source = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
+        if isinstance(source, dict):  # a tokenizer with named templates renders with "default"
+            source = source.get("default")
+        if not isinstance(source, str) or not source:
+            raise TokenizerError("the tokenizer has no chat template; pass a template file to use instead")
+        self.template_source: str = source
+        self.template_hash = hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+    def render_text(self, messages: Sequence[dict], tools: list[dict] | None = None) -> str:
+        """The template's text for ``messages`` followed by the generation prompt."""
+        kwargs: dict[str, Any] = dict(self.template_kwargs)
+        if tools is not None:
+            kwargs["tools"] = tools
+        if self.chat_template is not None:
+            kwargs["chat_template"] = self.chat_template
+        calls = any(m.get("role") == "assistant" and m.get("tool_calls") for m in messages)
+        shapes = TOOL_TURN_SHAPES if calls else TOOL_TURN_SHAPES[:1]
+        first_error: Exception | None = None
+        for arguments, null_content in shapes:
+            shaped = template_messages(messages, arguments, null_content)
+            try:
+                text = self.tokenizer.apply_chat_template(shaped, tokenize=False, add_generation_prompt=True, **kwargs)
+            except Exception as exc:  # jinja2 TemplateError, TypeError, or a template's raise_exception()
+                first_error = first_error or exc
+                continue
+            if not isinstance(text, str):  # transformers 5 may hand back a list for batched input
+                raise ValueError(f"chat template returned {type(text).__name__}, expected text")
+            return text
+        raise ValueError(f"chat template failed: {first_error}") from first_error
+
+    def render(self, messages: Sequence[dict], tools: list[dict] | None = None) -> Rendered:
+        text = self.render_text(messages, tools)
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return Rendered(input_ids=list(ids), opens_reasoning=text.rstrip().endswith(self.think_start), text=text)
+
+
+def read_chat_template(path: str | Path) -> str:
+    """A chat template file: plain Jinja (``.jinja``) or a tokenizer_config.json carrying one."""
+    path = Path(path).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokenizerError(f"cannot read chat template {path} ({exc}); pass --chat-template FILE") from exc
+    if path.suffix == ".json":
+        try:
+            template = json.loads(text).get("chat_template")
+        except (ValueError, AttributeError) as exc:
+            raise TokenizerError(f"{path} is not a tokenizer_config.json with a chat_template") from exc
+        if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
+            template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+        if not isinstance(template, str) or not template:
+            raise TokenizerError(f"{path} has no chat_template string")
+        return template
+    if not text.strip():
+        raise TokenizerError(f"chat template {path} is empty")
+    return text
+
+
+def max_token_bytes(tokenizer) -> int | None:
+    """An upper bound on the bytes one token stands for (the longest vocabulary entry, UTF-8 encoded;
+    byte-level BPE symbols encode to at least the byte they stand for), so a text of B bytes makes at
+    least B / this many tokens. None when the vocabulary cannot be read."""
+    try:
+        vocab = tokenizer.get_vocab()
+    except Exception:  # a remote-code tokenizer may not implement it
+        return None
+    return max((len(token.encode("utf-8")) for token in vocab), default=None) or None

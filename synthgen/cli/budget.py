@@ -1,0 +1,283 @@
+"""compute_budget.py: arguments, reading prompts and results, printing the plan, writing budget.json.
+
+The math and the table live in ``budget``; this module does the I/O around them. Prompts
+are counted with ``prompts.discover`` and ``prompts.scan_dataset``, the same calls the
+runner makes, so "available" here is what a run would see (unique ids after de-duplication).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+from synthgen.budget import plan as budget
+from synthgen.budget.file import write_budget
+from synthgen.data.prompts import DatasetSource, discover, scan_dataset
+from synthgen.data.store import RESULTS, iter_rows
+from synthgen.errors import InputFileError, OneLineParser, UsageError, run_guarded
+
+PROG = "compute_budget.py"
+DEFAULT_TOKENS = "10M"
+DEFAULT_THROUGHPUT = "1000-1500"
+DEFAULT_PROMPTS_DIR = Path("prompts")
+DEFAULT_OUTPUT_DIR = Path("outputs")
+MEASURE_SAMPLES = 50
+
+EXAMPLES = f"""\
+Examples:
+  # 10M output tokens per dataset, averages measured from outputs/<dataset>/{RESULTS}
+  python compute_budget.py
+
+  # write the plan, then run it
+  python compute_budget.py --tokens-per-dataset 5M --out budget.json
+  python run_inference.py --partition all --budget budget.json
+
+  # no measurements yet: give the averages
+  python compute_budget.py --partition short --avg-tokens glaive=3793 --default-avg 2000
+
+  # a dataset generated elsewhere counts toward the total tokens, not the generation time
+  python compute_budget.py --fixed wiki_rewrites=120M --throughput 1200
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog=PROG,
+        description=(
+            "Turn a per-dataset output-token budget into the number of prompts to run from each dataset:\n"
+            "min(available, floor(budget / average completion length)), so in expectation no dataset\n"
+            "exceeds its budget. Prints the plan as a table; --out writes it for run_inference.py --budget."
+        ),
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # so --debug is found in argv even when parsing fails
+    )
+    which = parser.add_argument_group("which datasets")
+    which.add_argument(
+        "--prompts-dir",
+        type=Path,
+        default=DEFAULT_PROMPTS_DIR,
+        metavar="DIR",
+        help="folder holding <partition>/<dataset>.jsonl (default: prompts)",
+    )
+    which.add_argument(
+        "--partition",
+        default="all",
+        metavar="{short,long,all|<folder>}",
+        help="partition folder under --prompts-dir (e.g. short, long), or 'all' (default: all, as the runner)",
+    )
+    which.add_argument(
+        "--dataset",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="plan only this dataset (repeatable; default: every dataset of the partition)",
+    )
+    which.add_argument(
+        "--skip-bad-lines",
+        action="store_true",
+        help="count around malformed prompt lines instead of stopping, as the runner does",
+    )
+
+    how = parser.add_argument_group("budget and averages")
+    how.add_argument(
+        "--tokens-per-dataset",
+        default=DEFAULT_TOKENS,
+        metavar="N",
+        help="output-token budget of each dataset: 10M, 2.5B, 500K or a plain integer (default: 10M)",
+    )
+    how.add_argument(
+        "--output-dir",
+        type=Path,
+        default=DEFAULT_OUTPUT_DIR,
+        metavar="DIR",
+        help=f"where measured averages are read from: DIR/<dataset>/{RESULTS} (default: outputs)",
+    )
+    how.add_argument(
+        "--avg-tokens",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="average completion tokens of one dataset; wins over a measurement (repeatable)",
+    )
+    how.add_argument(
+        "--default-avg", metavar="N", help="average for datasets with neither --avg-tokens nor a measurement"
+    )
+    how.add_argument(
+        "--fixed",
+        action="append",
+        default=[],
+        metavar="NAME=TOKENS",
+        help="a dataset generated elsewhere: counted in the total tokens, not in the generation "
+        "time; need not exist under --prompts-dir (repeatable)",
+    )
+    how.add_argument(
+        "--throughput",
+        default=DEFAULT_THROUGHPUT,
+        metavar="N|LOW-HIGH",
+        help="output tokens/s of the server, one figure or a range (default: 1000-1500)",
+    )
+
+    out = parser.add_argument_group("output")
+    out.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="also write the plan as JSON (atomically) for run_inference.py --budget FILE",
+    )
+    out.add_argument("--debug", action="store_true", help="show the traceback of an error instead of one line")
+    return parser
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """compute_budget.py's one configuration object, parsed and checked before any file is read."""
+
+    # --- which datasets
+    prompts_dir: Path = DEFAULT_PROMPTS_DIR
+    partition: str = "all"
+    datasets: tuple[str, ...] = ()
+    skip_bad_lines: bool = False
+    # --- budget and averages
+    tokens_per_dataset: int = 10_000_000
+    output_dir: Path = DEFAULT_OUTPUT_DIR
+    avg_tokens: dict[str, Fraction] = field(default_factory=dict)
+    default_avg: Fraction | None = None
+    fixed: dict[str, int] = field(default_factory=dict)
+    throughput: tuple[Fraction, ...] = (Fraction(1000), Fraction(1500))
+    # --- output
+    out: Path | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> BudgetConfig:
+        tokens = budget.parse_count(args.tokens_per_dataset, "--tokens-per-dataset")
+        throughput = budget.parse_throughput(args.throughput)
+        default_avg = budget.parse_amount(args.default_avg, "--default-avg") if args.default_avg is not None else None
+        given = budget.parse_assignments(args.avg_tokens, "--avg-tokens", budget.parse_amount)
+        fixed = budget.parse_assignments(args.fixed, "--fixed", budget.parse_count)
+        both = [name for name in given if name in fixed]
+        if both:
+            raise UsageError(
+                f"'{both[0]}' has both --fixed and --avg-tokens; a fixed dataset needs no average, drop one"
+            )
+        return cls(
+            prompts_dir=args.prompts_dir,
+            partition=args.partition,
+            datasets=tuple(dict.fromkeys(args.dataset)),
+            skip_bad_lines=args.skip_bad_lines,
+            tokens_per_dataset=tokens,
+            output_dir=args.output_dir,
+            avg_tokens=given,  # type: ignore[arg-type]
+            default_avg=default_avg,
+            fixed=fixed,  # type: ignore[arg-type]
+            throughput=throughput,
+            out=args.out,
+        )
+
+
+# --- reading ---------------------------------------------------------------------------------------
+def measure_outputs(output_dir: Path, dataset: str) -> budget.Measurement | None:
+    """completion_tokens of the completed rows (one per id, first wins, as the resume scan counts)."""
+    path = Path(output_dir) / dataset / RESULTS
+    seen: set[str] = set()
+    tokens: list[int] = []
+    truncated = 0
+    try:
+        for row in iter_rows(path):
+            rid, value = row.get("id"), row.get("completion_tokens")
+            if not isinstance(rid, str) or rid in seen:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                continue
+            seen.add(rid)
+            tokens.append(value)
+            truncated += row.get("finish_reason") == "length"
+    except OSError as exc:
+        raise InputFileError(
+            path, None, f"cannot read ({exc.strerror}); fix it or pass --avg-tokens {dataset}=N"
+        ) from exc
+    return budget.measure(tokens, truncated)
+
+
+def _measure_hint(source: DatasetSource, args: BudgetConfig) -> str:
+    command = f"python run_inference.py --partition {source.partition} --dataset {source.name}"
+    if args.prompts_dir != DEFAULT_PROMPTS_DIR:
+        command += f" --prompts-dir {args.prompts_dir}"
+    if args.output_dir != DEFAULT_OUTPUT_DIR:
+        command += f" --output-dir {args.output_dir}"
+    return (
+        f"{source.name}: no average completion length, so no sample count; run a small measurement first: "
+        f"{command} --max-samples {MEASURE_SAMPLES}, or pass --avg-tokens {source.name}=N / --default-avg N"
+    )
+
+
+def _note(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr)
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def build_plan(cfg: BudgetConfig) -> budget.Plan:
+    # A --fixed dataset is never generated, so its prompt file (if any) is not scanned.
+    given, fixed = cfg.avg_tokens, cfg.fixed
+    wanted = [name for name in cfg.datasets if name not in fixed]
+    sources = discover(cfg.prompts_dir, cfg.partition, wanted) if wanted or not cfg.datasets else []
+    sources = [s for s in sources if s.name not in fixed]
+    unknown = [name for name in given if name not in {s.name for s in sources}]
+    if unknown:
+        planned = ", ".join(s.name for s in sources) or "none"
+        raise UsageError(
+            f"--avg-tokens: unknown dataset '{unknown[0]}' (datasets in this plan: {planned}); "
+            "check the name, --partition and --dataset"
+        )
+
+    rows = []
+    for source in sources:
+        index = scan_dataset(source, skip_bad_lines=cfg.skip_bad_lines)
+        if index.bad_lines:
+            _warn(f"{source.path}: skipped {index.bad_lines:,} bad line(s); first: {index.first_bad[0]}")
+        if index.duplicates:
+            _note(f"{source.name}: {index.duplicates:,} repeated id(s) counted once, as the runner does")
+        measured = None if source.name in given else measure_outputs(cfg.output_dir, source.name)
+        estimate = budget.choose_estimate(given.get(source.name), measured, cfg.default_avg)
+        if estimate is None:
+            _note(_measure_hint(source, cfg))
+        elif estimate.source == "measured" and measured is not None and measured.truncated:
+            _note(
+                f"{source.name}: {measured.truncated:,} of {measured.rows:,} measured rows stopped at max_tokens "
+                "(finish_reason 'length'); the average counts them at their capped length"
+            )
+        rows.append(
+            budget.plan_dataset(source.name, len(index.ids), estimate, cfg.tokens_per_dataset, source.partition)
+        )
+    rows += [budget.fixed_dataset(name, value) for name, value in fixed.items()]
+    return budget.Plan(cfg.tokens_per_dataset, tuple(rows), cfg.throughput)
+
+
+def run(cfg: BudgetConfig) -> int:
+    plan = build_plan(cfg)
+    # The file first: if it cannot be written, no table suggests that the plan was saved.
+    if cfg.out is not None:
+        write_budget(cfg.out, plan)
+    print(budget.format_table(plan))
+    if cfg.out is not None:
+        print(f"wrote {cfg.out}; use it with: python run_inference.py --budget {cfg.out}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return run_guarded(
+            PROG,
+            lambda: run(BudgetConfig.from_args(build_parser().parse_args(argv))),
+            sys.stderr,
+            debug="--debug" in argv,
+        )
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0

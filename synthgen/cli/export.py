@@ -1,0 +1,243 @@
+"""export_training.py: arguments -> ExportConfig -> scan, report, write; errors as one line and an exit code.
+
+The conversions, filters, split and report live in ``export``; this module chooses the datasets
+(by partition, by name or from a budget file), loads the tokenizer for the re-tokenization check,
+and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import orjson
+
+from synthgen.data.prompts import discover
+from synthgen.data.store import RESULTS
+from synthgen.errors import OneLineParser, UsageError, run_guarded
+from synthgen.export.exporter import (
+    FORMATS,
+    DatasetRef,
+    ExportConfig,
+    format_report,
+    scan_dataset,
+    val_path,
+    write_export,
+)
+
+PROG = "export_training.py"
+DEFAULT_PROMPTS_DIR = Path("prompts")
+DEFAULT_OUTPUT_DIR = Path("outputs")
+
+EXAMPLES = f"""\
+exit codes:
+  0 done   2 bad arguments, unknown dataset, missing results, nothing to export   5 write error
+
+examples:
+  # what would be exported, why rows are dropped, length distributions (writes nothing)
+  python export_training.py --partition short --report
+
+  # SpecForge conversations of every dataset in the plan, shuffled, 2% held out in train.val.jsonl
+  python export_training.py --budget budget.json --format specforge --out train.jsonl \\
+        --shuffle --seed 1 --val-fraction 0.02
+
+  # the exact token ids the model saw and wrote, with the loss mask on the generated ones
+  python export_training.py --dataset glaive --dataset ultrachat --format tokens --out tokens.jsonl
+
+  # SFT messages; check whether the text re-tokenizes to the ids the model produced
+  python export_training.py --partition all --format messages --out sft.jsonl --tokenizer /models/Kimi-K2.5
+
+results are read from --output-dir/<dataset>/{RESULTS}
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog=PROG,
+        description=(
+            "Turn the results of run_inference.py into training files: SpecForge conversations, token ids with a\n"
+            "loss mask, or OpenAI-style messages for SFT. Rows cut at --max-tokens, with unclosed reasoning, an\n"
+            "empty answer or stray think/channel markers are dropped and counted; --report shows the counts and\n"
+            "the length distributions without writing anything."
+        ),
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # so --debug is found in argv even when parsing fails
+    )
+    which = parser.add_argument_group("which datasets (default: every dataset with results under --output-dir)")
+    which.add_argument(
+        "--partition",
+        metavar="{short,long,all|<folder>}",
+        help="the datasets of a partition folder under --prompts-dir, or 'all'",
+    )
+    which.add_argument(
+        "--dataset", action="append", default=[], metavar="NAME", help="export this dataset (repeatable)"
+    )
+    which.add_argument("--budget", type=Path, metavar="FILE", help="the datasets of a compute_budget.py plan file")
+    which.add_argument(
+        "--prompts-dir",
+        type=Path,
+        default=DEFAULT_PROMPTS_DIR,
+        metavar="DIR",
+        help="folder holding <partition>/<dataset>.jsonl, for --partition (default: prompts)",
+    )
+    which.add_argument(
+        "--output-dir",
+        type=Path,
+        default=DEFAULT_OUTPUT_DIR,
+        metavar="DIR",
+        help=f"where results are read: DIR/<dataset>/{RESULTS} (default: outputs)",
+    )
+
+    out = parser.add_argument_group("output")
+    out.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="specforge",
+        help="specforge: {id, conversations, tools?, synthgen_meta}; tokens: {id, input_ids, "
+        "loss_mask} from the stored ids; messages: {id, messages, tools?} (default: specforge)",
+    )
+    out.add_argument("--out", type=Path, metavar="FILE", help="the JSONL file to write (required unless --report)")
+    out.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="hold out this share of rows (chosen by a hash of --seed and the id) in FILE with .val "
+        "before its extension (default: 0)",
+    )
+    out.add_argument("--shuffle", action="store_true", help="shuffle the rows (by --seed) instead of input order")
+    out.add_argument("--seed", type=int, default=0, help="seed of --shuffle and --val-fraction (default: 0)")
+    out.add_argument(
+        "--keep-truncated",
+        action="store_true",
+        help="keep rows cut at --max-tokens (finish_reason length), even with unclosed reasoning",
+    )
+
+    report = parser.add_argument_group("report")
+    report.add_argument(
+        "--report",
+        "--dry-run",
+        dest="report",
+        action="store_true",
+        help="print what would be exported, drop reasons and length histograms; write nothing",
+    )
+    report.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="check that each kept row's text re-tokenizes to its stored output_ids (default: skipped)",
+    )
+    report.add_argument("--trust-remote-code", action="store_true", help="allow the tokenizer's own code")
+    report.add_argument("--debug", action="store_true", help="show the traceback of an error instead of one line")
+    return parser
+
+
+# --- choosing datasets -----------------------------------------------------------------------------
+def budget_datasets(path: Path) -> list[str]:
+    """The datasets a compute_budget.py plan generates (a --fixed one has no results here)."""
+    try:
+        data = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise UsageError(f"{path}: budget file not found; create it with compute_budget.py --out {path}") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the budget file ({exc.strerror})") from None
+    except orjson.JSONDecodeError:
+        raise UsageError(f"{path}: not valid JSON; recreate it with compute_budget.py --out {path}") from None
+    datasets = data.get("datasets") if isinstance(data, dict) else None
+    if not isinstance(datasets, dict):
+        raise UsageError(f"{path}: no 'datasets' object; recreate it with compute_budget.py --out {path}")
+    return [
+        name for name, entry in datasets.items() if not (isinstance(entry, dict) and entry.get("avg_source") == "fixed")
+    ]
+
+
+def choose_datasets(args: argparse.Namespace) -> list[DatasetRef]:
+    names = list(args.dataset)
+    if args.budget is not None:
+        names += budget_datasets(args.budget)
+    names = list(dict.fromkeys(names))
+    output_dir = Path(args.output_dir)
+    if args.partition is not None:
+        names = [source.name for source in discover(args.prompts_dir, args.partition, names)]
+    elif not names:
+        found = sorted(p.parent.name for p in output_dir.glob(f"*/{RESULTS}"))
+        if not found:
+            raise UsageError(
+                f"no results under {output_dir}/*/{RESULTS}; run run_inference.py first, or pass --output-dir DIR"
+            )
+        names = found
+    refs = [DatasetRef(name, output_dir / name / RESULTS) for name in names]
+    for ref in refs:
+        if not ref.path.is_file():
+            raise UsageError(
+                f"{ref.path}: no results for dataset '{ref.name}'; run it first "
+                f"(python run_inference.py --dataset {ref.name}) or leave it out"
+            )
+    return refs
+
+
+def config_from_args(args: argparse.Namespace) -> ExportConfig:
+    if args.out is None and not args.report:
+        raise UsageError("--out FILE is required (or --report to only see what would be exported)")
+    if not 0 <= args.val_fraction < 1:
+        raise UsageError(f"--val-fraction must be at least 0 and below 1, got {args.val_fraction}")
+    if args.out is not None and args.val_fraction > 0 and val_path(args.out) == Path(args.out):
+        raise UsageError(f"--out {args.out}: cannot name the validation file beside it; give FILE a name")
+    datasets = tuple(choose_datasets(args))
+    tokenizer = None
+    if args.tokenizer is not None:
+        if args.format == "tokens":
+            _note("--tokenizer is not used with --format tokens: the stored ids are exported as they are")
+        else:
+            from synthgen.chat.templating import load_tokenizer  # transformers only when asked for
+
+            tokenizer = load_tokenizer(args.tokenizer, trust_remote_code=args.trust_remote_code)
+    return ExportConfig(
+        datasets=datasets,
+        format=args.format,
+        out=None if args.report else args.out,
+        keep_truncated=args.keep_truncated,
+        shuffle=args.shuffle,
+        seed=args.seed,
+        val_fraction=args.val_fraction,
+        tokenizer=tokenizer,
+    )
+
+
+def _note(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr)
+
+
+# --- running ---------------------------------------------------------------------------------------
+def run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    scans = [scan_dataset(ref, config) for ref in config.datasets]
+    if config.out is None:
+        sys.stdout.write(format_report(scans, config))
+        return 0
+    read = sum(s.rows for s in scans)
+    kept = sum(len(s.kept) for s in scans)
+    for scan in scans:
+        dropped = ", ".join(f"{n:,} {reason}" for reason, n in sorted(scan.dropped.items()) if n)
+        print(
+            f"{scan.ref.name}: {len(scan.kept):,} of {scan.rows:,} rows"
+            + (f" (dropped: {dropped})" if dropped else ""),
+            file=sys.stderr,
+        )
+    if not kept:
+        raise UsageError(f"nothing to export: {read:,} rows read, none kept; see why with --report")
+    written = write_export(scans, config)
+    for path, rows in written.items():
+        print(f"wrote {path} ({rows:,} rows, {config.format})", file=sys.stderr)
+        if not rows:
+            _note(f"{path} is empty: too few rows for --val-fraction {config.val_fraction}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return run_guarded(PROG, lambda: run(build_parser().parse_args(argv)), sys.stderr, debug="--debug" in argv)
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0

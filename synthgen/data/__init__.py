@@ -1,0 +1,1 @@
+"""Files and rows: prompt datasets, conversations, selection, result/error rows, the store."""

@@ -1,0 +1,308 @@
+"""Finding datasets and reading their prompt lines.
+
+Layout: ``<prompts_dir>/<partition>/<dataset>.jsonl``. One JSON object per line, in any of:
+
+    {"id": ..., "messages": [{"role": ..., "content": ...}, ...]}
+    {"id": ..., "conversations": [{"from": "system|human|gpt", "value": ...}, ...]}
+    {"id": ..., "conversations": [{"role": ..., "content": ...}, ...]}
+    {"id": ..., "prompt": "...", "system": "..." (optional)}
+
+Messages may carry OpenAI-style tool calls, tool results and earlier reasoning, and a row may
+carry ``tools`` (see ``conversations``). Which prompts a line makes depends on the regeneration
+mode: ``last`` (the conversation cut back before its trailing assistant turns, id ``<id>``),
+``each`` (one prompt per assistant turn k, id ``<id>#<k>``) or ``all`` (the whole conversation,
+regenerated turn by turn, id ``<id>``). A missing id becomes a stable hash of the messages.
+
+Files are streamed twice: ``scan_dataset`` validates every line and keeps only prompt ids and
+byte offsets (so a bad line stops the run before any request), and ``PromptReader`` reads the
+chosen prompts lazily. The scan also compares the prompts that earlier runs answered with what
+the file holds now (``DatasetIndex.changed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import orjson
+
+from synthgen.data.conversations import (
+    Conversation,
+    ConversationError,
+    conversation_id,
+    each_id,
+    parse_record,
+    prompt_hash,
+)
+from synthgen.data.openfiles import FilePool, limit_error, pool_size
+from synthgen.data.records import DoneEntry
+from synthgen.errors import InputFileError, UsageError
+
+REGENERATE_MODES = ("last", "each", "all")
+# Lines longer than this have their size kept, so a prompt too long to fit is skipped before it is read.
+LONG_LINE = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetSource:
+    name: str
+    partition: str
+    path: Path
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    id: str
+    dataset: str
+    messages: tuple[dict, ...]  # what is rendered; mode all: the whole conversation
+    line: int
+    tools: list[dict] | None = None
+    prompt_hash: str = ""
+    conversation: Conversation | None = None  # mode all: regenerated turn by turn
+
+
+@dataclass(slots=True)
+class DatasetIndex:
+    """What one validation pass learned about a dataset file; ids only, in file order."""
+
+    source: DatasetSource
+    ids: list[str] = field(default_factory=list)
+    offsets: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (byte offset, line number)
+    lines: int = 0
+    mode: str = "last"
+    changed: list[str] = field(default_factory=list)  # done prompts whose text is no longer what was answered
+    long_lines: dict[str, int] = field(default_factory=dict)  # prompt id -> bytes, for lines over LONG_LINE
+    dropped_empty_system: int = 0
+    duplicates: int = 0
+    bad_lines: int = 0
+    first_bad: list[str] = field(default_factory=list)  # a few messages, for the warning
+
+
+class BadLine(ValueError):
+    """One line's problem, without the location (the caller adds file:line)."""
+
+
+# Open prompt files across all readers; a small share of the descriptor limit.
+READ_POOL: FilePool[BinaryIO] = FilePool(pool_size(32), lambda fh: fh.close())
+
+
+SUFFIX = ".jsonl"
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a dataset or partition name (it becomes a folder of its own), or None."""
+    if not name:
+        return "is empty"
+    if not name.strip("."):
+        return "is made of dots only"
+    if name.startswith("."):
+        return "starts with a dot"
+    if "/" in name or "\\" in name or "\0" in name:
+        return "contains a path separator"
+    return None
+
+
+def _is_hidden(path: Path) -> bool:
+    """Hidden files (``.name.jsonl``, macOS's ``._name.jsonl``) are not datasets; ``..jsonl`` is no hidden file."""
+    return path.name.startswith(".") and bool(path.name[: -len(SUFFIX)].strip("."))
+
+
+def _entries(folder: Path, what: str) -> list[Path]:
+    try:
+        return sorted(folder.iterdir())
+    except OSError as exc:
+        raise limit_error(exc, folder) or UsageError(
+            f"{folder}: cannot list the {what} ({exc.strerror}); make it readable (chmod u+rx {folder})"
+        ) from exc
+
+
+def discover(prompts_dir: Path, partition: str, names: Iterable[str] = ()) -> list[DatasetSource]:
+    """The datasets a run covers, in a stable order (partition, then file name)."""
+    prompts_dir = Path(prompts_dir)
+    if not prompts_dir.is_dir():
+        raise UsageError(f"{prompts_dir}: prompts directory not found; pass --prompts-dir DIR")
+    if partition != "all" and (name_problem(partition) or Path(partition).is_absolute()):
+        raise UsageError(
+            f"--partition {partition!r}: give the name of one folder under {prompts_dir} "
+            "(e.g. short) or 'all', not a path"
+        )
+    if partition == "all":
+        entries = _entries(prompts_dir, "prompts directory")
+        folders = [p for p in entries if p.is_dir() and not p.name.startswith(".")]
+    else:
+        folder = prompts_dir / partition
+        if not folder.is_dir():
+            entries = _entries(prompts_dir, "prompts directory")
+            known = ", ".join(p.name for p in entries if p.is_dir()) or "none"
+            raise UsageError(f"{folder}: no such partition (partitions here: {known}, or 'all')")
+        folders = [folder]
+    sources: dict[str, DatasetSource] = {}
+    for folder in folders:
+        for path in _entries(folder, "partition folder"):
+            if not path.name.endswith(SUFFIX) or _is_hidden(path):
+                continue
+            name = path.name[: -len(SUFFIX)]
+            problem = name_problem(name)
+            if problem:
+                raise UsageError(
+                    f"{path}: the dataset name {name!r} {problem}, so it cannot name an output "
+                    f"folder; rename the file (e.g. to {folder / 'data.jsonl'})"
+                )
+            if name in sources:
+                raise UsageError(
+                    f"{path}: dataset '{name}' also exists as {sources[name].path}; "
+                    "dataset names must be unique across partitions (their outputs share outputs/<dataset>/)"
+                )
+            sources[name] = DatasetSource(name, folder.name, path)
+    wanted = list(dict.fromkeys(names))
+    if wanted:
+        unknown = [n for n in wanted if n not in sources]
+        if unknown:
+            known = ", ".join(sources) or "none"
+            raise UsageError(f"unknown dataset {', '.join(unknown)} in partition '{partition}' (known: {known})")
+        return [sources[n] for n in wanted]
+    if not sources:
+        raise UsageError(f"no *.jsonl datasets under {prompts_dir}/{partition if partition != 'all' else '*'}")
+    return list(sources.values())
+
+
+def parse_line(line: bytes) -> tuple[str, Conversation] | None:
+    """(id, conversation) for one line, None for a blank line; raises BadLine."""
+    if not line.strip():
+        return None
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise BadLine(f"not valid JSON ({exc})") from exc
+    if not isinstance(record, dict):
+        raise BadLine(f"expected a JSON object, got {type(record).__name__}")
+    try:
+        conversation = parse_record(record)
+    except ConversationError as exc:
+        raise BadLine(str(exc)) from None
+    rid = record.get("id")
+    if rid is None:
+        rid = conversation_id(conversation)
+    elif isinstance(rid, float):
+        raise BadLine("'id' is a number that is not a 64-bit integer; write it as a string")
+    elif isinstance(rid, bool) or not isinstance(rid, (str, int)):
+        raise BadLine(f"'id' is {type(rid).__name__}, expected a string or integer")
+    rid = str(rid)
+    if not rid.strip():
+        raise BadLine("'id' is empty")
+    return rid, conversation
+
+
+def prompts_of(rid: str, conversation: Conversation, mode: str) -> list[tuple[str, list[dict]]]:
+    """(prompt id, messages) of every prompt one line makes in a regeneration mode."""
+    if mode == "each":
+        prompts = [(each_id(rid, k), history) for k, history in conversation.each_prompts()]
+        if conversation.messages[-1]["role"] != "assistant":  # the unanswered last turn is a prompt too
+            prompts.append((each_id(rid, len(conversation.assistant_positions())), conversation.messages))
+        return prompts
+    if mode == "all":
+        return [(rid, conversation.messages)]
+    return [(rid, conversation.last_prompt())]
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    try:
+        with open(path, "rb") as fh:
+            yield from enumerate(fh, start=1)
+    except OSError as exc:
+        raise limit_error(exc, path) or InputFileError(path, None, f"cannot read ({exc.strerror})") from exc
+
+
+def scan_dataset(
+    source: DatasetSource, skip_bad_lines: bool = False, mode: str = "last", done: Mapping[str, DoneEntry] | None = None
+) -> DatasetIndex:
+    """Validate every line; keep the unique prompt ids in file order (first occurrence wins).
+
+    ``done``: the rows earlier runs left; a done prompt whose hash differs from what the line
+    makes now is listed in ``changed``."""
+    index = DatasetIndex(source, mode=mode)
+    seen = index.offsets
+    offset = 0
+    for lineno, line in _lines(source.path):
+        index.lines = lineno
+        start, offset = offset, offset + len(line)
+        try:
+            parsed = parse_line(line)
+        except BadLine as exc:
+            if not skip_bad_lines:
+                fix = "fix or remove the line, or pass --skip-bad-lines"
+                raise InputFileError(source.path, lineno, f"{exc}; {fix}") from None
+            index.bad_lines += 1
+            if len(index.first_bad) < 3:
+                index.first_bad.append(f"{source.path}:{lineno}: {exc}")
+            continue
+        if parsed is None:
+            continue
+        rid, conversation = parsed
+        if (each_id(rid, 0) if mode == "each" else rid) in seen:
+            index.duplicates += 1
+            continue
+        index.dropped_empty_system += conversation.dropped_empty_system
+        for prompt_id, messages in prompts_of(rid, conversation, mode):
+            seen[prompt_id] = (start, lineno)
+            index.ids.append(prompt_id)
+            if len(line) > LONG_LINE:
+                index.long_lines[prompt_id] = len(line)
+            entry = done.get(prompt_id) if done else None
+            if (
+                entry is not None
+                and entry.prompt_hash is not None
+                and entry.prompt_hash != prompt_hash(messages, conversation.tools)
+            ):
+                index.changed.append(prompt_id)
+    return index
+
+
+def build_prompt(index: DatasetIndex, prompt_id: str, line: bytes, lineno: int) -> Prompt:
+    """The prompt ``prompt_id`` of a line the scan recorded for it."""
+    path = index.source.path
+    try:
+        parsed = parse_line(line)
+    except BadLine as exc:
+        raise InputFileError(path, lineno, f"changed while the run was reading it ({exc})") from None
+    if parsed is not None:
+        rid, conversation = parsed
+        for pid, messages in prompts_of(rid, conversation, index.mode):
+            if pid == prompt_id:
+                return Prompt(
+                    prompt_id,
+                    index.source.name,
+                    tuple(messages),
+                    lineno,
+                    conversation.tools,
+                    prompt_hash(messages, conversation.tools),
+                    conversation if index.mode == "all" else None,
+                )
+    raise InputFileError(path, lineno, "changed while the run was reading it; rerun to rescan")
+
+
+class PromptReader:
+    """Reads single prompts by the byte offsets a scan recorded, in whatever order a run picks.
+
+    Readers share a few open files (an LRU, ``READ_POOL``): a partition of thousands of datasets
+    runs under a small ``ulimit -n``, and a dataset the run has moved past holds no descriptor."""
+
+    def __init__(self, index: DatasetIndex):
+        self.index = index
+
+    def read(self, prompt_id: str) -> Prompt:
+        offset, lineno = self.index.offsets[prompt_id]
+        path = self.index.source.path
+        try:
+            with READ_POOL.use(self, lambda: open(path, "rb")) as fh:
+                fh.seek(offset)
+                line = fh.readline()
+        except OSError as exc:
+            raise limit_error(exc, path) or InputFileError(path, lineno, f"cannot read ({exc.strerror})") from exc
+        return build_prompt(self.index, prompt_id, line, lineno)
+
+    def close(self) -> None:
+        """Close this reader's file, if it is open; a later read opens it again."""
+        READ_POOL.release(self)

@@ -1,0 +1,284 @@
+"""The rows this tool writes, in one place: typed records built here and read back through the
+same types by the store (resume), the budget calculator, the exporter, the benchmarks and the tests.
+
+    ResultRecord   one line of outputs/<dataset>/raw_responses.jsonl: a completed prompt
+    ErrorRecord    one line of outputs/<dataset>/errors.jsonl: the latest failure or skip of a prompt
+    DoneEntry      what the resume scan keeps of a result row (id, tokens, where it came from)
+
+Adding a field to a row is a one-place change: add it to the dataclass (with a default, so rows
+written before it existed stay readable) and fill it where the record is built. JSON is the
+edge: ``to_json`` writes one whole line with orjson, ``from_dict`` reads any version of a row
+and never raises on a missing or mistyped optional field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+_LINE = orjson.OPT_APPEND_NEWLINE
+
+
+@dataclass(slots=True)
+class ResultRecord:
+    # --- which prompt -------------------------------------------------------------------------
+    id: str
+    dataset: str
+    partition: str
+    # the prompt plus the generated assistant turn(s): role, content, reasoning_content, tool_calls, ...
+    messages: list[dict]
+    # --- the generated (last) turn, split with the reasoning / tool-call parsers ----------------
+    reasoning_content: str
+    content: str
+    finish_reason: str  # stop | length
+    finish_detail: dict  # the server's finish_reason object, e.g. {"type": "stop", "matched": 163586}
+    reasoning_complete: bool  # False: reasoning was opened and never closed (cut off)
+    prompt_tokens: int
+    completion_tokens: int  # all generated turns of the row together
+    cached_tokens: int | None
+    output_text: str  # the raw completion, nothing stripped
+    # --- how it was made ------------------------------------------------------------------------
+    model: str | None
+    sampling_params: dict
+    chat_template_kwargs: dict | None
+    latency_s: float
+    server_latency_s: float | None
+    attempts: int
+    request_id: str
+    created_at: str
+    # --- added later: rows written before these existed read them as their defaults ------------
+    source: str | None = None  # the prompt file, relative to --prompts-dir (partition/name.jsonl)
+    prompt_hash: str | None = None  # hash of the prompt as rendered (messages + tools): resume checks it
+    tools: list[dict] | None = None  # the row's tool schemas, as given
+    tool_calls: list[dict] | None = None  # calls the model made in the generated turn (OpenAI shape)
+    input_ids: list[int] | None = None  # the prompt ids exactly as sent (of the last turn)
+    output_ids: list[int] | None = None  # as the server returned them, stop token included; None: not returned
+    ids_note: str | None = None  # why output_ids is missing, when it is
+    regenerate: str | None = None  # last | each | all
+    turns: list[dict] | None = None  # regenerate=all: every generated turn (Turn.to_dict), in order
+    stopped_early: str | None = None  # regenerate=all: why the conversation ends before its last turn
+    settings: str | None = None  # id of the settings set in the dataset's settings.jsonl
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self.to_dict(), option=_LINE)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, row: dict) -> ResultRecord:
+        """Any version of a result row; missing or mistyped optional fields read as their defaults."""
+        values = {}
+        for f in dataclasses.fields(cls):
+            if f.name in row:
+                values[f.name] = row[f.name]
+            elif f.default is not dataclasses.MISSING:
+                values[f.name] = f.default
+            else:
+                values[f.name] = None
+        return cls(**values)
+
+    @property
+    def finished_turns(self) -> list[dict]:
+        """The generated turns: ``turns`` for regenerate=all, else the one turn of the row."""
+        if self.turns:
+            return self.turns
+        return [
+            {
+                "reasoning_content": self.reasoning_content,
+                "content": self.content,
+                "tool_calls": self.tool_calls,
+                "finish_reason": self.finish_reason,
+                "reasoning_complete": self.reasoning_complete,
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "input_ids": self.input_ids,
+                "output_ids": self.output_ids,
+                "output_text": self.output_text,
+            }
+        ]
+
+
+@dataclass(slots=True)
+class Turn:
+    """One generated assistant turn: the parsed answer, the exact tokens, and how it was made."""
+
+    reasoning_content: str
+    content: str
+    tool_calls: list[dict] | None
+    had_reasoning: bool
+    finish_reason: str
+    finish_detail: dict
+    reasoning_complete: bool
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int | None
+    output_text: str
+    input_ids: list[int]
+    output_ids: list[int] | None
+    latency_s: float
+    server_latency_s: float | None
+    attempts: int
+    request_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, row: dict) -> Turn:
+        values: dict[str, Any] = {f.name: row.get(f.name) for f in dataclasses.fields(cls)}
+        return cls(**values)
+
+    def message(self) -> dict:
+        """The assistant message of this turn, as a conversation (and a chat template) holds it."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.had_reasoning:
+            message["reasoning_content"] = self.reasoning_content
+        if self.tool_calls:
+            message["tool_calls"] = self.tool_calls
+        return message
+
+
+@dataclass(frozen=True, slots=True)
+class RowContext:
+    """What a row says about its prompt and run, whatever its turns."""
+
+    id: str
+    dataset: str
+    partition: str
+    source: str
+    prompt_hash: str
+    tools: list[dict] | None
+    model: str | None
+    sampling_params: dict
+    chat_template_kwargs: dict | None
+    regenerate: str
+    settings: str | None
+
+
+def build_result(
+    ctx: RowContext, messages: list[dict], turns: list[Turn], created_at: str, stopped_early: str | None = None
+) -> ResultRecord:
+    """The one place a result row is made. ``messages``: the conversation with the model's turns in
+    it; the flat answer fields describe the last turn, token counts cover every turn."""
+    last = turns[-1]
+    return ResultRecord(
+        id=ctx.id,
+        dataset=ctx.dataset,
+        partition=ctx.partition,
+        messages=messages,
+        reasoning_content=last.reasoning_content,
+        content=last.content,
+        finish_reason=last.finish_reason,
+        finish_detail=last.finish_detail,
+        reasoning_complete=last.reasoning_complete,
+        prompt_tokens=last.prompt_tokens,
+        completion_tokens=sum(t.completion_tokens for t in turns),
+        cached_tokens=last.cached_tokens,
+        output_text=last.output_text,
+        model=ctx.model,
+        sampling_params=ctx.sampling_params,
+        chat_template_kwargs=ctx.chat_template_kwargs,
+        latency_s=round(sum(t.latency_s for t in turns), 3),
+        server_latency_s=last.server_latency_s,
+        attempts=last.attempts,
+        request_id=last.request_id,
+        created_at=created_at,
+        source=ctx.source,
+        prompt_hash=ctx.prompt_hash,
+        tools=ctx.tools,
+        tool_calls=last.tool_calls,
+        input_ids=last.input_ids,
+        output_ids=last.output_ids,
+        ids_note=None
+        if all(t.output_ids is not None for t in turns)
+        else (
+            "the server returned no output_ids for this answer; they were not re-tokenized from the text "
+            "(use a server or route that returns them for token-exact rows)"
+        ),
+        regenerate=ctx.regenerate,
+        turns=[t.to_dict() for t in turns] if ctx.regenerate == "all" else None,
+        stopped_early=stopped_early,
+        settings=ctx.settings,
+    )
+
+
+@dataclass(slots=True)
+class ErrorRecord:
+    id: str
+    dataset: str
+    status: str  # failed | skipped
+    error_type: str  # http_400, timeout, prompt_too_long, template_error, bad_response, ...
+    error: str
+    attempts: int
+    http_status: int | None
+    at: str
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(dataclasses.asdict(self), option=_LINE)
+
+    @classmethod
+    def from_dict(cls, row: dict) -> ErrorRecord | None:
+        """None for a row that is not an error record of ours (hand-edited, another tool's)."""
+        rid = row.get("id")
+        if not isinstance(rid, str):
+            return None
+        attempts = row.get("attempts")
+        status = row.get("http_status")
+        return cls(
+            id=rid,
+            dataset=str(row.get("dataset", "")),
+            status=str(row.get("status", "failed")),
+            error_type=str(row.get("error_type", "")),
+            error=str(row.get("error", "")),
+            attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else 0,
+            http_status=status if isinstance(status, int) and not isinstance(status, bool) else None,
+            at=str(row.get("at", "")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DoneEntry:
+    """What resume needs of one result row, read without building the whole record."""
+
+    id: str
+    completion_tokens: int
+    source: str | None
+    prompt_hash: str | None
+
+    @classmethod
+    def from_dict(cls, row: dict) -> DoneEntry | None:
+        """None for a line that is not a result row (no string id)."""
+        rid = row.get("id")
+        if not isinstance(rid, str):
+            return None
+        tokens = row.get("completion_tokens")
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            tokens = 0
+        source, digest = row.get("source"), row.get("prompt_hash")
+        return cls(
+            rid, tokens, source if isinstance(source, str) else None, digest if isinstance(digest, str) else None
+        )
+
+
+def parse_line(line: bytes) -> dict | None:
+    """One JSONL line as a dict, or None for anything else (torn, not JSON, not an object)."""
+    try:
+        row = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def typed_list(value: Any, kind: type) -> list | None:
+    """``value`` if it is a list of ``kind`` (bools are not ints), else None."""
+    if not isinstance(value, list):
+        return None
+    if kind is int:
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    else:
+        ok = all(isinstance(v, kind) for v in value)
+    return value if ok else None

@@ -1,0 +1,481 @@
+"""Result files of one dataset: the resume scan, torn-line repair, whole-line appends, the lock.
+
+    outputs/<dataset>/raw_responses.jsonl   one line per completed prompt (the training data)
+    outputs/<dataset>/errors.jsonl          the latest failure or skip of each prompt not yet done
+    outputs/<dataset>/.lock                 the pid of the run writing this dataset
+    outputs/.locks                          the locks themselves: one byte-range lock per dataset
+
+Every record is one ``os.write`` of a whole line on an O_APPEND descriptor, made from the
+event-loop thread, so a kill leaves at most one torn last line. ``recover`` finds it before
+anything is appended: a complete record missing only its newline gets the newline, a
+fragment is moved to ``raw_responses.jsonl.torn`` and cut off. A failed write is cut back
+to where it began, so an error never leaves half a line behind.
+
+Descriptors are few whatever the number of datasets: the append descriptors of all datasets
+share a small LRU pool (``WRITE_POOL``), and the locks of all datasets of an output folder sit
+on one open file, as open-file-description byte-range locks (Linux; the kernel drops them
+when the process dies, like flock). Where those do not exist, POSIX record locks stand in.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from synthgen.data.openfiles import FilePool, limit_error, pool_size
+from synthgen.data.records import DoneEntry, ErrorRecord, ResultRecord, parse_line
+from synthgen.errors import RunLockedError, StoreWriteError, SynthgenError
+
+RESULTS = "raw_responses.jsonl"
+ERRORS = "errors.jsonl"
+LOCK = ".lock"
+LOCK_TABLE = ".locks"
+BOM = b"\xef\xbb\xbf"  # an editor's UTF-8 byte order mark: not part of the first row
+
+# Append descriptors of every dataset's output files; a small share of the descriptor limit.
+WRITE_POOL: FilePool[int] = FilePool(pool_size(8), os.close)
+
+
+def _open_error(exc: OSError, path: Path, problem: str, fix: str) -> SynthgenError:
+    """The one-line error of a failed open: the descriptor limit, or ``problem`` with ``fix``."""
+    if exc.errno == errno.EISDIR:
+        fix = "it is a folder: move it aside and rerun"
+    return limit_error(exc, path) or StoreWriteError(f"{path}: {problem} ({exc.strerror}); {fix}")
+
+
+def _done_entry(line: bytes) -> DoneEntry | None:
+    row = parse_line(line)
+    return None if row is None else DoneEntry.from_dict(row)
+
+
+def iter_rows(path: Path) -> Iterator[dict]:
+    """Read-only: every complete JSON object row of a results file (a torn tail is passed over).
+
+    A missing file has no rows; any other failure to read raises OSError for the caller to name."""
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with fh:
+        for lineno, line in enumerate(fh, start=1):
+            row = parse_line(line.removeprefix(BOM) if lineno == 1 else line)
+            if row is not None:
+                yield row
+
+
+def iter_results(path: Path) -> Iterator[ResultRecord]:
+    """Read-only: every result row of a results file, as records (old rows included)."""
+    for row in iter_rows(path):
+        if isinstance(row.get("id"), str):
+            yield ResultRecord.from_dict(row)
+
+
+@dataclass
+class ResumeState:
+    """What earlier runs left in raw_responses.jsonl."""
+
+    done: set[str] = field(default_factory=set)  # kept current by the run as prompts finish
+    entries: dict[str, DoneEntry] = field(default_factory=dict)  # the rows found, by id (first wins)
+    completion_tokens: int = 0  # over the rows found: --max-tokens-per-dataset counts them
+    duplicate_rows: int = 0  # should stay 0; reported if another tool wrote the file
+    bad_lines: list[int] = field(default_factory=list)  # unreadable lines other than the last
+    repaired: str | None = None  # what recover() did (or, without repair, would do) to the last line
+    bom: bool = False  # the file starts with a UTF-8 byte order mark (passed over, left in place)
+
+
+class _LockTable:
+    """The locks of every dataset of one output folder, on one open file: a one-byte lock per
+    dataset at an offset hashed from its name. One per output folder per process."""
+
+    _open: dict[str, _LockTable] = {}
+
+    def __init__(self, key: str, fd: int):
+        self.key, self.fd = key, fd
+        self.held: set[str] = set()
+
+    @classmethod
+    def of(cls, output_dir: Path) -> _LockTable:
+        key = os.path.realpath(output_dir)
+        table = cls._open.get(key)
+        if table is None:
+            path = Path(output_dir) / LOCK_TABLE
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                raise _open_error(
+                    exc, path, "cannot open the lock file", f"make it writable (chmod u+rw {path}) or remove it"
+                ) from exc
+            table = cls._open[key] = cls(key, fd)
+        return table
+
+    @staticmethod
+    def _offset(dataset: str) -> int:
+        return int.from_bytes(hashlib.sha256(dataset.encode()).digest()[:8], "big") >> 2
+
+    def _set(self, dataset: str, kind: int) -> None:
+        offset = self._offset(dataset)
+        if hasattr(fcntl, "F_OFD_SETLK"):
+            # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks), padding.
+            fcntl.fcntl(self.fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", kind, os.SEEK_SET, offset, 1, 0))
+        else:
+            fcntl.lockf(
+                self.fd, {fcntl.F_WRLCK: fcntl.LOCK_EX | fcntl.LOCK_NB, fcntl.F_UNLCK: fcntl.LOCK_UN}[kind], 1, offset
+            )
+
+    def acquire(self, dataset: str) -> bool:
+        """Lock ``dataset``; False if another run (or another store of this process) holds it."""
+        if dataset in self.held:
+            return False
+        try:
+            self._set(dataset, fcntl.F_WRLCK)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                return False
+            raise StoreWriteError(f"{Path(self.key) / LOCK_TABLE}: cannot lock ({exc.strerror})") from exc
+        self.held.add(dataset)
+        return True
+
+    def release(self, dataset: str) -> None:
+        if dataset not in self.held:
+            return
+        self.held.discard(dataset)
+        try:
+            self._set(dataset, fcntl.F_UNLCK)
+        except OSError:
+            pass  # closing the table below drops it anyway
+        self.close_if_idle()
+
+    def close_if_idle(self) -> None:
+        if not self.held and self._open.get(self.key) is self:
+            del self._open[self.key]
+            os.close(self.fd)
+
+
+class DatasetStore:
+    def __init__(self, output_dir: Path, dataset: str):
+        self.dataset = dataset
+        self.output_dir = Path(output_dir)
+        self.dir = self.output_dir / dataset
+        self.results_path = self.dir / RESULTS
+        self.errors_path = self.dir / ERRORS
+        self.lock_path = self.dir / LOCK
+        self._locked: _LockTable | None = None
+        self._written: set[Path] = set()  # files appended to: synced on close
+
+    # --- lock ------------------------------------------------------------------------------------
+    def lock(self) -> None:
+        """Take the dataset's lock or refuse; the OS releases it when this process dies."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _open_error(
+                exc, self.dir, "cannot create the output folder", "check --output-dir and its permissions"
+            ) from exc
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise _open_error(
+                exc,
+                self.lock_path,
+                "cannot open the lock file",
+                f"make it writable (chmod u+rw {self.lock_path}) or remove it",
+            ) from exc
+        try:
+            table = _LockTable.of(self.output_dir)
+            if not table.acquire(self.dataset):
+                table.close_if_idle()
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                raise RunLockedError(
+                    f"{self.dir}: another run (pid {holder}) is writing dataset '{self.dataset}'; "
+                    f"wait for it to finish or stop it (kill {holder}) before starting this one"
+                )
+            self._locked = table
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            except OSError as exc:  # the pid is for the message of a refused run; the lock holds without it
+                if exc.errno != errno.ENOSPC:
+                    raise StoreWriteError(f"{self.lock_path}: cannot write ({exc.strerror})") from exc
+        finally:
+            os.close(fd)
+
+    def check_writable(self) -> None:
+        """Find a read-only results or errors file (or folder) before any request is sent: each
+        existing file is opened for appending, without writing; a missing one needs a writable folder."""
+        for path in (self.results_path, self.errors_path):
+            if path.exists() or path.is_symlink():
+                try:
+                    os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC))
+                except OSError as exc:
+                    raise _open_error(
+                        exc, path, "cannot open for writing", f"make it writable (chmod u+w {path}) and rerun"
+                    ) from exc
+            elif not os.access(self.dir, os.W_OK | os.X_OK):
+                raise StoreWriteError(
+                    f"{self.dir}: the output folder is not writable; "
+                    f"make it writable (chmod u+rwx {self.dir}) and rerun"
+                )
+
+    # --- resume ------------------------------------------------------------------------------------
+    def recover(self, repair: bool = True) -> ResumeState:
+        """Scan completed ids; with ``repair``, fix a torn last line before any append (without,
+        ``repaired`` says what a run would do)."""
+        state = ResumeState()
+        try:
+            fh = open(self.results_path, "rb")
+        except FileNotFoundError:
+            return state
+        except OSError as exc:
+            raise _open_error(
+                exc,
+                self.results_path,
+                "cannot read the results file",
+                f"make it readable and writable (chmod u+rw {self.results_path}) and rerun",
+            ) from exc
+        offset = 0
+        tail: tuple[int, bytes] | None = None
+        lineno = 0
+        with fh:
+            for lineno, line in enumerate(fh, start=1):
+                parsed = line
+                if lineno == 1 and line.startswith(BOM):
+                    state.bom = True
+                    parsed = line[len(BOM) :]
+                if not line.endswith(b"\n"):
+                    tail = (offset, parsed)  # only the last line can lack its newline
+                    break
+                offset += len(line)
+                if not parsed.strip():
+                    continue
+                self._count(state, parsed, lineno)
+        if tail is None:
+            return state
+        start, fragment = tail
+        if _done_entry(fragment) is not None:
+            # The whole record made it; only the newline is missing.
+            self._count(state, fragment, lineno)
+            state.repaired = f"{'added' if repair else 'would add'} the missing newline after the last record"
+            if repair:
+                self._write_raw(self.results_path, b"\n")
+        else:
+            verb = "moved" if repair else "would move"
+            state.repaired = f"{verb} a torn last line ({len(fragment)} bytes) to {RESULTS}.torn"
+            if repair:
+                self._write_raw(self.results_path.with_name(RESULTS + ".torn"), fragment + b"\n")
+                try:
+                    os.truncate(self.results_path, start)
+                except OSError as exc:
+                    problem = f"cannot repair the torn last line ({exc.strerror})"
+                    raise StoreWriteError(f"{self.results_path}: {problem}") from exc
+        return state
+
+    @staticmethod
+    def _count(state: ResumeState, line: bytes, lineno: int) -> None:
+        entry = _done_entry(line)
+        if entry is None:
+            state.bad_lines.append(lineno)
+            return
+        if entry.id in state.done:
+            state.duplicate_rows += 1
+            return
+        state.done.add(entry.id)
+        state.entries[entry.id] = entry
+        state.completion_tokens += entry.completion_tokens
+
+    def compact_errors(self, drop: set[str]) -> None:
+        """Rewrite errors.jsonl (atomically) without the rows of ``drop``, the prompts that are
+        done or that this run tries again, keeping one row, the latest, per remaining prompt."""
+        if not (self.errors_path.exists() or self.errors_path.is_symlink()):
+            return
+        latest: dict = {}
+        try:
+            for row in iter_rows(self.errors_path):
+                key = row.get("id")
+                key = key if isinstance(key, str) else orjson.dumps(key)  # a hand-edited id of another type
+                latest.pop(key, None)  # re-insert so the order follows the latest attempt
+                latest[key] = row
+        except OSError as exc:
+            raise _open_error(
+                exc,
+                self.errors_path,
+                "cannot read",
+                f"make it readable and writable (chmod u+rw {self.errors_path}) and rerun",
+            ) from exc
+        keep = [row for key, row in latest.items() if key not in drop]
+        tmp = self.errors_path.with_suffix(".jsonl.tmp")
+        # An append descriptor would point at the replaced file: close it, the next append reopens.
+        WRITE_POOL.release((self, self.errors_path))
+        try:
+            with open(tmp, "wb") as fh:
+                for row in keep:
+                    fh.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.errors_path)
+        except OSError as exc:
+            raise limit_error(exc, tmp) or StoreWriteError(
+                f"{self.errors_path}: cannot rewrite ({exc.strerror})"
+            ) from exc
+
+    # --- appends ------------------------------------------------------------------------------------
+    def append_result(self, record: ResultRecord) -> None:
+        self._write_raw(self.results_path, record.to_json())
+
+    def append_error(self, record: ErrorRecord) -> None:
+        self._write_raw(self.errors_path, record.to_json())
+
+    def _open_append(self, path: Path) -> int:
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise _open_error(
+                exc, path, "cannot open for writing", f"make it writable (chmod u+w {path}) and rerun to resume"
+            ) from exc
+
+    def _write_raw(self, path: Path, data: bytes) -> None:
+        with WRITE_POOL.use((self, path), lambda: self._open_append(path)) as fd:
+            self._written.add(path)
+            start = os.fstat(fd).st_size
+            view = memoryview(data)
+            try:
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+            except OSError as exc:
+                # Cut back to where this record began: a full disk must not leave half a line.
+                try:
+                    os.ftruncate(fd, start)
+                except OSError:
+                    pass
+                reason = "disk full" if exc.errno == errno.ENOSPC else exc.strerror
+                raise StoreWriteError(
+                    f"{path}: write failed ({reason}); everything before this record is intact, "
+                    "free space or fix permissions and rerun to resume"
+                ) from exc
+
+    def sync(self) -> None:
+        """fsync every file this store appended to (its descriptor may have left the pool)."""
+        for path in self._written:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        self.sync()
+        for path in self._written:
+            WRITE_POOL.release((self, path))
+        self._written.clear()
+        if self._locked is not None:
+            self._locked.release(self.dataset)
+            self._locked = None
+
+
+class PartialTurns:
+    """Finished turns of conversations that are not finished yet (``--regenerate all``).
+
+        outputs/<dataset>/partial_turns.jsonl   {"id", "turn": k, "data": <Turn>} per generated turn
+
+    A conversation's row reaches raw_responses.jsonl only when its last turn is done; until then
+    its turns wait here, so a killed run loses at most the turns in flight. ``open`` keeps the
+    turns of conversations that are not done (contiguous from turn 0), drops the rest with an
+    atomic rewrite, and returns them; a torn last line is dropped like any unreadable line.
+    """
+
+    NAME = "partial_turns.jsonl"
+
+    def __init__(self, folder: Path):
+        self.path = Path(folder) / self.NAME
+
+    def read(self, done: set[str]) -> dict[str, list[dict]]:
+        turns: dict[str, list[dict]] = {}
+        for row in iter_rows(self.path):
+            rid, k, data = row.get("id"), row.get("turn"), row.get("data")
+            if not isinstance(rid, str) or rid in done or not isinstance(data, dict):
+                continue
+            have = turns.setdefault(rid, [])
+            if k == len(have):  # a turn out of order (or repeated) is not ours to trust
+                have.append(data)
+        return turns
+
+    def open(self, done: set[str]) -> dict[str, list[dict]]:
+        turns = self.read(done)
+        if self.path.exists():
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            try:
+                with open(tmp, "wb") as fh:
+                    for rid, datas in turns.items():
+                        for k, data in enumerate(datas):
+                            row = {"id": rid, "turn": k, "data": data}
+                            fh.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                raise StoreWriteError(f"{self.path}: cannot rewrite ({exc.strerror})") from exc
+        return turns
+
+    def append(self, rid: str, k: int, data: dict) -> None:
+        line = orjson.dumps({"id": rid, "turn": k, "data": data}, option=orjson.OPT_APPEND_NEWLINE)
+        try:
+            with WRITE_POOL.use((self, self.path), self._open) as fd:  # shared with the result files: few descriptors
+                start = os.fstat(fd).st_size
+                try:
+                    os.write(fd, line)
+                except OSError:
+                    os.ftruncate(fd, start)
+                    raise
+        except OSError as exc:
+            limited = limit_error(exc, self.path)
+            if limited is not None:
+                raise limited from exc
+            reason = "disk full" if exc.errno == errno.ENOSPC else exc.strerror
+            raise StoreWriteError(f"{self.path}: write failed ({reason}); rerun to resume") from exc
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+    def close(self) -> None:
+        WRITE_POOL.release((self, self.path))
+
+
+def move_rows(results_path: Path, ids: set[str], to_name: str = "changed_rows.jsonl") -> int:
+    """Move the result rows of ``ids`` out of a results file into ``to_name`` beside it (appended and
+    synced first, then the results file is replaced atomically): nothing is lost if a kill comes
+    between. Returns how many rows moved."""
+    keep: list[bytes] = []
+    moved: list[bytes] = []
+    try:
+        with open(results_path, "rb") as fh:
+            for line in fh:
+                entry = _done_entry(line)
+                (moved if entry is not None and entry.id in ids else keep).append(line)
+        target = results_path.with_name(to_name)
+        with open(target, "ab") as fh:
+            fh.writelines(moved)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp = results_path.with_suffix(".jsonl.tmp")
+        with open(tmp, "wb") as fh:
+            fh.writelines(keep)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, results_path)
+    except OSError as exc:
+        raise StoreWriteError(f"{results_path}: cannot move rows of changed prompts ({exc.strerror})") from exc
+    return len(moved)

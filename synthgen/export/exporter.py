@@ -1,0 +1,560 @@
+"""Turning outputs/<dataset>/raw_responses.jsonl into files trainers load as they are.
+
+    scan_dataset   pass 1: read a results file, drop rows (counted per reason), keep where each kept row is
+    split_rows     which kept rows go to the train file and which to the validation file, in what order
+    write_export   pass 2: read each kept row again by its byte offset, convert it, write atomically
+    format_report  what would be exported, why rows are dropped, and the length distributions
+
+Rows are never held in memory all at once: pass 1 keeps (file, offset, length) of each kept row, so a
+shuffled export of a few million long reasoning rows costs a few hundred bytes per row.
+
+Formats (each output row comes from exactly one input row):
+
+    specforge  {"id", "conversations": [...], "tools"?: "<JSON string>", <chat_template_kwargs>...,
+                "synthgen_meta": {...}}
+               SpecForge (specforge/data/preprocessing.py build_eagle3_dataset) pops "conversations", "id" and
+               "tools" (a JSON string or a list) and passes every other column to the chat template as a
+               variable; so the row's chat_template_kwargs (e.g. thinking, enable_thinking) are top-level keys
+               and render as the model saw them, and everything else sits under "synthgen_meta", which no
+               template reads. Its ThinkingParser keeps role, content, reasoning_content, tool_calls, name and
+               tool_call_id of a message. Types are the same in every row so Arrow loads the file: content
+               and reasoning_content are strings, function.arguments is the JSON string the model wrote, tools
+               is a JSON string (tool schemas differ from row to row, which Arrow cannot hold as structs).
+    messages   {"id", "messages": [...], "tools"?: [...]}: OpenAI-style, for SFT trainers.
+    tokens     {"id", "input_ids", "loss_mask"} from the ids the server saw and returned (no re-tokenization):
+               input_ids = prompt ids + output ids (stop token included), loss_mask 1 on generated tokens.
+               A regenerate=all row with several generated turns is one sequence when each earlier turn's
+               prompt + output ids are a prefix of the last turn's prompt ids (every generated span masked 1);
+               otherwise (e.g. the template drops earlier reasoning from the history) one row per turn, with
+               ids "<dataset>/<id>#<turn>". Rows without stored ids are dropped and counted.
+
+Output ids are "<dataset>/<id>": the same prompt id in two datasets stays two rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import tempfile
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from synthgen.data.records import ResultRecord, parse_line, typed_list
+from synthgen.errors import InputFileError, StoreWriteError
+from synthgen.export.histogram import histogram
+
+FORMATS = ("specforge", "tokens", "messages")
+META_KEY = "synthgen_meta"
+# Keys SpecForge itself reads, or that apply_chat_template takes as arguments: never template variables.
+RESERVED_KEYS = frozenset(
+    {
+        "id",
+        "conversations",
+        "tools",
+        "text",
+        META_KEY,
+        "messages",
+        "conversation",
+        "tokenize",
+        "add_generation_prompt",
+        "add_special_tokens",
+        "chat_template",
+        "documents",
+        "continue_final_message",
+        "return_dict",
+        "tokenizer_kwargs",
+    }
+)
+# Left in a reasoning or answer field, these mean the split into reasoning and answer went wrong.
+STRAY_MARKERS = (
+    "<think>",
+    "</think>",
+    "<|channel|>",
+    "<|message|>",
+    "<|start|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|constrain|>",
+)
+
+# Drop reasons, in the order they are tested (a row counts under the first that applies) and reported.
+DUPLICATE = "duplicate"
+MALFORMED = "malformed"
+NO_IDS = "no_ids"
+TRUNCATED = "truncated"
+UNCLOSED = "unclosed"
+EMPTY = "empty"
+STRAY = "stray"
+REASONS = {
+    DUPLICATE: "duplicate id (first kept)",
+    MALFORMED: "not a result row",
+    NO_IDS: "no stored token ids",
+    TRUNCATED: "cut at max tokens",
+    UNCLOSED: "reasoning never closed",
+    EMPTY: "empty answer",
+    STRAY: "stray think/channel markers",
+}
+HINTS = {
+    NO_IDS: "rows written before ids were stored; use --format specforge or messages",
+    TRUNCATED: "finish_reason length; --keep-truncated keeps them",
+    STRAY: "a tag left in reasoning_content or content",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetRef:
+    name: str
+    path: Path  # its raw_responses.jsonl
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """What to export and how; built by export_cli from the arguments.
+
+    ``tokenizer`` is a loaded tokenizer (templating.load_tokenizer) for the re-tokenization check, or None.
+    """
+
+    datasets: tuple[DatasetRef, ...]
+    format: str = "specforge"
+    out: Path | None = None  # None: report only
+    keep_truncated: bool = False
+    shuffle: bool = False
+    seed: int = 0
+    val_fraction: float = 0.0
+    tokenizer: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class RowRef:
+    dataset: str
+    id: str
+    path: Path
+    offset: int
+    length: int
+
+
+@dataclass
+class DatasetScan:
+    """What pass 1 learned about one dataset."""
+
+    ref: DatasetRef
+    kept: list[RowRef] = field(default_factory=list)
+    rows: int = 0  # lines that parsed as JSON objects
+    unreadable: int = 0  # torn or not JSON
+    dropped: Counter = field(default_factory=Counter)  # reason -> rows
+    # over unique rows, before the filters: what the generation produced
+    completion_tokens: list[int] = field(default_factory=list)
+    prompt_tokens: list[int] = field(default_factory=list)
+    reasoning_chars: list[int] = field(default_factory=list)
+    tool_calls: Counter = field(default_factory=Counter)  # calls in a row -> rows
+    cut: int = 0
+    empty: int = 0
+    # re-tokenization of kept rows (tokenizer given, specforge/messages only)
+    drift_checked: int = 0
+    drift: int = 0
+    drift_no_ids: int = 0
+
+    @property
+    def unique(self) -> int:
+        return len(self.completion_tokens)
+
+
+# --- reading ------------------------------------------------------------------------------------------
+def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(byte offset, line) of every line; an unreadable file is the user's to fix."""
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        raise InputFileError(path, None, "no such results file; check --output-dir and the dataset name") from None
+    except OSError as exc:
+        raise InputFileError(path, None, f"cannot read ({exc.strerror})") from exc
+    offset = 0
+    with fh:
+        for line in fh:
+            yield offset, line
+            offset += len(line)
+
+
+# --- checks on one row (pure) -------------------------------------------------------------------------
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def well_formed(record: ResultRecord) -> bool:
+    """The fields every format needs, with the types it needs."""
+    return (
+        isinstance(record.id, str)
+        and isinstance(record.messages, list)
+        and bool(record.messages)
+        and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in record.messages)
+        and all(isinstance(t, dict) for t in record.finished_turns)
+    )
+
+
+def turn_ids(turn: dict) -> tuple[list[int], list[int]] | None:
+    prompt, output = typed_list(turn.get("input_ids"), int), typed_list(turn.get("output_ids"), int)
+    return (prompt, output) if prompt is not None and output is not None else None
+
+
+def _calls(turn: dict) -> int:
+    calls = turn.get("tool_calls")
+    return len(calls) if isinstance(calls, list) else 0
+
+
+def is_empty_answer(turn: dict) -> bool:
+    """Reasoning closed (or none), yet no answer and no tool call."""
+    return turn.get("reasoning_complete") is not False and not _text(turn.get("content")).strip() and not _calls(turn)
+
+
+def has_stray_marker(turn: dict) -> bool:
+    fields = (_text(turn.get("reasoning_content")), _text(turn.get("content")))
+    return any(marker in text for text in fields for marker in STRAY_MARKERS)
+
+
+def drop_reason(record: ResultRecord, fmt: str, keep_truncated: bool) -> str | None:
+    """Why a (unique, well-formed) row is not exported, or None to export it."""
+    turns = record.finished_turns
+    if fmt == "tokens" and any(turn_ids(t) is None for t in turns):
+        return NO_IDS
+    cut = any(t.get("finish_reason") == "length" for t in turns)
+    if cut and keep_truncated:
+        return STRAY if any(has_stray_marker(t) for t in turns) else None
+    if cut:
+        return TRUNCATED
+    if any(t.get("reasoning_complete") is False for t in turns):
+        return UNCLOSED
+    if any(is_empty_answer(t) for t in turns):
+        return EMPTY
+    if any(has_stray_marker(t) for t in turns):
+        return STRAY
+    return None
+
+
+# --- converting one row (pure) ------------------------------------------------------------------------
+def export_id(record: ResultRecord) -> str:
+    return f"{record.dataset}/{record.id}"
+
+
+def _arguments(value: Any) -> str:
+    # The model's own text is kept byte for byte; only a prompt's history can carry an object here.
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value if value is not None else {}).decode()
+
+
+def tool_call(call: dict) -> dict:
+    function = call.get("function")
+    if not isinstance(function, dict):
+        function = {}
+    out: dict[str, Any] = {}
+    if isinstance(call.get("id"), str):
+        out["id"] = call["id"]
+    out["type"] = call.get("type") if isinstance(call.get("type"), str) else "function"
+    out["function"] = {"name": _text(function.get("name")), "arguments": _arguments(function.get("arguments"))}
+    return out
+
+
+def message(raw: dict) -> dict:
+    """One message with the keys a chat template reads, in stable types."""
+    out: dict[str, Any] = {"role": raw["role"], "content": _text(raw.get("content"))}
+    if isinstance(raw.get("reasoning_content"), str):
+        out["reasoning_content"] = raw["reasoning_content"]
+    calls = raw.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        out["tool_calls"] = [tool_call(c) for c in calls if isinstance(c, dict)]
+    for key in ("tool_call_id", "name"):
+        if isinstance(raw.get(key), str):
+            out[key] = raw[key]
+    return out
+
+
+def template_kwargs(record: ResultRecord) -> dict:
+    kwargs = record.chat_template_kwargs
+    return {k: v for k, v in kwargs.items() if k not in RESERVED_KEYS} if isinstance(kwargs, dict) else {}
+
+
+def meta(record: ResultRecord) -> dict:
+    """Everything a trainer does not read, as scalars of one type each (JSON text for the nested ones)."""
+
+    def as_json(value: Any) -> str | None:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode() if value is not None else None
+
+    return {
+        "dataset": record.dataset,
+        "id": record.id,
+        "partition": _text(record.partition) or None,
+        "source": record.source,
+        "finish_reason": record.finish_reason,
+        "reasoning_complete": record.reasoning_complete,
+        "prompt_tokens": _int(record.prompt_tokens),
+        "completion_tokens": _int(record.completion_tokens),
+        "generated_turns": len(record.finished_turns),
+        "model": record.model,
+        "regenerate": record.regenerate,
+        "settings": record.settings,
+        "chat_template_kwargs": as_json(record.chat_template_kwargs),
+        "sampling_params": as_json(record.sampling_params),
+        "created_at": record.created_at,
+    }
+
+
+def to_specforge(record: ResultRecord) -> dict:
+    row: dict[str, Any] = {"id": export_id(record), "conversations": [message(m) for m in record.messages]}
+    if record.tools:
+        row["tools"] = orjson.dumps(record.tools).decode()
+    row.update(template_kwargs(record))
+    row[META_KEY] = meta(record)
+    return row
+
+
+def to_messages(record: ResultRecord) -> dict:
+    row: dict[str, Any] = {"id": export_id(record), "messages": [message(m) for m in record.messages]}
+    if record.tools:
+        row["tools"] = record.tools
+    return row
+
+
+def token_rows(record: ResultRecord) -> list[dict]:
+    """One sequence when the generated turns chain, else one row per turn (see the module docstring)."""
+    spans = [ids for ids in (turn_ids(t) for t in record.finished_turns) if ids is not None]
+    last_prompt, last_output = spans[-1]
+    sequence = last_prompt + last_output
+    chained = all(sequence[: len(p) + len(o)] == p + o and len(p) + len(o) <= len(last_prompt) for p, o in spans[:-1])
+    if chained:
+        mask = [0] * len(sequence)
+        for prompt, output in spans:
+            mask[len(prompt) : len(prompt) + len(output)] = [1] * len(output)
+        return [{"id": export_id(record), "input_ids": sequence, "loss_mask": mask}]
+    return [
+        {"id": f"{export_id(record)}#{k}", "input_ids": p + o, "loss_mask": [0] * len(p) + [1] * len(o)}
+        for k, (p, o) in enumerate(spans)
+    ]
+
+
+def convert(record: ResultRecord, fmt: str) -> list[dict]:
+    if fmt == "tokens":
+        return token_rows(record)
+    return [to_specforge(record) if fmt == "specforge" else to_messages(record)]
+
+
+# --- re-tokenization drift ----------------------------------------------------------------------------
+def retokenizes(tokenizer: Any, turn: dict) -> bool | None:
+    """Does the turn's text encode back to the ids the server returned? None: no stored ids to compare."""
+    output = typed_list(turn.get("output_ids"), int)
+    if output is None or not isinstance(turn.get("output_text"), str):
+        return None
+    ids = list(tokenizer(turn["output_text"], add_special_tokens=False)["input_ids"])
+    # The matched stop token is in output_ids but not in the text the server returned.
+    return ids == output or (turn.get("finish_reason") == "stop" and ids == output[:-1])
+
+
+# --- pass 1 -------------------------------------------------------------------------------------------
+def scan_dataset(ref: DatasetRef, config: ExportConfig) -> DatasetScan:
+    scan = DatasetScan(ref)
+    seen: set[str] = set()
+    for offset, line in iter_lines(ref.path):
+        if not line.strip():
+            continue
+        row = parse_line(line)  # None for a torn tail or a line that is not JSON, as store.iter_rows skips
+        if row is None:
+            scan.unreadable += 1
+            continue
+        scan.rows += 1
+        record = ResultRecord.from_dict(row)
+        if not well_formed(record):
+            scan.dropped[MALFORMED] += 1
+            continue
+        if record.id in seen:
+            scan.dropped[DUPLICATE] += 1
+            continue
+        seen.add(record.id)
+        record.dataset = ref.name  # rows copied between folders still belong to the folder they are in
+        _measure(scan, record)
+        reason = drop_reason(record, config.format, config.keep_truncated)
+        if reason is not None:
+            scan.dropped[reason] += 1
+            continue
+        scan.kept.append(RowRef(ref.name, record.id, ref.path, offset, len(line)))
+        if config.tokenizer is not None and config.format != "tokens":
+            _check_drift(scan, record, config.tokenizer)
+    return scan
+
+
+def _measure(scan: DatasetScan, record: ResultRecord) -> None:
+    turns = record.finished_turns
+    scan.completion_tokens.append(max(0, _int(record.completion_tokens) or 0))
+    scan.prompt_tokens.append(max(0, _int(record.prompt_tokens) or 0))
+    scan.reasoning_chars.append(sum(len(_text(t.get("reasoning_content"))) for t in turns))
+    scan.tool_calls[sum(_calls(t) for t in turns)] += 1
+    scan.cut += any(t.get("finish_reason") == "length" for t in turns)
+    scan.empty += any(is_empty_answer(t) for t in turns)
+
+
+def _check_drift(scan: DatasetScan, record: ResultRecord, tokenizer: Any) -> None:
+    results = [retokenizes(tokenizer, t) for t in record.finished_turns]
+    if any(r is None for r in results):
+        scan.drift_no_ids += 1
+        return
+    scan.drift_checked += 1
+    scan.drift += not all(results)
+
+
+# --- which rows go where (pure) -----------------------------------------------------------------------
+def in_validation(ref: RowRef, seed: int, fraction: float) -> bool:
+    """A hash of (seed, dataset, id): a row stays on its side when the export is redone with more rows."""
+    digest = hashlib.sha256(f"{seed}\0{ref.dataset}\0{ref.id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+
+
+def split_rows(rows: Sequence[RowRef], config: ExportConfig) -> tuple[list[RowRef], list[RowRef]]:
+    """(train, validation), each in input order or shuffled by the seed."""
+    train = [r for r in rows if not in_validation(r, config.seed, config.val_fraction)]
+    val = [r for r in rows if in_validation(r, config.seed, config.val_fraction)]
+    if config.shuffle:
+        rng = random.Random(config.seed)
+        rng.shuffle(train)
+        rng.shuffle(val)
+    return train, val
+
+
+def val_path(out: Path) -> Path:
+    """train.jsonl -> train.val.jsonl; a name without an extension gets .val at its end."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.val{out.suffix}") if out.suffix else out.with_name(f"{out.name}.val")
+
+
+# --- pass 2 -------------------------------------------------------------------------------------------
+def read_row(ref: RowRef, fh) -> ResultRecord:
+    fh.seek(ref.offset)
+    record = ResultRecord.from_dict(orjson.loads(fh.read(ref.length)))
+    record.dataset = ref.dataset
+    return record
+
+
+def _write_rows(path: Path, refs: Sequence[RowRef], fmt: str, handles: dict[Path, Any]) -> tuple[str, int]:
+    """Rows to a temp file beside ``path``; returns (temp path, rows written). The caller renames it."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    written = 0
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for ref in refs:
+                if ref.path not in handles:
+                    handles[ref.path] = open(ref.path, "rb")
+                for row in convert(read_row(ref, handles[ref.path]), fmt):
+                    out.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+                    written += 1
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp, written
+
+
+def write_export(scans: Sequence[DatasetScan], config: ExportConfig) -> dict[Path, int]:
+    """Write the train file (and the validation file); returns rows written per file.
+
+    Both files are complete in temp files before either is renamed into place, so a failure leaves the
+    previous export as it was."""
+    assert config.out is not None
+    train, val = split_rows([r for s in scans for r in s.kept], config)
+    targets = [(Path(config.out), train)]
+    if config.val_fraction > 0:
+        targets.append((val_path(config.out), val))
+    handles: dict[Path, Any] = {}
+    temps: list[tuple[str, Path, int]] = []
+    try:
+        for path, refs in targets:
+            tmp, written = _write_rows(path, refs, config.format, handles)
+            temps.append((tmp, path, written))
+        for tmp, path, _ in temps:
+            os.replace(tmp, path)
+    except OSError as exc:
+        for tmp, _, _ in temps:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        target = exc.filename or config.out
+        raise StoreWriteError(
+            f"{target}: cannot write the export ({exc.strerror}); "
+            "check that its folder exists, is writable and has space"
+        ) from exc
+    finally:
+        for fh in handles.values():
+            fh.close()
+    return {path: written for _, path, written in temps}
+
+
+# --- the report (pure) --------------------------------------------------------------------------------
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.1%}" if whole else "-"
+
+
+def _tool_calls_line(counts: Counter) -> str:
+    parts = [f"{calls}: {counts[calls]:,}" for calls in sorted(counts)]
+    return "   ".join(parts) if parts else "-"
+
+
+def format_dataset(scan: DatasetScan, config: ExportConfig) -> list[str]:
+    kept, dropped = len(scan.kept), sum(scan.dropped.values())
+    label = 30
+    lines = [
+        f"{scan.ref.name}  ({scan.ref.path})",
+        f"  {'rows read':<{label}} {scan.rows:>9,}",
+        f"  {'exported':<{label}} {kept:>9,}   (--format {config.format})",
+        f"  {'dropped':<{label}} {dropped:>9,}",
+    ]
+    for reason, text in REASONS.items():
+        if scan.dropped[reason]:
+            hint = f"   ({HINTS[reason]})" if reason in HINTS else ""
+            lines.append(f"    {text:<{label - 2}} {scan.dropped[reason]:>9,}{hint}")
+    if scan.unreadable:
+        lines.append(f"  {'unreadable lines':<{label}} {scan.unreadable:>9,}   (torn or not JSON; skipped)")
+    unique = scan.unique
+    for text, part in (("share cut at max tokens", scan.cut), ("share with empty answer", scan.empty)):
+        lines.append(f"  {text:<{label}} {_share(part, unique):>9}   ({part:,} of {unique:,})")
+    lines.append(f"  {'tool calls per row':<{label}} {_tool_calls_line(scan.tool_calls)}")
+    if config.tokenizer is not None and config.format != "tokens":
+        line = f"  {'re-tokenization':<{label}} {scan.drift:,} of {scan.drift_checked:,} kept rows differ"
+        if scan.drift_no_ids:
+            line += f" ({scan.drift_no_ids:,} without stored ids not checked)"
+        lines.append(line)
+    for title, values in (
+        ("completion tokens", scan.completion_tokens),
+        ("prompt tokens", scan.prompt_tokens),
+        ("reasoning chars", scan.reasoning_chars),
+    ):
+        lines.append("")
+        lines.extend("  " + line for line in histogram(values, title))
+    return lines
+
+
+def format_report(scans: Sequence[DatasetScan], config: ExportConfig) -> str:
+    lines: list[str] = []
+    for scan in scans:
+        lines.extend(format_dataset(scan, config))
+        lines.append("")
+    read = sum(s.rows for s in scans)
+    kept = sum(len(s.kept) for s in scans)
+    lines.append(f"total: {kept:,} of {read:,} rows would be exported as {config.format}")
+    if config.format != "tokens":
+        if config.tokenizer is None:
+            lines.append(
+                "re-tokenization check skipped: pass --tokenizer PATH to compare the text with the stored output_ids"
+            )
+        elif any(s.drift for s in scans):
+            lines.append(
+                "some rows do not re-tokenize to the ids the model produced: prefer --format tokens "
+                "to train on exactly those ids"
+            )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,347 @@
+"""One dataset's run: its input index, what earlier runs left, the prompts this run takes, the
+result store, the one set of counts, and the token-budget gate.
+
+    open_dataset()        scan + validate the prompt file, lock the output folder, read what is
+                          done, select this run's prompts, tidy errors.jsonl
+    DatasetRun.record_result / record_error
+                          the only places a finished prompt is written and counted
+    DatasetRun.admit      the --max-tokens-per-dataset gate
+
+Progress hears about everything through events; nothing here writes its fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from synthgen.chat.parsers import OutputParser
+from synthgen.config import RunConfig
+from synthgen.data.prompts import DatasetIndex, DatasetSource, Prompt, scan_dataset
+from synthgen.data.records import ErrorRecord, RowContext, Turn, build_result
+from synthgen.data.selection import Selection, select
+from synthgen.data.store import DatasetStore, PartialTurns, ResumeState, move_rows
+from synthgen.errors import UsageError
+from synthgen.run.progress import DatasetStats, Progress
+from synthgen.server.client import Generation
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class WorkItem:
+    """One request ready to send: rendered, tokenized and fitted to the context. With
+    ``--regenerate all`` it is the next turn of a conversation, after ``turns``."""
+
+    run: DatasetRun
+    prompt: Prompt
+    input_ids: list[int]
+    opens_reasoning: bool
+    max_new_tokens: int
+    messages: list[dict] = field(default_factory=list)  # what was rendered
+    turns: list[Turn] = field(default_factory=list)  # regenerate=all: the turns before this one
+
+    def turn(self, gen: Generation, parser: OutputParser, attempts: int, latency: float, rid: str) -> Turn:
+        """The generated turn, split by the reasoning and tool-call parsers as SGLang would."""
+        # SGLang parses tool calls only for requests that declare tools; ours are in the prompt.
+        if self.prompt.tools is not None:
+            history = sum(len(m.get("tool_calls") or []) for m in self.messages)
+            parsed = parser.parse(
+                gen.text,
+                self.opens_reasoning,
+                call_id_prefix=f"{self.prompt.id}/{len(self.turns)}",
+                history_tool_calls=history,
+            )
+            reasoning, content, complete = parsed.reasoning, parsed.content, parsed.reasoning_complete
+            had_reasoning, calls = parsed.had_reasoning, parsed.tool_calls or None
+        else:  # no tools declared: a tool-call-looking answer stays in the content, as SGLang leaves it
+            split = parser.split(gen.text, self.opens_reasoning)
+            reasoning, content, complete = split.reasoning, split.content, split.reasoning_closed
+            had_reasoning, calls = split.had_reasoning, None
+        return Turn(
+            reasoning_content=reasoning,
+            content=content,
+            tool_calls=calls,
+            had_reasoning=had_reasoning,
+            finish_reason=gen.finish_type,
+            finish_detail=gen.finish_reason,
+            reasoning_complete=complete,
+            prompt_tokens=gen.prompt_tokens or len(self.input_ids),
+            completion_tokens=gen.completion_tokens,
+            cached_tokens=gen.cached_tokens,
+            output_text=gen.text,
+            input_ids=self.input_ids,
+            output_ids=gen.output_ids,
+            latency_s=round(latency, 3),
+            server_latency_s=gen.server_latency,
+            attempts=attempts,
+            request_id=gen.request_id or rid,
+        )
+
+    def conversation_done(self, turn: Turn, positions: int) -> str | None:
+        """regenerate=all: None while turns remain, else "" (all done) or why it stopped early."""
+        if self.prompt.conversation is None:
+            return ""
+        if turn.finish_reason == "length":
+            return f"turn {len(self.turns) + 1} of {positions} was cut at --max-tokens"
+        return "" if len(self.turns) + 1 >= positions else None
+
+
+@dataclass
+class TokenBudget:
+    """--max-tokens-per-dataset: output tokens of the dataset, earlier runs included."""
+
+    cap: int
+    max_tokens: int  # the worst case of a request, until answers tell us better
+
+    def reached(self, done_tokens: int) -> bool:
+        return done_tokens >= self.cap
+
+    def allows(self, done_tokens: int, done_rows: int, in_flight: int) -> bool:
+        """Room for one more request: what is done plus what is in flight, at the mean length so far
+        (the worst case, max_tokens, until answers come back), stays under the cap."""
+        expected = done_tokens / done_rows if done_rows else self.max_tokens
+        return done_tokens + in_flight * expected < self.cap
+
+
+@dataclass
+class DatasetRun:
+    index: DatasetIndex
+    selection: Selection
+    resume: ResumeState
+    store: DatasetStore | None  # None in a dry run
+    counts: DatasetStats
+    progress: Progress
+    budget: TokenBudget | None = None
+    partial: dict[str, list[dict]] = field(default_factory=dict)  # regenerate=all: turns of unfinished rows
+    partial_store: PartialTurns | None = None
+    settings: str | None = None  # the settings id rows of this run carry
+    in_flight: int = 0
+    closed: bool = False  # no new requests (token budget reached)
+    _ended: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
+    _turns: dict[str, asyncio.Event] = field(default_factory=dict, init=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.index.source.name
+
+    @property
+    def source(self) -> DatasetSource:
+        return self.index.source
+
+    @property
+    def label(self) -> str:
+        """The prompt file as rows record it: partition/name.jsonl."""
+        return source_label(self.index.source)
+
+    # --- requests ----------------------------------------------------------------------------
+    def turn_order(self, prompt_id: str) -> tuple[asyncio.Event | None, asyncio.Event]:
+        """(the event of this conversation's previous turn in this run, if any; this prompt's own event).
+        Only --regenerate each ids (``<id>#<k>``) have a previous turn."""
+        finished = asyncio.Event()
+        if self.index.mode != "each":
+            return None, finished
+        self._turns[prompt_id] = finished
+        base, _, k = prompt_id.rpartition("#")
+        return self._turns.pop(f"{base}#{int(k) - 1}", None), finished
+
+    async def admit(self) -> bool:
+        """Whether one more request of this dataset may go out, waiting while the token budget's
+        estimate of what is in flight leaves no room: an estimate never closes a dataset, only
+        output tokens that are done reaching the cap do."""
+        budget = self.budget
+        while not self.closed:
+            done_tokens = self.counts.budget_tokens_done
+            if budget is None:
+                return True
+            if budget.reached(done_tokens):
+                self.closed = self.counts.budget_stopped = True
+                c = self.counts
+                withdrawn = c.pending - c.done - c.failed - c.skipped - self.in_flight
+                self.progress.budget_closed(self.name, budget.cap, done_tokens, self.in_flight, withdrawn)
+                return False
+            if self.in_flight == 0 or budget.allows(done_tokens, len(self.resume.done), self.in_flight):
+                return True
+            self._ended.clear()
+            await self._ended.wait()
+        return False
+
+    def request_started(self) -> None:
+        self.in_flight += 1
+        if self.counts.first_start is None:
+            self.counts.first_start = time.monotonic()
+        self.progress.request_started()
+
+    def request_ended(self) -> None:
+        self.in_flight -= 1
+        self._ended.set()
+        self.progress.request_ended()
+
+    # --- outcomes ------------------------------------------------------------------------------
+    def record_result(
+        self, item: WorkItem, turn: Turn, cfg: RunConfig, model: str | None, stopped_early: str | None = None
+    ) -> None:
+        """Write the row of a finished prompt (every turn of it) and count it."""
+        prompt = item.prompt
+        turns = [*item.turns, turn]
+        context = RowContext(
+            id=prompt.id,
+            dataset=self.name,
+            partition=self.source.partition,
+            source=self.label,
+            prompt_hash=prompt.prompt_hash,
+            tools=prompt.tools,
+            model=model,
+            sampling_params=cfg.sampling_params()
+            | {"max_new_tokens": item.max_new_tokens, "skip_special_tokens": False},
+            chat_template_kwargs=cfg.chat_template_kwargs or None,
+            regenerate=cfg.regenerate,
+            settings=self.settings,
+        )
+        record = build_result(context, [*item.messages, turn.message()], turns, now_iso(), stopped_early or None)
+        assert self.store is not None
+        self.store.append_result(record)
+        self.resume.done.add(prompt.id)
+        self._count_turn(turn)  # earlier turns were counted as they finished (record_turn, or an earlier run)
+        self.counts.done += 1
+        self.counts.last_finish = time.monotonic()
+        self.progress.finished(turn.completion_tokens)
+
+    def record_turn(self, item: WorkItem, turn: Turn) -> None:
+        """regenerate=all: a finished turn of an unfinished conversation, kept for the next run too."""
+        assert self.partial_store is not None
+        self.partial_store.append(item.prompt.id, len(item.turns), turn.to_dict())
+        self._count_turn(turn)  # the token budget counts every turn
+        self.progress.turn_finished(turn.completion_tokens)
+
+    def _count_turn(self, turn: Turn) -> None:
+        c = self.counts
+        c.completion_tokens += turn.completion_tokens
+        c.prompt_tokens += turn.prompt_tokens
+        c.cached_tokens += turn.cached_tokens or 0
+
+    def record_error(
+        self, prompt_id: str, status: str, kind: str, message: str, attempts: int, http_status: int | None = None
+    ) -> None:
+        record = ErrorRecord(prompt_id, self.name, status, kind, message, attempts, http_status, now_iso())
+        assert self.store is not None
+        self.store.append_error(record)
+        self.counts.last_finish = time.monotonic()
+        if status == "skipped":
+            self.counts.skipped += 1
+            self.progress.skipped_one()
+        else:
+            self.counts.failed += 1
+            self.progress.failed_one()
+
+    # --- reporting -----------------------------------------------------------------------------
+    def plan_lines(self) -> list[str]:
+        ix, sel, resume = self.index, self.selection, self.resume
+        cap = "no cap" if sel.cap is None else f"cap {sel.cap:,}"
+        extra = []
+        if ix.duplicates:
+            extra.append(f"{ix.duplicates} duplicate ids ignored (first wins)")
+        if ix.bad_lines:
+            extra.append(f"{ix.bad_lines} bad lines skipped")
+        if ix.dropped_empty_system:
+            extra.append(f"{ix.dropped_empty_system} empty system turns dropped")
+        if resume.repaired:
+            extra.append(resume.repaired)
+        if resume.bom:
+            extra.append("a byte order mark at the start of raw_responses.jsonl was skipped")
+        if resume.bad_lines:
+            extra.append(f"unreadable result lines {resume.bad_lines[:5]}")
+        if resume.duplicate_rows:
+            extra.append(f"{resume.duplicate_rows} duplicate result rows")
+        lines = [
+            f"  {self.name} ({ix.source.partition}): {sel.available:,} prompts, {cap}, "
+            f"{sel.already_done:,} already done, {len(sel.pending):,} to run"
+            + (f" [{'; '.join(extra)}]" if extra else "")
+        ]
+        lines += [f"    skipped {bad}" for bad in ix.first_bad]
+        return lines
+
+    def close(self) -> None:
+        if self.store is not None:
+            # Only now: a run that stopped before sending anything must leave errors.jsonl as it was.
+            self.store.compact_errors(self.resume.done)
+            self.store.close()
+        if self.partial_store is not None:
+            self.partial_store.close()
+
+
+def source_label(source: DatasetSource) -> str:
+    return f"{source.partition}/{source.path.name}"
+
+
+def open_dataset(source: DatasetSource, cfg: RunConfig, progress: Progress) -> DatasetRun:
+    """Lock, resume, scan and select one dataset (nothing is locked or repaired in a dry run).
+
+    Done rows must belong to this prompt file: a row recorded from another file refuses the run,
+    and a prompt whose text changed since its row was written is handled by --changed-prompts."""
+    store = DatasetStore(cfg.output_dir, source.name)
+    if cfg.dry_run:
+        resume = store.recover(repair=False)
+    else:
+        store.lock()
+        store.check_writable()
+        resume = store.recover(repair=True)
+    check_source(store, source, resume)
+    index = scan_dataset(source, cfg.skip_bad_lines, cfg.regenerate, resume.entries)
+    if index.changed:
+        resume = handle_changed(store, source, index.changed, cfg, resume)
+    writer = None if cfg.dry_run else store
+    selection = select(
+        index.ids, resume.done, cfg.cap_for(source.name), cfg.sample, cfg.seed, grouped=cfg.regenerate == "each"
+    )
+    if writer is not None:
+        writer.compact_errors(resume.done)
+    counts = DatasetStats(
+        source.name,
+        target=selection.target,
+        already_done=selection.already_done,
+        pending=len(selection.pending),
+        token_budget=cfg.max_tokens_per_dataset,
+        tokens_before=resume.completion_tokens,
+    )
+    budget = None
+    if cfg.max_tokens_per_dataset is not None:
+        budget = TokenBudget(cfg.max_tokens_per_dataset, cfg.max_tokens)
+    run = DatasetRun(index, selection, resume, writer, counts, progress, budget)
+    if cfg.regenerate == "all":
+        partial = PartialTurns(store.dir)
+        run.partial = partial.read(resume.done) if cfg.dry_run else partial.open(resume.done)
+        run.partial_store = None if cfg.dry_run else partial
+        counts.tokens_before += sum(t.get("completion_tokens") or 0 for turns in run.partial.values() for t in turns)
+    return run
+
+
+def check_source(store: DatasetStore, source: DatasetSource, resume: ResumeState) -> None:
+    label = source_label(source)
+    other = next((e for e in resume.entries.values() if e.source is not None and e.source != label), None)
+    if other is not None:
+        raise UsageError(
+            f"{store.results_path}: holds rows of prompts from {other.source} (id {other.id}), but this run reads "
+            f"{label}: two prompt files share the dataset name '{source.name}'; pass another --output-dir for "
+            "this one (or rename one of the files)"
+        )
+
+
+def handle_changed(
+    store: DatasetStore, source: DatasetSource, changed: list[str], cfg: RunConfig, resume: ResumeState
+) -> ResumeState:
+    first = ", ".join(changed[:3])
+    what = f"{len(changed):,} done prompts of {source.path} changed since their rows were written (first: {first})"
+    if cfg.changed_prompts == "refuse":
+        raise UsageError(
+            f"{what}; pass --changed-prompts keep (keep the old rows) or --changed-prompts regenerate (move them "
+            "to changed_rows.jsonl and generate again), or use another --output-dir"
+        )
+    if cfg.changed_prompts == "keep" or cfg.dry_run:
+        return resume
+    move_rows(store.results_path, set(changed))
+    return store.recover(repair=True)

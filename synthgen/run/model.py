@@ -1,0 +1,67 @@
+"""What the run renders prompts and reads answers with: the served model's tokenizer, its chat
+template and its output parsers, chosen from the server's report and the user's flags, and the
+settings they amount to (recorded beside the rows by ``provenance``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from synthgen.chat import templating
+from synthgen.chat.parsers import KNOWN_REASONING, KNOWN_TOOL_CALL, OutputParser
+from synthgen.config import RunConfig
+from synthgen.data.provenance import Settings
+from synthgen.server.discovery import ServerContext
+
+
+@dataclass(frozen=True)
+class Model:
+    renderer: templating.ChatRenderer
+    parser: OutputParser
+    max_token_bytes: int | None  # the longest vocabulary entry: B bytes make at least B / this tokens
+
+
+def load_model(cfg: RunConfig, ctx: ServerContext) -> Model:
+    """Tokenizer and template (--tokenizer / --chat-template, else the server's), and the parsers
+    (--reasoning-parser / --tool-call-parser, else the ones the server was started with)."""
+    assert ctx.tokenizer_path is not None
+    template = templating.read_chat_template(cfg.chat_template) if cfg.chat_template else None
+    tokenizer = templating.load_tokenizer(ctx.tokenizer_path, cfg.trust_remote_code, template)
+    renderer = templating.ChatRenderer(tokenizer, cfg.chat_template_kwargs, cfg.think_start, template)
+    parser = OutputParser(
+        choose_parser("reasoning", cfg.reasoning_parser, ctx.reasoning_parser, ctx.notes),
+        choose_parser("tool-call", cfg.tool_call_parser, ctx.tool_call_parser, ctx.notes),
+        cfg.think_start,
+        cfg.think_end,
+    )
+    return Model(renderer, parser, templating.max_token_bytes(tokenizer))
+
+
+def choose_parser(kind: str, chosen: str | None, served: str | None, notes: list[str]) -> str | None:
+    """The user's parser, else the one the server was started with (the model's), if we know it."""
+    if chosen is not None or served is None:
+        return chosen
+    known = KNOWN_REASONING if kind == "reasoning" else KNOWN_TOOL_CALL
+    if served in known:
+        return served
+    fallback = "the --think-start/--think-end rule" if kind == "reasoning" else "no tool-call parsing"
+    notes.append(
+        f"the server's {kind} parser '{served}' is not one this tool implements; using "
+        f"{fallback} (pass --{kind}-parser NAME to choose one)"
+    )
+    return None
+
+
+def run_settings(cfg: RunConfig, ctx: ServerContext, model: Model) -> Settings:
+    return Settings(
+        model=ctx.model,
+        weight_version=ctx.weight_version,
+        tokenizer=ctx.tokenizer_path,
+        chat_template_sha256=model.renderer.template_hash,
+        chat_template_kwargs=cfg.chat_template_kwargs,
+        reasoning_parser=model.parser.reasoning,
+        tool_call_parser=model.parser.tool_call,
+        sampling_params=cfg.sampling_params(),
+        max_tokens=cfg.max_tokens,
+        regenerate=cfg.regenerate,
+    )

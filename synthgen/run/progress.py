@@ -1,0 +1,344 @@
+"""Progress on stderr (a tqdm bar on a TTY, newline-terminated status lines otherwise), the
+optional --log-file, and the end-of-run summary.
+
+The bar advances when a request *finishes*. Under nohup there is no TTY, so no ``\\r``
+redraws reach the log: a status line every ``interval`` seconds with done/total, output
+tok/s over the last minute and since the start, in-flight requests, failures and ETA.
+
+Writing progress never raises: stderr may be a pipe whose reader is gone (``| tee run.log``
+after Ctrl-C, ``| head -1``). The first failed write stops all writing to the stream and
+points its descriptor at /dev/null, so later writes anywhere in the process (the final error
+line, the interpreter's flush at exit) cannot fail either; the log file is still written.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TextIO
+
+from synthgen.errors import StoreWriteError
+from synthgen.fmt import fmt_duration
+
+WINDOW = 60.0  # seconds of history behind the "recent" rate
+
+
+@dataclass
+class DatasetStats:
+    name: str
+    target: int = 0  # prompts the dataset's output should hold when complete
+    already_done: int = 0  # found in raw_responses.jsonl at start
+    pending: int = 0  # taken by this run
+    done: int = 0
+    skipped: int = 0
+    failed: int = 0
+    completion_tokens: int = 0  # this run
+    tokens_before: int = 0  # output tokens of the rows earlier runs left
+    prompt_tokens: int = 0  # this run, every turn
+    cached_tokens: int = 0  # of prompt_tokens, served from the server's prefix cache
+    first_start: float | None = None
+    last_finish: float | None = None
+    token_budget: int | None = None
+    budget_stopped: bool = False
+
+    @property
+    def budget_tokens_done(self) -> int:
+        """Output tokens of the dataset, earlier runs included: what --max-tokens-per-dataset counts."""
+        return self.tokens_before + self.completion_tokens
+
+    @property
+    def wall(self) -> float:
+        if self.first_start is None or self.last_finish is None:
+            return 0.0
+        return max(self.last_finish - self.first_start, 0.0)
+
+
+class Progress:
+    def __init__(
+        self,
+        total: int,
+        stream: TextIO | None = None,
+        interval: float = 10.0,
+        log_file: Path | None = None,
+        tty: bool | None = None,
+    ):
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.total = total
+        self.interval = interval
+        self.done = self.failed = self.skipped = 0
+        self.tokens = 0
+        self.in_flight = 0
+        self.outage_since: float | None = None  # set while the server is down
+        self.started = time.monotonic()
+        self._recent: deque[tuple[float, int, int]] = deque()  # (time, tokens, prompts)
+        self._log = None
+        if log_file is not None:
+            try:
+                self._log = open(log_file, "a", encoding="utf-8", buffering=1)
+            except OSError as exc:
+                raise StoreWriteError(f"{log_file}: cannot open the log file ({exc.strerror})") from exc
+        self._bar = None
+        self._stream_ok = True  # False after the first failed write: the reader is gone
+
+    def start(self, total: int) -> None:
+        """Begin counting: the bar (on a TTY) and the rates start now."""
+        self.total = total
+        self.started = time.monotonic()
+        if self.tty and total and self._stream_ok:
+            from tqdm import tqdm
+
+            try:
+                self._bar = tqdm(
+                    total=total, file=self.stream, unit="prompt", dynamic_ncols=True, mininterval=1.0, smoothing=0.1
+                )
+            except (OSError, ValueError):
+                self._stream_lost()
+
+    # --- the stream: every write goes through these ----------------------------------------------------
+    def _write(self, text: str) -> None:
+        if not self._stream_ok:
+            return
+        try:
+            print(text, file=self.stream, flush=True)
+        except (OSError, ValueError):  # a closed pipe (BrokenPipeError) or a closed file
+            self._stream_lost()
+
+    def _on_bar(self, action) -> None:
+        """``action(bar)`` on the tqdm bar, if there is one and the stream still takes writes."""
+        if self._bar is None or not self._stream_ok:
+            return
+        try:
+            action(self._bar)
+        except (OSError, ValueError):
+            self._stream_lost()
+
+    def _stream_lost(self) -> None:
+        self._stream_ok = False
+        if self._bar is not None:
+            self._bar.disable = True  # tqdm then writes nothing, not even when closed
+            self._bar = None
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass  # no descriptor (a closed or in-memory stream): not writing to it is all we can do
+
+    # --- events ----------------------------------------------------------------------------------
+    def turn_finished(self, completion_tokens: int) -> None:
+        """A turn of a conversation that has more to generate: tokens count, the prompt is not done yet."""
+        self.tokens += completion_tokens
+        self._recent.append((time.monotonic(), completion_tokens, 0))
+
+    def finished(self, completion_tokens: int) -> None:
+        self.done += 1
+        self.tokens += completion_tokens
+        self._recent.append((time.monotonic(), completion_tokens, 1))
+        self._advance()
+
+    def failed_one(self) -> None:
+        self.failed += 1
+        self._advance()
+
+    def skipped_one(self) -> None:
+        self.skipped += 1
+        self._advance()
+
+    def request_started(self) -> None:
+        self.in_flight += 1
+
+    def request_ended(self) -> None:
+        self.in_flight -= 1
+
+    def budget_closed(self, dataset: str, cap: int, done_tokens: int, in_flight: int, withdrawn: int) -> None:
+        """A dataset takes no new requests: its untried prompts leave the total (which never drops
+        below what is processed or in flight, so done/total and the ETA stay sane)."""
+        self._set_total(self.total - max(withdrawn, 0))
+        self.message(
+            f"{dataset}: token budget {cap:,} reached ({done_tokens:,} done + {in_flight} in flight); "
+            "no new requests for this dataset"
+        )
+
+    def outage_began(self, url: str, reason: str, wait: float) -> None:
+        self.outage_since = time.monotonic()
+        self.message(
+            f"OUTAGE: server {url} is not healthy ({reason}); waiting up to {fmt_duration(wait)} for it to come back"
+        )
+
+    def outage_ended(self, seconds: float) -> None:
+        self.outage_since = None
+        self.message(f"RECOVERED: server is healthy again after {fmt_duration(seconds)} of outage; resuming")
+
+    def gave_up(self, why: str) -> None:
+        self.message(f"GIVE UP: {why}")
+
+    def _set_total(self, total: int) -> None:
+        self.total = max(total, self.done + self.failed + self.skipped + self.in_flight)
+
+        def resize(bar) -> None:
+            bar.total = self.total
+            bar.refresh()
+
+        self._on_bar(resize)
+
+    def _advance(self) -> None:
+        def advance(bar) -> None:
+            bar.update(1)
+            bar.set_postfix_str(self._postfix(), refresh=False)
+
+        self._on_bar(advance)
+
+    def message(self, text: str) -> None:
+        """An event line (outage, recovery, warning) on stderr and in the log file."""
+        line = f"{self._stamp()} {text}"
+        if self._bar is not None:
+            self._on_bar(lambda bar: bar.write(line, file=self.stream))
+        else:
+            self._write(line)
+        self._to_log(line)
+
+    # --- figures -----------------------------------------------------------------------------------
+    def rates(self) -> tuple[float, float]:
+        """(recent, lifetime) output tokens per second."""
+        now = time.monotonic()
+        while self._recent and now - self._recent[0][0] > WINDOW:
+            self._recent.popleft()
+        elapsed = max(now - self.started, 1e-9)
+        window = min(WINDOW, elapsed)
+        recent = sum(t for _, t, _ in self._recent) / window
+        return recent, self.tokens / elapsed
+
+    def eta(self) -> float | None:
+        now = time.monotonic()
+        remaining = self.total - self.done - self.failed - self.skipped
+        if remaining <= 0:
+            return 0.0
+        window = min(WINDOW, max(now - self.started, 1e-9))
+        recent_prompts = sum(p for _, _, p in self._recent)
+        if recent_prompts:
+            return remaining / (recent_prompts / window)
+        if self.done:
+            return remaining / (self.done / (now - self.started))
+        return None
+
+    def _postfix(self) -> str:
+        recent, _ = self.rates()
+        return f"tok/s {recent:,.0f} | in-flight {self.in_flight} | failed {self.failed}"
+
+    def status_line(self) -> str:
+        recent, lifetime = self.rates()
+        processed = self.done + self.failed + self.skipped
+        pct = min(100.0 * processed / self.total, 100.0) if self.total > 0 else 100.0
+        return (
+            f"{self._stamp()} done {self.done}/{self.total} ({pct:.1f}%) | "
+            f"out tok/s 1m {recent:,.0f} avg {lifetime:,.0f} | in-flight {self.in_flight} | "
+            f"failed {self.failed} | skipped {self.skipped} | ETA {fmt_duration(self.eta())}"
+            + (
+                f" | SERVER DOWN {fmt_duration(time.monotonic() - self.outage_since)}"
+                if self.outage_since is not None
+                else ""
+            )
+        )
+
+    def tick(self, server: str | None = None) -> None:
+        """Periodic: a status line where there is no bar; the log file always gets one.
+        ``server``: the server's state (running / waiting, KV, rate, in-flight target), if known."""
+        line = self.status_line() + (f" | {server}" if server else "")
+        if self._bar is None:
+            self._write(line)
+        else:
+            self._on_bar(lambda bar: bar.set_postfix_str(self._postfix()))
+        self._to_log(line)
+
+    def print_block(self, text: str) -> None:
+        """Multi-line output (plan, summary) to stderr and the log."""
+        self._on_bar(lambda bar: bar.clear())
+        self._write(text)
+        self._to_log(text)
+
+    def close(self) -> None:
+        self._on_bar(lambda bar: bar.close())
+        self._bar = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    @staticmethod
+    def _stamp() -> str:
+        return datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+
+    def _to_log(self, line: str) -> None:
+        if self._log is None:
+            return
+        try:
+            self._log.write(line + "\n")
+        except OSError:
+            pass  # the log is a convenience; a full disk is caught where results are written
+
+
+def summary_table(stats: list[DatasetStats], wall: float) -> str:
+    header = ("dataset", "done", "total", "this run", "skipped", "failed", "out tokens", "tok/s", "wall")
+    rows = []
+    for s in stats:
+        complete = s.already_done + s.done
+        rate = s.completion_tokens / s.wall if s.wall > 0 else 0.0
+        rows.append(
+            (
+                s.name,
+                f"{complete:,}",
+                f"{s.target:,}",
+                f"{s.done:,}",
+                f"{s.skipped:,}",
+                f"{s.failed:,}",
+                f"{s.completion_tokens:,}",
+                f"{rate:,.0f}",
+                fmt_duration(s.wall),
+            )
+        )
+    total_tokens = sum(s.completion_tokens for s in stats)
+    rows.append(
+        (
+            "TOTAL",
+            f"{sum(s.already_done + s.done for s in stats):,}",
+            f"{sum(s.target for s in stats):,}",
+            f"{sum(s.done for s in stats):,}",
+            f"{sum(s.skipped for s in stats):,}",
+            f"{sum(s.failed for s in stats):,}",
+            f"{total_tokens:,}",
+            f"{total_tokens / wall if wall > 0 else 0:,.0f}",
+            fmt_duration(wall),
+        )
+    )
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+
+    def fmt(row) -> str:
+        cells = zip(row, widths, strict=True)
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(cells))
+
+    lines = [fmt(r) for r in [header, *rows]]
+    lines.insert(1, "-" * len(lines[0]))
+    lines.insert(len(lines) - 1, "-" * len(lines[0]))
+    notes = []
+    prompt_tokens = sum(s.prompt_tokens for s in stats)
+    if prompt_tokens:
+        shares = ", ".join(f"{s.name} {100 * s.cached_tokens / s.prompt_tokens:.0f}%" for s in stats if s.prompt_tokens)
+        notes.append(
+            f"prompt tokens served from the server's prefix cache: "
+            f"{100 * sum(s.cached_tokens for s in stats) / prompt_tokens:.0f}% ({shares})"
+        )
+    for s in stats:
+        if s.token_budget is not None:
+            over = s.budget_tokens_done - s.token_budget
+            state = f"overshot by {over:,}" if over > 0 else f"{-over:,} under"
+            reached = "reached" if s.budget_stopped else "not reached"
+            notes.append(
+                f"{s.name}: token budget {s.token_budget:,} {reached}; "
+                f"{s.budget_tokens_done:,} output tokens in total ({state})"
+            )
+    return "\n".join(lines + notes)

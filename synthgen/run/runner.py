@@ -1,0 +1,488 @@
+"""The run, top to bottom: open the datasets, ask the server, then keep requests in flight across
+all datasets until every selected prompt is done, failed or skipped, or a signal, an outage or a
+write error stops it.
+
+    Runner.run()      plan (dataset_run.open_dataset per dataset) -> connect (server.discover,
+                      model.load_model) -> provenance check -> Pool.execute -> summary -> exit code;
+                      signals and stopping
+    Pool.execute()    producer (prepare.Preparer, in a worker thread) -> queue -> dispatcher (one
+                      task per prompt, as the in-flight limit admits: fixed, or moved by the
+                      server's load) -> Pool.process -> DatasetRun.record_*
+    Pool.request()    one request with its retries: backoff, outages, aborts, bad answers
+
+This module owns scheduling only. What a dataset knows and writes is in ``dataset_run``, how a
+prompt becomes a request in ``prepare``, what the server is and whether it is up in ``server``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import signal
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TextIO
+
+from synthgen.config import RunConfig
+from synthgen.data import provenance
+from synthgen.data.prompts import discover as discover_datasets
+from synthgen.data.records import Turn
+from synthgen.errors import (
+    EXIT_FAILURES,
+    EXIT_OK,
+    EXIT_SIGHUP,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    ServerError,
+    SynthgenError,
+    UsageError,
+)
+from synthgen.fmt import fmt_duration
+from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor
+from synthgen.run.dataset_run import DatasetRun, WorkItem, now_iso, open_dataset
+from synthgen.run.model import load_model, run_settings
+from synthgen.run.prepare import Preparer, Skip, first_request_report
+from synthgen.run.progress import Progress, summary_table
+from synthgen.server.client import Generation, Rejected, SGLangClient, Transient, build_payload, new_rid
+from synthgen.server.discovery import ServerContext, ServerHealth, changed_identity, discover
+
+# A prompt in flight at this many server deaths is recorded as failed rather than retried forever.
+OUTAGES_PER_PROMPT = 3
+# When this many prompts (or every prompt, if fewer) fail the chat template the same way before any
+# could be sent, the cause is the configuration (template, --chat-template-kwargs), not the data.
+SKIPS_BEFORE_STOP = 20
+# Prepared (rendered, tokenized) prompts waiting to be sent: about one in-flight target, at least this.
+PREPARED_AHEAD_MIN = 16
+# SIGHUP (a closed terminal without nohup) stops the run like SIGTERM: drain, then exit.
+SIGNALS = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
+SIGNAL_EXIT = {"SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM, "SIGHUP": EXIT_SIGHUP}
+
+
+def longest_first(runs: list[DatasetRun], planned: dict[str, float]) -> list[DatasetRun]:
+    """Datasets whose answers are expected to be longest start first, so the end of a run is not
+    a few long generations on an idle server. Expected: the budget file's average, else the mean
+    of the rows already there; datasets with no estimate keep their place at the front."""
+
+    def expected(run: DatasetRun) -> float:
+        if run.name in planned:
+            return planned[run.name]
+        rows = len(run.resume.done)
+        return run.resume.completion_tokens / rows if rows else float("inf")
+
+    return sorted(runs, key=expected, reverse=True)  # stable: equal estimates keep discovery order
+
+
+class Runner:
+    def __init__(
+        self,
+        config: RunConfig,
+        progress_stream: TextIO | None = None,
+        tty: bool | None = None,
+        client: SGLangClient | None = None,
+    ):
+        self.config = config
+        self.stream = progress_stream
+        self.client = client  # None: built in run(); tests pass one over an httpx.MockTransport
+        # Called once, right before the server is first needed (the supervisor starts a launched server
+        # then, so a run with nothing to do never starts one).
+        self.before_connect: Callable[[], Awaitable[None]] | None = None
+        self.runs: list[DatasetRun] = []
+        self.server = ServerContext()
+        self.progress = Progress(0, progress_stream, config.status_interval, config.log_file, tty)
+        self.preparer: Preparer | None = None
+        self.pool: Pool | None = None
+        self.stopping = asyncio.Event()
+        self.signal_name: str | None = None
+        self.fatal: BaseException | None = None
+        self._ignored: set[signal.Signals] = set()  # signals ignored when the run began (SIGHUP under nohup)
+
+    # ------------------------------------------------------------------ top level
+    async def run(self) -> int:
+        cfg = self.config
+        started = time.monotonic()
+        client = self.client or SGLangClient(
+            cfg.server_url,
+            cfg.api_key,
+            cfg.concurrency or cfg.max_concurrency,
+            cfg.request_timeout,
+            cfg.connect_timeout,
+        )
+        loop = asyncio.get_running_loop()
+        # A signal ignored on purpose stays ignored: nohup ignores SIGHUP so the run outlives the terminal.
+        self._ignored = {sig for sig in SIGNALS if signal.getsignal(sig) is signal.SIG_IGN}
+        self._install_signals()
+        try:
+            self.plan()
+            if cfg.dry_run:
+                await self.connect(client)
+                return self.dry_run()
+            self.progress.print_block(
+                f"{now_iso()} synthgen: {cfg.display_url}, partition {cfg.partition}\n" + self.plan_report()
+            )
+            if not any(run.selection.pending for run in self.runs):
+                self.progress.print_block("nothing to do: every selected prompt is already done")
+                return EXIT_OK
+            await self.connect(client)
+            self.check_settings()
+            if self.stopping.is_set():  # a signal during start-up: nothing was sent
+                return self.exit_code()
+            for note in self.server.notes:
+                self.progress.message(f"note: {note}")
+            self.progress.message(
+                f"model {self.server.model}; tokenizer {self.server.tokenizer_path}; context "
+                f"{self.server.context_len or 'unknown'}; max tokens {cfg.max_tokens}; "
+                f"concurrency {cfg.concurrency or 'auto'}"
+            )
+            assert self.preparer is not None
+            self.pool = Pool(self, client, self.preparer)
+            await self.pool.execute()
+            summary = summary_table([run.counts for run in self.runs], time.monotonic() - started)
+            summary += "\n" + self.pool.monitor.summary_line()
+            self.progress.print_block(summary)
+            return self.exit_code()
+        finally:
+            for sig in SIGNALS.keys() - self._ignored:
+                loop.remove_signal_handler(sig)
+            if self.client is None:
+                await client.aclose()
+            if self.preparer is not None:
+                self.preparer.close()
+            for run in self.runs:
+                run.close()
+            self.progress.close()
+
+    def plan(self) -> None:
+        cfg = self.config
+        sources = discover_datasets(cfg.prompts_dir, cfg.partition, cfg.datasets)
+        for source in sources:
+            cfg.cap_for(source.name)  # a missing budget entry fails before any file is scanned
+        runs = [open_dataset(source, cfg, self.progress) for source in sources]
+        self.runs = longest_first(runs, cfg.expected_tokens)
+
+    def plan_report(self) -> str:
+        return "\n".join(line for run in self.runs for line in run.plan_lines())
+
+    async def connect(self, client: SGLangClient) -> None:
+        """Start a launched server if there is one, ask the server, load what renders and parses."""
+        if self.before_connect is not None:
+            await self.before_connect()
+            self._install_signals()  # a launching supervisor held the signals while the server started
+        cfg = self.config
+        self.server = await discover(client, cfg)
+        self.preparer = Preparer(load_model(cfg, self.server), self.server, cfg.max_tokens)
+
+    def check_settings(self) -> None:
+        """Rows of one dataset folder share their settings unless --allow-mixed-settings (exit 2)."""
+        assert self.preparer is not None
+        settings = run_settings(self.config, self.server, self.preparer.model)
+        writing = [run for run in self.runs if run.store is not None and run.selection.pending]
+        provenance.check_folders(
+            {run.name: run.store.dir for run in writing if run.store is not None},
+            settings,
+            self.config.allow_mixed_settings,
+        )
+        for run in writing:
+            run.settings = settings.id
+
+    def dry_run(self) -> int:
+        cfg, ctx = self.config, self.server
+        assert self.preparer is not None
+        out = [f"dry run: nothing will be sent to {cfg.display_url}", self.plan_report()]
+        out += [f"  note: {n}" for n in ctx.notes]
+        out.append(
+            f"  tokenizer: {ctx.tokenizer_path}; context length: {ctx.context_len or 'unknown'}; "
+            f"max tokens: {cfg.max_tokens}; concurrency: {cfg.concurrency or 'auto'}"
+        )
+        out += first_request_report(self.preparer, self.runs, cfg)
+        print("\n".join(out), file=self.stream, flush=True)
+        return EXIT_OK
+
+    def exit_code(self) -> int:
+        if self.fatal is not None:
+            raise self.fatal
+        if self.signal_name is not None:
+            self.progress.message(f"stopped by {self.signal_name}; rerun the same command to resume")
+            return SIGNAL_EXIT[self.signal_name]
+        failed = sum(run.counts.failed for run in self.runs)
+        skipped = sum(run.counts.skipped for run in self.runs)
+        if failed or skipped:
+            where = self.config.output_dir / "<dataset>" / "errors.jsonl"
+            what = " and ".join(
+                f"{n} prompts {verb}" for n, verb in ((failed, "failed"), (skipped, "were skipped")) if n
+            )
+            self.progress.message(f"WARNING: {what} (see {where}); rerun the same command to retry them")
+            return EXIT_FAILURES
+        return EXIT_OK
+
+    # ------------------------------------------------------------------ signals and stopping
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig, name in SIGNALS.items():
+            if sig not in self._ignored:
+                loop.add_signal_handler(sig, self._on_signal, name)
+
+    def _on_signal(self, name: str) -> None:
+        if self.signal_name is not None:
+            self._cancel_tasks(f"second {name}")
+            return
+        self.signal_name = name
+        self.stopping.set()
+        if self.pool is not None and self.pool.health.is_down:
+            self._cancel_tasks(f"{name} during an outage: nothing in flight can finish")
+            return
+        asyncio.get_running_loop().call_later(self.config.drain_timeout, self._cancel_tasks, "drain timeout")
+        self.progress.message(
+            f"{name}: no new requests; waiting up to {fmt_duration(self.config.drain_timeout)} for "
+            f"{self.progress.in_flight} in flight (send {name} again to stop now)"
+        )
+
+    def _cancel_tasks(self, why: str) -> None:
+        alive = [t for t in self.pool.tasks if not t.done()] if self.pool is not None else []
+        for task in alive:
+            task.cancel()
+        if alive:
+            self.progress.message(
+                f"stopping now ({why}): cancelling {len(alive)} requests; their prompts stay pending for the next run"
+            )
+
+    def fail_run(self, exc: BaseException) -> None:
+        """Stop the run now with ``exc`` as its outcome (also used by the server supervisor)."""
+        if self.fatal is None:
+            self.fatal = exc
+        self.stopping.set()
+        for task in self.pool.tasks if self.pool is not None else ():
+            if task is not asyncio.current_task():
+                task.cancel()
+
+
+class Pool:
+    """The requests of one run in flight: prepared ahead by a producer, admitted one task per prompt
+    by an in-flight limit (fixed, or moved by the server's load), retried, recorded."""
+
+    def __init__(self, runner: Runner, client: SGLangClient, preparer: Preparer):
+        self.runner, self.client, self.preparer = runner, client, preparer
+        self.cfg, self.progress, self.stopping = runner.config, runner.progress, runner.stopping
+        cfg, progress = self.cfg, self.progress
+        self.health = ServerHealth(
+            client,
+            cfg.server_wait,
+            on_down=lambda reason: progress.outage_began(client.shown_url, reason, cfg.server_wait),
+            on_up=progress.outage_ended,
+            on_gone=lambda gone: progress.gave_up(str(gone)),
+            verify=lambda: changed_identity(client, runner.server),
+        )
+        # auto: the server's load moves the limit; a fixed N only watches it, for the status line.
+        fixed = cfg.concurrency
+        self.limit = InFlightLimit(fixed or FALLBACK_CONCURRENCY)
+        controller = AutoConcurrency(max_concurrency=cfg.max_concurrency, initial=fixed)
+        self.monitor = LoadMonitor(client, self.limit, controller, on_message=progress.message, steer=fixed is None)
+        # Prompts are prepared about one in-flight target ahead of sending, never more.
+        self.ahead = InFlightLimit(max(PREPARED_AHEAD_MIN, self.limit.target))
+        self.queue: asyncio.Queue[WorkItem | None] = asyncio.Queue()
+        self.tasks: set[asyncio.Task] = set()  # one per prompt admitted
+        self.sampling = cfg.sampling_params()
+        self.total = sum(len(run.selection.pending) for run in runner.runs)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
+        self._sendable = 0  # prompts prepared for sending so far
+        self._skips: dict[str, int] = {}  # template error -> prompts skipped so, before the first sendable one
+
+    async def execute(self) -> None:
+        self.progress.start(self.total)
+        await self.monitor.poll_once()  # the first target from the server's own load, before anything is sent
+        self.ahead.set_target(max(PREPARED_AHEAD_MIN, self.limit.target))
+        producer = asyncio.create_task(self.produce())
+        dispatcher = asyncio.create_task(self.dispatch())
+        background = [asyncio.create_task(self.ticker()), asyncio.create_task(self.monitor.run())]
+        try:
+            await asyncio.gather(producer, dispatcher)
+        except SynthgenError as exc:  # an input error from the producer, or the skips check
+            self.runner.fail_run(exc)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            producer.cancel()
+            dispatcher.cancel()
+            await asyncio.gather(producer, dispatcher, return_exceptions=True)
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+            for task in background:
+                task.cancel()
+            self.health.close()
+            self._executor.shutdown(wait=True, cancel_futures=True)
+
+    # ------------------------------------------------------------------ feeding the pool
+    async def produce(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            for run in self.runner.runs:
+                for prompt_id in run.selection.pending:
+                    if self.stopping.is_set() or run.closed:
+                        break
+                    await self.ahead.acquire()
+                    item = await loop.run_in_executor(self._executor, self.preparer.prepare, run, prompt_id)
+                    if isinstance(item, Skip):
+                        self.ahead.release()
+                        run.record_error(item.prompt_id, "skipped", item.kind, item.reason, attempts=0)
+                        self._check_skips(item)
+                    else:
+                        self._sendable += 1
+                        self.queue.put_nowait(item)
+                self.preparer.done_with(run)
+        finally:
+            self.queue.put_nowait(None)
+
+    async def dispatch(self) -> None:
+        while (item := await self.queue.get()) is not None:
+            self.ahead.release()
+            if self.stopping.is_set():
+                continue  # drain the queue so the producer is never left waiting
+            previous, finished = item.run.turn_order(item.prompt.id)
+            if previous is not None and not previous.is_set():
+                self._spawn(self._after(item, previous, finished))
+                continue
+            await self.limit.acquire()
+            if self.stopping.is_set():
+                self.limit.release()
+                finished.set()
+                continue
+            self.ahead.set_target(max(PREPARED_AHEAD_MIN, self.limit.target))
+            self._spawn(self._one(item, finished))
+
+    def _spawn(self, job: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(job)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _one(self, item: WorkItem, finished: asyncio.Event) -> None:
+        try:
+            if await item.run.admit():
+                await self.process(item)
+        except Exception as exc:  # a bug, not a prompt's failure: stop now rather than lose a worker
+            self.runner.fail_run(exc)
+        finally:
+            self.limit.release()
+            finished.set()
+
+    async def _after(self, item: WorkItem, previous: asyncio.Event, finished: asyncio.Event) -> None:
+        """--regenerate each: a turn goes out once the turn before it is answered, so the server has
+        their shared history in its prefix cache (turns sent together are prefilled together, and
+        none reuses another's)."""
+        try:
+            await previous.wait()
+            await self.limit.acquire()
+        except BaseException:
+            finished.set()
+            raise
+        if self.stopping.is_set():
+            self.limit.release()
+            finished.set()
+            return
+        await self._one(item, finished)
+
+    async def ticker(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.status_interval)
+            self.progress.tick(self.monitor.status_text())
+
+    def _check_skips(self, skip: Skip) -> None:
+        if self._sendable or skip.kind != "template_error":
+            return
+        self._skips[skip.reason] = count = self._skips.get(skip.reason, 0) + 1
+        if count >= min(SKIPS_BEFORE_STOP, self.total):
+            raise UsageError(
+                f"the first {count} prompts all failed the chat template the same way ({skip.reason}); that is the "
+                "run's configuration, not the data: check --chat-template, --chat-template-kwargs and --tokenizer "
+                "(the skipped prompts are in errors.jsonl and are retried by the next run)"
+            )
+
+    # ------------------------------------------------------------------ one prompt
+    async def process(self, item: WorkItem) -> None:
+        """All requests of one prompt: one, or with --regenerate all one per turn, in order."""
+        run = item.run
+        run.request_started()
+        try:
+            while True:
+                turn = await self.request(item)
+                if turn is None:
+                    return
+                conversation = item.prompt.conversation
+                positions = 1 if conversation is None else len(conversation.all_positions())
+                ended = item.conversation_done(turn, positions)
+                if ended is not None:
+                    run.record_result(item, turn, self.cfg, self.runner.server.model, ended)
+                    return
+                run.record_turn(item, turn)
+                following = await asyncio.get_running_loop().run_in_executor(
+                    None, self.preparer.next_turn, run, item.prompt, [*item.turns, turn]
+                )
+                if isinstance(following, Skip):
+                    run.record_error(following.prompt_id, "skipped", following.kind, following.reason, attempts=0)
+                    return
+                item = following
+        except SynthgenError as exc:  # AuthError, StoreWriteError: the run cannot go on
+            self.runner.fail_run(exc)
+        finally:
+            run.request_ended()
+
+    async def request(self, item: WorkItem) -> Turn | None:
+        """One request with its retries: the parsed turn, or None once the prompt's failure is
+        recorded (or the run is stopping)."""
+        run, health = item.run, self.health
+        attempts = outages = 0
+        while True:
+            try:
+                await health.wait_up()
+            except ServerError as exc:  # gone for too long, or back with another model
+                self.runner.fail_run(exc)
+                return None
+            if self.stopping.is_set():
+                return None
+            attempts += 1
+            payload = build_payload(item.input_ids, item.max_new_tokens, self.sampling, new_rid())
+            started = time.monotonic()
+            try:
+                generation = await self.client.generate(payload)
+                return self._turn(item, generation, attempts, time.monotonic() - started, payload["rid"])
+            except Transient as exc:
+                if exc.outage and await health.suspect(exc.message):
+                    # The server was down: usually this says nothing about the prompt, but a
+                    # prompt that keeps being in flight when the server dies may be killing it.
+                    outages += 1
+                    if outages >= OUTAGES_PER_PROMPT:
+                        run.record_error(
+                            item.prompt.id,
+                            "failed",
+                            "server_died",
+                            (
+                                f"the server went down {outages} times while this prompt was in flight "
+                                f"(last: {exc.message})"
+                            ),
+                            attempts,
+                            exc.status,
+                        )
+                        return None
+                    attempts -= 1
+                    continue
+                if attempts >= self.cfg.max_attempts:
+                    run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
+                    return None
+                await self._backoff(attempts)
+            except Rejected as exc:
+                run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
+                return None
+
+    def _turn(self, item: WorkItem, generation: Generation, attempts: int, latency: float, rid: str) -> Turn:
+        """The answer parsed into a turn; anything unexpected in it is a bad answer of this prompt
+        (retried, then recorded), never the death of a worker."""
+        try:
+            return item.turn(generation, self.preparer.parser, attempts, latency, rid)
+        except Exception as exc:
+            raise Transient("bad_response", f"could not read the answer ({type(exc).__name__}: {exc})") from exc
+
+    async def _backoff(self, attempt: int) -> None:
+        cfg = self.cfg
+        delay = min(cfg.backoff_max, cfg.backoff_base * 2 ** (attempt - 1))
+        delay *= random.uniform(0.5, 1.0)  # jitter: retries from many workers do not arrive together
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), timeout=delay)

@@ -1,0 +1,340 @@
+"""The SGLang HTTP client: payloads, responses, and error classification.
+
+httpx exceptions and HTTP statuses are translated here, and only here, into:
+
+    Transient(outage=True)    connection refused/reset, timeouts, 502/503/504: the server may
+                              be down; the runner checks /health and waits for it
+    Transient(outage=False)   other 5xx, 408/429 (router queue), and 200 responses whose
+                              finish_reason is "abort"
+    Rejected                  any other 4xx: this prompt's permanent failure
+    AuthError                 401/403: the whole run stops
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import httpx
+import orjson
+
+from synthgen.config import redact_url
+from synthgen.errors import AuthError, ServerError
+
+OUTAGE_STATUSES = frozenset({502, 503, 504})
+RETRYABLE_4XX = frozenset({408, 429})  # sglang-router's queue timeout and rate limiter
+
+
+class RequestFailure(Exception):
+    """One attempt at one prompt failed; ``kind`` is a short machine-readable label."""
+
+    def __init__(self, kind: str, message: str, status: int | None = None):
+        super().__init__(message)
+        self.kind, self.message, self.status = kind, message, status
+
+
+class Transient(RequestFailure):
+    def __init__(self, kind: str, message: str, status: int | None = None, outage: bool = False):
+        super().__init__(kind, message, status)
+        self.outage = outage
+
+
+class Rejected(RequestFailure):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    text: str
+    output_ids: list[int] | None  # absent before SGLang 0.5
+    finish_reason: dict
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int | None
+    server_latency: float | None
+    request_id: str | None
+
+    @property
+    def finish_type(self) -> str:
+        return self.finish_reason.get("type", "")
+
+
+def build_payload(input_ids: list[int], max_new_tokens: int, sampling: dict, rid: str | None = None) -> dict:
+    """One prompt per request, as token ids, with only keys SGLang (and its router) accept.
+
+    ``skip_special_tokens`` is off so think tags that are special tokens stay in the text.
+    """
+    params = {"max_new_tokens": int(max_new_tokens), "skip_special_tokens": False, **sampling}
+    payload = {"input_ids": input_ids, "sampling_params": params}
+    if rid is not None:
+        payload["rid"] = rid
+    return payload
+
+
+def new_rid() -> str:
+    """A fresh request id per attempt: SGLang rejects a rid that is still in flight."""
+    return f"synthgen-{uuid.uuid4().hex}"
+
+
+def error_message(body: bytes) -> str:
+    """The human part of any SGLang/router error body shape (see sglang_api.md §1.4)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body.decode(errors="replace").strip()[:500] or "(empty body)"
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, str):
+            return err[:500]
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err["message"][:500]
+        if isinstance(data.get("message"), str):
+            return data["message"][:500]
+    return body.decode(errors="replace").strip()[:500]
+
+
+def check_auth(status: int, body: bytes) -> None:
+    """401/403 on any endpoint: the whole run stops with advice about the key."""
+    if status in (401, 403):
+        raise AuthError(
+            f"the server refused the API key (HTTP {status}: {error_message(body)}); "
+            "set SGLANG_API_KEY or pass --api-key with the key the server was started with"
+        )
+
+
+def parse_generation(status: int, body: bytes) -> Generation:
+    """Turn one /generate answer into a Generation or raise the matching RequestFailure."""
+    check_auth(status, body)
+    if status >= 500 or status in RETRYABLE_4XX:
+        message = f"HTTP {status}: {error_message(body)}"
+        raise Transient(f"http_{status}", message, status, outage=status in OUTAGE_STATUSES)
+    if status != 200:
+        raise Rejected(f"http_{status}", f"HTTP {status}: {error_message(body)}", status)
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise Transient("bad_response", f"response is not JSON: {body[:200]!r}", status) from None
+    if isinstance(data, list) and len(data) == 1:
+        data = data[0]
+    meta = data.get("meta_info") if isinstance(data, dict) else None
+    if not isinstance(meta, dict) or not isinstance(data.get("text"), str):
+        raise Transient("bad_response", f"response has no text/meta_info: {body[:200]!r}", status)
+    finish = meta.get("finish_reason")
+    if isinstance(finish, str):  # very old servers sent a bare string
+        finish = {"type": finish}
+    if not isinstance(finish, dict) or not isinstance(finish.get("type"), str):
+        raise Transient("bad_response", f"response has no usable finish_reason ({_shown(finish)})", status)
+    if finish["type"] == "abort":
+        code = finish.get("status_code")
+        raise Transient(
+            "abort",
+            f"server aborted the request: {finish.get('message') or 'Aborted'}",
+            code if isinstance(code, int) else None,
+            outage=isinstance(code, int) and code in OUTAGE_STATUSES,
+        )
+    output_ids = data.get("output_ids")
+    if output_ids is not None and not _int_list(output_ids):
+        raise Transient("bad_response", f"output_ids is not a list of token ids ({_shown(output_ids)})", status)
+    completion = _count(meta, "completion_tokens", status)
+    if completion is None:
+        completion = len(output_ids) if output_ids is not None else 0
+    cached = _count(meta, "cached_tokens", status)
+    latency = meta.get("e2e_latency")
+    return Generation(
+        text=data["text"],
+        output_ids=output_ids,
+        finish_reason=finish,
+        prompt_tokens=_count(meta, "prompt_tokens", status) or 0,
+        completion_tokens=completion,
+        cached_tokens=cached,
+        server_latency=latency if isinstance(latency, (int, float)) and not isinstance(latency, bool) else None,
+        request_id=meta.get("id") if isinstance(meta.get("id"), str) else None,
+    )
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _int_list(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+def _count(meta: dict, key: str, status: int) -> int | None:
+    """A token count of meta_info: absent is None; anything but a whole number >= 0 is a bad answer
+    (it would be saved as data and added into token budgets)."""
+    value = meta.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise Transient("bad_response", f"meta_info.{key} is {_shown(value)}, not a token count", status)
+    return value
+
+
+class SGLangClient:
+    """One AsyncClient for the whole run, sized for ``concurrency`` long generations."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        concurrency: int,
+        request_timeout: float,
+        connect_timeout: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.shown_url = redact_url(self.base_url)  # for messages: a password in the URL is never printed
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # httpx's defaults (5 s read timeout, 100 connections) would time out every long
+        # generation and queue requests beyond 100; the runner's semaphore bounds in-flight
+        # work, so the pool only needs a little headroom for health checks.
+        self.http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(connect=connect_timeout, read=request_timeout, write=60.0, pool=None),
+            limits=httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4),
+            trust_env=False,  # an http_proxy meant for the internet must not swallow a local server
+            transport=transport,  # tests drive the runner in-process through httpx.MockTransport
+        )
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def generate(self, payload: dict) -> Generation:
+        try:
+            response = await self.http.post(
+                "/generate", content=orjson.dumps(payload), headers={"Content-Type": "application/json"}
+            )
+        except httpx.TimeoutException as exc:
+            raise Transient("timeout", f"{type(exc).__name__}: no answer in time", outage=True) from exc
+        except httpx.TransportError as exc:
+            raise Transient("connection", f"{type(exc).__name__}: {exc or 'connection lost'}", outage=True) from exc
+        except httpx.RequestError as exc:  # DecodingError: e.g. a body marked gzip that is not gzip
+            raise Transient("bad_response", f"{type(exc).__name__}: {exc}") from exc
+        return parse_generation(response.status_code, response.content)
+
+    async def healthy(self) -> bool:
+        """True when a request sent now can be served. A plain server: /health is 200. Behind
+        sglang-router, whose /health stays 200 while every worker is down: also its /readiness,
+        and a one-token probe through it, so a 503 "no available workers" (its circuit breakers
+        open, for 60 s by default) is an outage to wait out, not a failed attempt."""
+        try:
+            response = await self.http.get("/health", timeout=httpx.Timeout(HEALTH_TIMEOUT))
+        except httpx.HTTPError:
+            return False
+        if response.status_code != 200:
+            return False
+        router: bool | None = getattr(self, "_router", None)
+        if router is None:
+            router = self._router = await detect_router(self.http)
+        return not router or await router_ready(self.http)
+
+    async def _get_json(self, path: str) -> dict | None:
+        """GET a JSON endpoint: None on 404, ServerError when the server cannot be reached."""
+        try:
+            response = await self.http.get(path, timeout=httpx.Timeout(30.0))
+        except httpx.HTTPError as exc:
+            raise ServerError(
+                f"cannot reach the SGLang server at {self.shown_url} ({type(exc).__name__}); "
+                "start the server or pass --server-url URL"
+            ) from exc
+        check_auth(response.status_code, response.content)
+        if response.status_code != 200:
+            return None
+        try:
+            data = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            return None
+        return data if isinstance(data, dict) else None
+
+    async def model_info(self) -> dict:
+        """/model_info (SGLang >= 0.5.2x), falling back to the deprecated /get_model_info."""
+        for path in ("/model_info", "/get_model_info"):
+            info = await self._get_json(path)
+            if info is not None:
+                return info
+        raise ServerError(
+            f"{self.shown_url} answered neither /model_info nor /get_model_info; is it an SGLang server? "
+            "Check --server-url"
+        )
+
+    async def context_length(self) -> int | None:
+        models = await self._get_json("/v1/models")
+        for card in (models or {}).get("data") or []:
+            if isinstance(card, dict) and isinstance(card.get("max_model_len"), int):
+                return card["max_model_len"]
+        return None
+
+    async def loads(self, path: str = "/v1/loads") -> dict | None:
+        """The server's load report (SGLang 0.5.2x: per-rank running/waiting requests, KV usage), or
+        None where there is none (an older server, a router that does not pass it through) or the
+        server does not answer: a load poll never fails the run."""
+        try:
+            return await self._get_json(path)
+        except ServerError:
+            return None
+
+    async def server_info(self) -> dict:
+        for path in ("/server_info", "/get_server_info"):
+            info = await self._get_json(path)
+            if info is not None:
+                return info
+        return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# sglang-router (0.3.x, "SGLang Model Gateway"): what /health cannot tell
+# ---------------------------------------------------------------------------------------------
+
+HEALTH_TIMEOUT = 30.0
+# SGLang's own /health_generate probes with this: token 0 exists in every vocabulary.
+PROBE_PAYLOAD = {"input_ids": [0], "sampling_params": {"max_new_tokens": 1}}
+
+
+async def router_readiness(http: httpx.AsyncClient) -> dict | None:
+    """The router's GET /readiness ({"status": "ready", "healthy_workers": n, "total_workers": m},
+    200 or 503), or None when the server does not answer it that way (an SGLang server: 404)."""
+    response = await http.get("/readiness", timeout=httpx.Timeout(HEALTH_TIMEOUT))
+    try:
+        data = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("healthy_workers"), int) else None
+
+
+async def detect_router(http: httpx.AsyncClient) -> bool | None:
+    """True behind sglang-router, False in front of a server, None when it cannot be told yet."""
+    try:
+        return await router_readiness(http) is not None
+    except httpx.HTTPError:
+        return None
+
+
+async def router_ready(http: httpx.AsyncClient) -> bool:
+    """The router has a healthy worker and a one-token request gets through it now.
+
+    Its /readiness alone lags: it follows the router's periodic health checks (every 60 s, 3
+    failures, by default), so it still says ready after a worker died, while the circuit breaker
+    answers 503 "no available workers" well after a worker came back. The probe goes the way a
+    request goes; any answer below 500 means a worker took it."""
+    try:
+        readiness = await router_readiness(http)
+        if readiness is None or readiness["healthy_workers"] < 1:
+            return False
+        probe = await http.post(
+            "/generate",
+            content=orjson.dumps(PROBE_PAYLOAD),
+            headers={"Content-Type": "application/json"},
+            timeout=httpx.Timeout(HEALTH_TIMEOUT),
+        )
+    except httpx.HTTPError:
+        return False
+    return probe.status_code < 500
+
+
+def behind_router(client: SGLangClient) -> bool:
+    """Whether healthy() found sglang-router at the URL (False until it has been asked). Through
+    the router one attempt of ours is up to its --retry-max-retries attempts at workers."""
+    return bool(getattr(client, "_router", None))

@@ -1,0 +1,532 @@
+"""The demo server: real SGLang 0.5.23 on the CPU with a tiny offline model (`--launch-server demo`).
+
+This module owns installing that server and building its model (into the project's cache,
+.cache/real-sglang/ in the checkout, or $SYNTHGEN_CACHE/real-sglang), and the commands that start
+it and sglang-router. It is the genuine SGLang HTTP layer, tokenizer manager, scheduler, radix
+cache and detokenizer running a randomly initialised model (scripts/demo_model.py): only
+the API behaviour means anything, not the speed or the text. scripts/real_sglang.py is the
+command line over it, used by the integration tests. Standard library only, so any python3 runs it.
+
+    argv = demo_command(30000, say=print)   # installs on first use (minutes, ~2.5 GB), then instant
+    ServerProcess(argv, log_path).start()   # synthgen.server.launcher
+
+Cache layout (gitignored):
+
+    venv/         python venv: CPU torch, sglang (no deps), its CPU-usable deps, sglang-router
+    shim/         import-only stand-in for the `sgl_kernel` package (see SHIM_SOURCE)
+    tiny/         the tiny Qwen2 model + tokenizer (context 2048, vocabulary 2048)
+    setup.json    stamp: hash of the pinned spec; setup is skipped while it matches
+    run/PID.json  one per process started by scripts/real_sglang.py; its `stop` only kills those
+    logs/, tmp/, pip-cache/, hf/, xdg/   logs, TMPDIR and caches of the processes started here
+
+Errors: DemoSetupError (a ServerError, exit code 3), one line saying which step failed, why, and
+what to do.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from synthgen.errors import ServerError
+from synthgen.server.launcher import short_tail
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD_TINY = Path(__file__).with_name("demo_model.py")  # run by the demo venv's python, never imported
+CACHE_ENV = "SYNTHGEN_CACHE"  # the project's cache root; the demo server lives in its real-sglang/
+SKIP_REAL_ENV = "SYNTHGEN_SKIP_REAL"
+# Where the pinned CPU torch comes from when the configured package indexes do not have it.
+PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+# ---------------------------------------------------------------------------------------------
+# The pinned spec. Changing anything here (or the shim, the patch or demo_model.py)
+# changes the stamp hash, and the next `setup` redoes the steps.
+# ---------------------------------------------------------------------------------------------
+
+# The CPU build: from the configured package indexes where they have it (this machine: a local
+# wheel folder), else from the PyTorch CPU index (see torch_pip_options). `+cpu` is pinned on
+# purpose: plain `torch==2.13.0` would also match PyPI's multi-GB CUDA build.
+TORCH = "torch==2.13.0+cpu"
+
+# The pip steps, in order: (what, requirements, extra pip options).
+PIP_STEPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("torch (CPU wheel)", (TORCH,), ()),
+    # sglang's metadata requires torch==2.14.1 (only a CUDA build on PyPI) and CUDA-only kernels
+    # (flashinfer, sglang-kernel, flash-attn-4, deep-ep, cutlass-dsl, ...): install it bare.
+    ("sglang 0.5.23 (no deps)", ("sglang==0.5.23",), ("--no-deps",)),
+    # What sglang needs at import time and for plain decoding, minus its CUDA-only packages.
+    # Pinned to the versions resolved by the first working install (2026-11); their own deps
+    # float. pip reports sglang's unmet CUDA requirements as conflicts afterwards: expected.
+    (
+        "sglang's CPU-usable deps",
+        (
+            "transformers==5.19.0",
+            "tokenizers==0.23.2",
+            "safetensors==0.8.0",
+            "aiohttp==3.14.5",
+            "fastapi==0.165.0",
+            "uvicorn==0.54.0",
+            "uvloop==0.23.0",
+            "pyzmq==27.3.0",
+            "orjson==3.13.0",
+            "psutil==7.2.2",
+            "setproctitle==1.3.8",
+            "requests==2.34.2",
+            "msgspec==0.23.0",
+            "pybase64==1.5.1",
+            "python-multipart==0.0.34",
+            "prometheus_client==0.26.0",
+            "partial-json-parser==0.2.1.1.post7",
+            "interegular==0.3.3",
+            "openai==2.8.0",
+            "tiktoken==0.14.0",
+            "pillow==13.0.0",
+            "einops==0.8.2",
+            "scipy==1.17.1",
+            "sentencepiece==0.2.1",
+            "xxhash==4.1.0",
+            "zstandard==0.25.0",
+            "watchfiles==1.3.0",
+            "distro==1.9.0",
+            "python-dateutil==2.9.0.post0",
+            "blobfile==3.0.0",
+            "anthropic==2.14.0",
+            "openai-harmony==0.0.4",
+            "llguidance==1.9.1",
+            "gguf==0.19.0",
+            # sglang/srt/utils/common.py does `import triton` at import time (only for @triton.jit
+            # decorators); on a CPU it warns "Triton is not supported on current platform".
+            "triton==3.9.0",
+            # Imported at start-up by sglang modules although never used for plain decoding.
+            "ipython==9.18.1",
+            "dill==0.4.1",
+            "jsonschema==4.26.0",
+            "soundfile==0.13.1",
+            "easydict==1.14",
+            "ninja==1.13.2",
+            "py-spy==0.4.3",
+            "nvidia-ml-py==13.615.71",
+            "numba==0.65.1",
+            "xgrammar==0.2.7",
+            "compressed-tensors==0.18.0",
+            # Imported by sglang/srt/multimodal/internvl_utils.py even for text models. PyPI only
+            # has a CUDA build; see patch_torchvision() for why it still works.
+            "torchvision==0.28.0",
+            "httpx==0.28.1",
+        ),
+        (),
+    ),
+    ("sglang-router 0.3.2", ("sglang-router==0.3.2",), ()),
+)
+
+# Keeps every pip step after the first from replacing the CPU torch with a CUDA one.
+CONSTRAINTS = f"{TORCH}\ntorchvision==0.28.0\n"
+
+# SGLang's CPU engine (SGLANG_USE_CPU_ENGINE=1) imports 8 names from `sgl_kernel` at import time
+# (cache_move.py etc.: copy_all_layer_kv_cache_cpu, assign_*_cpu, speculative-decoding helpers).
+# Its CPU build is not on PyPI (sglang-kernel/sgl-kernel wheels hold only CUDA .so files) and
+# compiling it needs AVX-512 and far more time than 2 cores allow. Without Intel AMX, plain
+# decoding calls none of them (layers run forward_native, torch_native attention needs no
+# kernel), so an import-only package suffices; any call would raise, never silently misbehave.
+SHIM_SOURCE = '''\
+"""Import-only stand-in for SGLang's CPU kernel package (see scripts/real_sglang.py); any call raises."""
+__version__ = "0.0.0+shim"
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+
+    def _stub(*args, **kwargs):
+        raise NotImplementedError(f"sgl_kernel shim: {name} is not implemented")
+
+    _stub.__name__ = name
+    return _stub
+'''
+
+# PyPI's torchvision is a CUDA build: its _C.so needs libtorch_cuda.so, so its C++ ops do not
+# load with CPU torch, and _meta_registrations.py then crashes at import ("operator
+# torchvision::nms does not exist") on two unguarded register_fake decorators. Guard those two;
+# the CPU torchvision wheels live only on the PyTorch index, which is not reachable here.
+TV_PATTERN = re.compile(r'^@torch\.library\.register_fake\("torchvision::(q?nms)"\)', re.MULTILINE)
+TV_REPLACEMENT = (
+    r'@(torch.library.register_fake("torchvision::\1") if torchvision.extension._has_ops() else (lambda f: f))'
+)
+TV_GUARDED = "if torchvision.extension._has_ops() else (lambda f: f))"
+
+IMPORT_CHECK = (
+    "import torch, sglang.srt.entrypoints.http_server, sglang.srt.managers.scheduler, "
+    "sglang.srt.model_executor.model_runner, sglang_router; "
+    "assert torch.__version__ == '2.13.0+cpu', torch.__version__; "
+    "print('sglang', sglang.__version__, 'torch', torch.__version__)"
+)
+
+# ---------------------------------------------------------------------------------------------
+# Server flags
+# ---------------------------------------------------------------------------------------------
+
+# Flag/value pairs kept on one line each.
+# fmt: off
+SERVER_FLAGS = (
+    "--device", "cpu",
+    "--host", "127.0.0.1",
+    # SGLang's CPU default on x86 is intel_amx, which calls the compiled sgl_kernel ops;
+    # torch_native is plain torch.
+    "--attention-backend", "torch_native",
+    # What SGLang resolves to on CPU anyway; explicit so a new default cannot pick a CUDA kernel.
+    "--sampling-backend", "pytorch",
+    # No structured output (json_schema/regex/ebnf) here, so no grammar backend to build;
+    # such requests are therefore not testable against this server.
+    "--grammar-backend", "none",
+    # Sized for the tiny model: keeps the KV pool (and so the memory) small.
+    "--max-total-tokens", "65536",
+    # Without it the idle scheduler busy-polls a whole core; this machine has two.
+    "--sleep-on-idle",
+)
+# fmt: on
+SERVER_READY_LINE = "ready to roll"  # "The server is fired up and ready to roll!"
+
+
+class DemoSetupError(ServerError):
+    """The demo server could not be installed or built; the message says which step and why."""
+
+
+Say = Callable[[str], None]
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Where things live
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DemoPaths:
+    """Everything of the demo server under one cache directory."""
+
+    cache: Path
+
+    @classmethod
+    def default(cls) -> DemoPaths:
+        """$SYNTHGEN_CACHE/real-sglang when set, else <repo>/.cache/real-sglang."""
+        root = os.environ.get(CACHE_ENV)
+        return cls((Path(root) if root else REPO / ".cache") / "real-sglang")
+
+    @property
+    def venv(self) -> Path:
+        return self.cache / "venv"
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def shim(self) -> Path:
+        return self.cache / "shim"
+
+    @property
+    def tiny(self) -> Path:
+        return self.cache / "tiny"
+
+    @property
+    def stamp(self) -> Path:
+        return self.cache / "setup.json"
+
+    @property
+    def run(self) -> Path:
+        return self.cache / "run"
+
+    @property
+    def logs(self) -> Path:
+        return self.cache / "logs"
+
+    @property
+    def setup_log(self) -> Path:
+        return self.logs / "setup.log"
+
+
+def child_env(paths: DemoPaths, **extra: str) -> dict[str, str]:
+    """Environment for every process started here: caches and temp files stay inside the cache."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    for d in ("tmp", "pip-cache", "hf", "xdg", "sglang"):
+        (paths.cache / d).mkdir(parents=True, exist_ok=True)
+    env.update(_cache_vars(paths))
+    env.update(extra)
+    return env
+
+
+def _cache_vars(paths: DemoPaths) -> dict[str, str]:
+    return {
+        "TMPDIR": str(paths.cache / "tmp"),
+        "PIP_CACHE_DIR": str(paths.cache / "pip-cache"),
+        "HF_HOME": str(paths.cache / "hf"),
+        "XDG_CACHE_HOME": str(paths.cache / "xdg"),
+        "SGLANG_CACHE_DIR": str(paths.cache / "sglang"),
+        # No hub is reachable; offline mode makes transformers fail fast instead of retrying.
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def server_env(paths: DemoPaths) -> dict[str, str]:
+    """The variables the SGLang server needs on top of child_env()."""
+    return {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": str(paths.shim)}
+
+
+# ---------------------------------------------------------------------------------------------
+# setup
+# ---------------------------------------------------------------------------------------------
+
+
+def spec_hash() -> str:
+    spec = {
+        "python": list(sys.version_info[:2]),
+        "pip_steps": PIP_STEPS,
+        "constraints": CONSTRAINTS,
+        "shim": SHIM_SOURCE,
+        "tv_patch": [TV_PATTERN.pattern, TV_REPLACEMENT],
+        "build_tiny": BUILD_TINY.read_text(encoding="utf-8"),
+        "import_check": IMPORT_CHECK,
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def is_setup(paths: DemoPaths) -> bool:
+    """True when setup completed for the current pinned spec (cheap: reads a stamp)."""
+    try:
+        stamp = json.loads(paths.stamp.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (
+        stamp.get("spec_hash") == spec_hash()
+        and paths.python.exists()
+        and (paths.tiny / "config.json").exists()
+        and (paths.shim / "sgl_kernel" / "__init__.py").exists()
+    )
+
+
+def setup(paths: DemoPaths, say: Say = _quiet, force: bool = False) -> bool:
+    """Install everything unless already done; True when it installed. Concurrent callers (parallel
+    test workers, two runs) serialise on a lock: the first installs, the others wait for it."""
+    paths.cache.mkdir(parents=True, exist_ok=True)
+    with open(paths.cache / "setup.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if force:
+            say(f"--force: removing {paths.venv}, {paths.tiny} and the stamp")
+            for path in (paths.venv, paths.tiny):
+                shutil.rmtree(path, ignore_errors=True)
+            paths.stamp.unlink(missing_ok=True)
+        if is_setup(paths):
+            return False
+        _install(paths, say)
+        return True
+
+
+class _Steps:
+    """Numbered progress lines ("installing torch (CPU wheel) 2/7 ...") and the setup log."""
+
+    TOTAL = 3 + len(PIP_STEPS)  # venv, the pip steps, tiny model, import check
+
+    def __init__(self, paths: DemoPaths, say: Say):
+        self.paths, self.say, self.done = paths, say, 0
+
+    def begin(self, doing: str) -> float:
+        self.done += 1
+        self.say(f"{doing} {self.done}/{self.TOTAL} ...")
+        return time.monotonic()
+
+    def run(self, what: str, cmd: list[str], env: dict[str, str], check: bool = True) -> int:
+        """Run one command, its output appended to logs/setup.log (pip's many harmless warnings
+        would bury the progress lines); raise DemoSetupError on failure when `check`."""
+        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        log = self.paths.setup_log
+        with open(log, "ab") as fh:
+            fh.write(f"\n=== {what}: {' '.join(cmd)}\n".encode())
+            fh.flush()
+            offset = fh.tell()
+            code = subprocess.run(
+                cmd, env=env, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT
+            ).returncode
+        if code != 0 and check:
+            raise DemoSetupError(
+                f"the demo SGLang server could not be installed: {what} failed with exit {code} "
+                f"({_tail(log, offset) or 'no output'}; full log {log}); check network access to the "
+                "package indexes and free disk space (about 3 GB), then retry"
+            )
+        return code
+
+    def end(self, what: str, started: float) -> None:
+        self.say(f"{what}: done in {time.monotonic() - started:.0f} s")
+
+
+def _tail(log: Path, offset: int) -> str:
+    """The log's last lines since `offset`, minus pip's harmless noise, as one short line."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    # pip's warnings (ignored index locations, retries) bury the one line that says why.
+    kept = [line for line in text.splitlines() if not line.startswith(("WARNING:", "[notice]"))]
+    return short_tail("\n".join(kept), lines=2)
+
+
+def torch_pip_options(configured_has_it: bool) -> list[str]:
+    """Where pip looks for the pinned CPU torch: the configured indexes (a local wheel folder on
+    this machine) when they have it, else also the PyTorch CPU index, the one place that publishes
+    `+cpu` builds. The configured index stays first, so torch's own dependencies still come from
+    the usual place (a company mirror, say); only the exact `+cpu` pin can match the extra index."""
+    return [] if configured_has_it else ["--extra-index-url", PYTORCH_CPU_INDEX]
+
+
+def _install(paths: DemoPaths, say: Say) -> None:
+    started = time.monotonic()
+    paths.stamp.unlink(missing_ok=True)
+    env = child_env(paths)
+    steps = _Steps(paths, say)
+    t = steps.begin("creating a venv")
+    if not paths.python.exists():
+        steps.run("venv", [sys.executable, "-m", "venv", str(paths.venv)], env)
+    steps.end("venv", t)
+    constraints = paths.cache / "constraints.txt"
+    constraints.write_text(CONSTRAINTS, encoding="utf-8")
+    pip = [str(paths.python), "-m", "pip", "install", "--quiet", "--no-input", "--progress-bar", "off"]
+    for i, (what, reqs, opts) in enumerate(PIP_STEPS):
+        t = steps.begin(f"installing {what}")
+        extra: list[str] = []
+        if i == 0:
+            # A dry run resolves without installing: it asks the configured indexes whether they
+            # have this exact build, which they answer at once either way.
+            probe = steps.run(f"{what}: configured indexes", pip + ["--dry-run", "--no-deps", *reqs], env, check=False)
+            extra = torch_pip_options(probe == 0)
+            if extra:
+                say(f"{TORCH} is not on the configured package indexes; taking it from {PYTORCH_CPU_INDEX}")
+        # The first step installs torch itself; every later one is held to that torch.
+        pins = ["-c", str(constraints)] if i else []
+        where = f" from {PYTORCH_CPU_INDEX}" if extra else ""
+        steps.run(what + where, pip + pins + extra + list(opts) + list(reqs), env)
+        steps.end(what, t)
+    _patch_torchvision(paths, env)
+    _write_shim(paths)
+    t = steps.begin("building the tiny model")
+    _build_tiny(paths, steps, env)
+    steps.end("tiny model", t)
+    t = steps.begin("checking that SGLang imports")
+    steps.run("import check", [str(paths.python), "-c", IMPORT_CHECK], child_env(paths, **server_env(paths)))
+    steps.end("import check", t)
+    paths.stamp.write_text(json.dumps({"spec_hash": spec_hash(), "finished_at": time.time()}) + "\n", encoding="utf-8")
+    say(f"setup complete in {time.monotonic() - started:.0f} s; venv {dir_size_gb(paths.venv):.1f} GB")
+
+
+def _patch_torchvision(paths: DemoPaths, env: dict[str, str]) -> None:
+    where = "import importlib.util as u; print(u.find_spec('torchvision').submodule_search_locations[0])"
+    out = subprocess.run(
+        [str(paths.python), "-c", where], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    path = Path(out) / "_meta_registrations.py"
+    text = path.read_text(encoding="utf-8")
+    patched = TV_PATTERN.sub(TV_REPLACEMENT, text)
+    if patched.count(TV_GUARDED) != 2:
+        raise DemoSetupError(
+            f"torchvision patch: expected 2 guarded register_fake lines in {path}; torchvision changed?"
+        )
+    if patched != text:
+        path.write_text(patched, encoding="utf-8")
+
+
+def _write_shim(paths: DemoPaths) -> None:
+    pkg = paths.shim / "sgl_kernel"
+    pkg.mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text(SHIM_SOURCE, encoding="utf-8")
+
+
+def _build_tiny(paths: DemoPaths, steps: _Steps, env: dict[str, str]) -> None:
+    # Built next to its final place and renamed, so a killed build never looks complete.
+    partial = paths.cache / "tiny.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    steps.run("tiny model", [str(paths.python), str(BUILD_TINY), str(partial)], env)
+    shutil.rmtree(paths.tiny, ignore_errors=True)
+    partial.rename(paths.tiny)
+
+
+def dir_size_gb(path: Path) -> float:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total / 1e9
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------------------------
+
+
+def server_command(paths: DemoPaths, port: int, model: Path | None = None, extra: Sequence[str] = ()) -> list[str]:
+    """argv of the real SGLang server on 127.0.0.1:`port` (run it with child_env + server_env)."""
+    model = model or paths.tiny
+    command = [str(paths.python), "-m", "sglang.launch_server", "--model-path", str(model), "--port", str(port)]
+    return [*command, *SERVER_FLAGS, *extra]
+
+
+def router_command(
+    paths: DemoPaths, port: int, worker_urls: Sequence[str], prometheus_port: int, extra: Sequence[str] = ()
+) -> list[str]:
+    """argv of sglang-router (round robin) on 127.0.0.1:`port` in front of `worker_urls`."""
+    # Flag/value pairs kept on one line each.
+    # fmt: off
+    return [
+        str(paths.python), "-m", "sglang_router.launch_router",
+        "--worker-urls", *worker_urls,
+        "--policy", "round_robin",
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        # Its metrics endpoint defaults to a fixed port (29000), which would clash between two
+        # routers (or with anything else on this machine).
+        "--prometheus-port", str(prometheus_port),
+        "--prometheus-host", "127.0.0.1",
+        *extra,
+    ]
+    # fmt: on
+
+
+def demo_command(port: int, say: Say = _quiet, paths: DemoPaths | None = None) -> list[str]:
+    """argv that starts the demo server (real SGLang on the CPU, tiny model) on 127.0.0.1:`port`,
+    installing it first if needed, with one progress line per step to `say`
+    ("demo server: installing torch (CPU wheel) 2/8 ..."). The argv carries its environment
+    (`env -u ... K=V ... python -m sglang.launch_server ...`), so it runs as is in any process
+    group and can be printed for the user to run by hand. Raises DemoSetupError."""
+    paths = paths or DemoPaths.default()
+
+    def progress(message: str) -> None:
+        say(f"demo server: {message}")
+
+    if not is_setup(paths):
+        progress(f"first use: installing SGLang 0.5.23 (CPU) and a tiny model into {paths.cache} (minutes, ~3 GB)")
+    setup(paths, progress)
+    # child_env() also creates the cache folders the variables point at.
+    variables = {**{k: child_env(paths)[k] for k in _cache_vars(paths)}, **server_env(paths)}
+    unset = [arg for name in ("VIRTUAL_ENV", "PYTHONHOME") for arg in ("-u", name)]
+    return ["env", *unset, *(f"{k}={v}" for k, v in variables.items()), *server_command(paths, port)]
+
+
+def demo_model_dir(paths: DemoPaths | None = None) -> Path:
+    """The tiny model's directory, which is also its tokenizer's (exists once set up)."""
+    return (paths or DemoPaths.default()).tiny

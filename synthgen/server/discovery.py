@@ -1,0 +1,215 @@
+"""The server's room: what the run knows about the SGLang server and whether it is up.
+
+    discover()        /model_info, /v1/models, /server_info (+ the model's config.json): the served
+                      model, its tokenizer, the context and input limits, the vocabulary size
+    fit_max_new_tokens()  the length rule: does a prompt fit, and how much room is left to generate
+    ServerHealth      one shared view of whether the server is up; waits out outages
+
+The runner asks this module; it never reads an endpoint itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from synthgen.chat import templating
+from synthgen.config import RunConfig
+from synthgen.errors import ServerError, SynthgenError
+from synthgen.fmt import fmt_duration
+from synthgen.server.client import SGLangClient
+
+# SGLang's scheduler refuses inputs of max_req_input_len = context_len - 1 - 5 tokens or more,
+# even when the tokenizer-side check passed (sglang_api.md §1.3).
+SCHEDULER_RESERVED = 6
+
+
+@dataclass
+class ServerContext:
+    model: str | None = None
+    model_path: str | None = None
+    weight_version: str | None = None
+    tokenizer_path: str | None = None
+    reasoning_parser: str | None = None  # what the server was started with (/server_info)
+    tool_call_parser: str | None = None
+    identity: tuple = ()  # see identity(): what must not change while the run goes on
+    context_len: int | None = None
+    max_input_len: int | None = None
+    vocab_size: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def fit_max_new_tokens(
+    prompt_len: int, max_tokens: int, context_len: int | None, max_input_len: int | None
+) -> tuple[int | None, str | None]:
+    """(max_new_tokens, None) for a prompt that fits, or (None, reason) for one to skip."""
+    if max_input_len is None and context_len is not None:
+        max_input_len = context_len - SCHEDULER_RESERVED
+    if max_input_len is not None and prompt_len >= max_input_len:
+        return None, f"prompt has {prompt_len} tokens; the server accepts fewer than {max_input_len}"
+    if context_len is None:
+        return max_tokens, None
+    # SGLang 0.5.5 rejects input + max_new >= context, 0.5.23 only >: leave one token.
+    room = context_len - prompt_len - 1
+    if room < 1:
+        return None, f"prompt has {prompt_len} tokens, leaving no room to generate under {context_len}"
+    return min(max_tokens, room), None
+
+
+async def discover(client: SGLangClient, cfg: RunConfig) -> ServerContext:
+    """Ask the server what it serves and what it accepts (no tokenizer is loaded here)."""
+    ctx = ServerContext()
+    try:
+        info = await client.model_info()
+    except ServerError:
+        if not (cfg.dry_run and cfg.tokenizer):
+            raise
+        info = {}
+        ctx.notes.append(f"server {cfg.display_url} not reachable; dry run continues without it")
+    ctx.model = info.get("served_model_name") or info.get("model_path")
+    ctx.model_path = info.get("model_path")
+    ctx.identity = identity(info)
+    version = info.get("weight_version")
+    ctx.weight_version = version if isinstance(version, str) else None
+    ctx.tokenizer_path = cfg.tokenizer or info.get("tokenizer_path") or info.get("model_path")
+    if not ctx.tokenizer_path:
+        raise SynthgenError(f"{cfg.display_url}/model_info reports no tokenizer_path; pass --tokenizer PATH")
+    # The served model's own config.json is the truth; a --tokenizer folder's is the fallback.
+    model_config = templating.model_config(info.get("model_path"), ctx.tokenizer_path)
+    if cfg.max_seq_len is not None:
+        ctx.context_len = cfg.max_seq_len
+    elif info:
+        ctx.context_len = await client.context_length()
+        if ctx.context_len is None:
+            ctx.context_len = templating.model_context_length(model_config)
+            found = (
+                f"using max_position_embeddings {ctx.context_len} from the model's config.json"
+                if ctx.context_len
+                else "prompt lengths are not checked before sending"
+            )
+            ctx.notes.append(
+                f"the server reports no max_model_len at /v1/models; {found}; pass --max-seq-len to set it"
+            )
+    server_info = await client.server_info() if info else {}
+    for key in ("reasoning_parser", "tool_call_parser"):
+        if isinstance(server_info.get(key), str) and server_info[key]:
+            setattr(ctx, key, server_info[key])
+    value = server_info.get("max_req_input_len")
+    # An explicit --max-seq-len is the user's word on lengths.
+    if cfg.max_seq_len is None and isinstance(value, int) and value > 0:
+        ctx.max_input_len = value if ctx.context_len is None else min(value, ctx.context_len - SCHEDULER_RESERVED)
+    ctx.vocab_size = templating.model_vocab_size(model_config)
+    return ctx
+
+
+def identity(info: dict) -> tuple:
+    """What must not change under a running job: the served model, its weights and its tokenizer."""
+    return tuple(info.get(k) for k in ("model_path", "served_model_name", "tokenizer_path", "weight_version"))
+
+
+class ServerGone(ServerError):
+    pass
+
+
+class ServerChanged(ServerError):
+    """The server came back from an outage serving another model, weights or tokenizer."""
+
+
+async def changed_identity(client: SGLangClient, ctx: ServerContext) -> str | None:
+    """After an outage: why the server is not the one the run started with, or None if it is."""
+    try:
+        info = await client.model_info()
+    except ServerError as exc:
+        return f"cannot ask it what it serves ({exc})"
+    now = identity(info)
+    if now == ctx.identity:
+        return None
+    keys = ("model_path", "served_model_name", "tokenizer_path", "weight_version")
+    diffs = [f"{k} {old!r} -> {new!r}" for k, old, new in zip(keys, ctx.identity, now, strict=True) if old != new]
+    return "; ".join(diffs)
+
+
+class ServerHealth:
+    """Whether the server is up, shared by all workers.
+
+    A worker whose request failed in a way that smells of an outage calls ``suspect()``;
+    the first such call checks /health and, if the server is down, every worker waits in
+    ``wait_up()`` while one poller checks /health with backoff. After ``server_wait``
+    seconds of continuous outage the run gives up (it is resumable). ``on_down(reason)``,
+    ``on_up(seconds)`` and ``on_gone(error)`` tell whoever reports it; they are called
+    after the state has changed.
+    """
+
+    def __init__(
+        self,
+        client: SGLangClient,
+        server_wait: float,
+        on_down: Callable[[str], None],
+        on_up: Callable[[float], None],
+        on_gone: Callable[[ServerError], None],
+        verify: Callable[[], Awaitable[str | None]] | None = None,
+    ):
+        self.client, self.server_wait = client, server_wait
+        self.on_down, self.on_up, self.on_gone, self.verify = on_down, on_up, on_gone, verify
+        self.up = asyncio.Event()
+        self.up.set()
+        self.gone: ServerError | None = None
+        self._lock = asyncio.Lock()
+        self._poller: asyncio.Task | None = None
+
+    @property
+    def is_down(self) -> bool:
+        return not self.up.is_set()
+
+    async def suspect(self, reason: str) -> bool:
+        """True if the server is down (the failed attempt should not count against the prompt)."""
+        async with self._lock:
+            if not self.up.is_set():
+                return True
+            if await self.client.healthy():
+                return False
+            self.up.clear()
+            self._poller = asyncio.create_task(self._poll())
+            self.on_down(reason)
+            return True
+
+    async def _poll(self) -> None:
+        started = time.monotonic()
+        delay = 1.0
+        while True:
+            await asyncio.sleep(delay)
+            if await self.client.healthy():
+                changed = await self.verify() if self.verify is not None else None
+                if changed is not None:
+                    self.gone = ServerChanged(
+                        f"the server {self.client.shown_url} came back serving something else ({changed}); stopped so "
+                        "no row is made with another model than the run's; restart the run's model, or rerun with "
+                        "another --output-dir (or --allow-mixed-settings) to go on with this one"
+                    )
+                    self.up.set()
+                    self.on_gone(self.gone)
+                    return
+                self.up.set()
+                self.on_up(time.monotonic() - started)
+                return
+            if time.monotonic() - started >= self.server_wait:
+                self.gone = ServerGone(
+                    f"gave up: server {self.client.shown_url} was unreachable for "
+                    f"{fmt_duration(time.monotonic() - started)} (--server-wait); nothing was lost: "
+                    "rerun the same command to resume"
+                )
+                self.up.set()  # release the waiters so they see ``gone``
+                self.on_gone(self.gone)
+                return
+            delay = min(delay * 2, 5.0)
+
+    async def wait_up(self) -> None:
+        await self.up.wait()
+        if self.gone is not None:
+            raise self.gone
+
+    def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
