@@ -373,17 +373,23 @@ def test_progress_writes_to_a_closed_pipe_never_raise_and_the_log_goes_on(tmp_pa
     assert "plan" in text and "first" in text and "second" in text and "done 1/2" in text
 
 
-def test_a_tty_bar_on_a_closed_stream_never_raises():
+def test_a_tty_bar_on_a_closed_stream_never_raises(tmp_path):
     stream = io.StringIO()
-    progress = Progress(3, stream, 1.0, None, tty=True)
+    log = tmp_path / "run.log"
+    progress = Progress(3, stream, 1.0, log, tty=True)
     progress.start(3)
+    assert progress._bar is not None  # a real tqdm bar is drawn on the "terminal"
     stream.close()
-    progress.finished(1)
+    progress.finished(1)  # the bar's update hits the closed stream: the bar is given up, nothing raises
     progress.message("after")
     progress.tick()
     progress.budget_closed("d", 10, 5, 0, 1)
     progress.print_block("summary")
     progress.close()
+    assert progress._bar is None and not progress._stream_ok
+    logged = log.read_text()
+    assert "after" in logged and "summary" in logged  # the log file is still written
+    assert "done 1/" in logged
 
 
 def test_the_total_and_eta_stay_sane_after_a_token_budget_closes():

@@ -16,7 +16,7 @@ from pathlib import Path
 from synthgen.budget import plan as budget
 from synthgen.budget.file import write_budget
 from synthgen.data.prompts import DatasetSource, discover, scan_dataset
-from synthgen.data.store import RESULTS, iter_rows
+from synthgen.data.store import RESULTS, iter_done
 from synthgen.errors import InputFileError, OneLineParser, UsageError, run_guarded
 
 PROG = "compute_budget.py"
@@ -180,21 +180,19 @@ class BudgetConfig:
 
 # --- reading ---------------------------------------------------------------------------------------
 def measure_outputs(output_dir: Path, dataset: str) -> budget.Measurement | None:
-    """completion_tokens of the completed rows (one per id, first wins, as the resume scan counts)."""
+    """completion_tokens of the completed rows: one per id, the first, as the resume scan counts them."""
     path = Path(output_dir) / dataset / RESULTS
     seen: set[str] = set()
     tokens: list[int] = []
     truncated = 0
     try:
-        for row in iter_rows(path):
-            rid, value = row.get("id"), row.get("completion_tokens")
-            if not isinstance(rid, str) or rid in seen:
+        for entry in iter_done(path):
+            if entry.id in seen:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                continue
-            seen.add(rid)
-            tokens.append(value)
-            truncated += row.get("finish_reason") == "length"
+            seen.add(entry.id)
+            if entry.measured:
+                tokens.append(entry.completion_tokens)
+                truncated += entry.truncated
     except OSError as exc:
         raise InputFileError(
             path, None, f"cannot read ({exc.strerror}); fix it or pass --avg-tokens {dataset}=N"

@@ -242,25 +242,32 @@ class ErrorRecord:
 
 @dataclass(frozen=True, slots=True)
 class DoneEntry:
-    """What resume needs of one result row, read without building the whole record."""
+    """What resume and the budget's measurement need of one result row, read without building the whole
+    record: the one place a result row's id and token count are validated."""
 
     id: str
-    completion_tokens: int
+    completion_tokens: int  # 0 when the row's count is missing or not a count (see ``measured``)
     source: str | None
     prompt_hash: str | None
+    measured: bool = True  # the row's completion_tokens is a real count (a budget may average it)
+    truncated: bool = False  # finish_reason "length": cut at max tokens
 
     @classmethod
-    def from_dict(cls, row: dict) -> DoneEntry | None:
+    def from_dict(cls, row: dict[str, Any]) -> DoneEntry | None:
         """None for a line that is not a result row (no string id)."""
         rid = row.get("id")
         if not isinstance(rid, str):
             return None
         tokens = row.get("completion_tokens")
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-            tokens = 0
+        count = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None
         source, digest = row.get("source"), row.get("prompt_hash")
         return cls(
-            rid, tokens, source if isinstance(source, str) else None, digest if isinstance(digest, str) else None
+            rid,
+            count or 0,
+            source if isinstance(source, str) else None,
+            digest if isinstance(digest, str) else None,
+            count is not None,
+            row.get("finish_reason") == "length",
         )
 
 

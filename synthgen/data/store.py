@@ -71,6 +71,14 @@ def iter_rows(path: Path) -> Iterator[dict]:
                 yield row
 
 
+def iter_done(path: Path) -> Iterator[DoneEntry]:
+    """Read-only: what resume needs of every result row of a results file, in file order (duplicates too)."""
+    for row in iter_rows(path):
+        entry = DoneEntry.from_dict(row)
+        if entry is not None:
+            yield entry
+
+
 def iter_results(path: Path) -> Iterator[ResultRecord]:
     """Read-only: every result row of a results file, as records (old rows included)."""
     for row in iter_rows(path):
