@@ -92,6 +92,12 @@ class Budget:
 
     caps: dict[str, int]  # dataset -> max_samples
     averages: dict[str, float]  # dataset -> expected completion tokens, where the plan had one
+    fixed: frozenset[str] = frozenset()  # --fixed datasets: generated elsewhere, never run here
+
+    @property
+    def generated(self) -> list[str]:
+        """The datasets the plan generates, in the file's order (what a run or an export of the plan reads)."""
+        return [name for name in self.caps if name not in self.fixed]
 
 
 def read_budget(path: Path) -> Budget:
@@ -107,7 +113,7 @@ def read_budget(path: Path) -> Budget:
     datasets = data.get("datasets") if isinstance(data, dict) else None
     if not isinstance(datasets, dict):
         raise UsageError(f"{path}: no 'datasets' object; recreate it with compute_budget.py --out {path}")
-    caps, averages = {}, {}
+    caps, averages, fixed = {}, {}, set()
     for name, entry in datasets.items():
         value = entry.get("max_samples") if isinstance(entry, dict) else None
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -116,4 +122,6 @@ def read_budget(path: Path) -> Budget:
         avg = entry.get("avg_completion_tokens")
         if isinstance(avg, (int, float)) and not isinstance(avg, bool) and avg > 0:
             averages[name] = float(avg)
-    return Budget(caps, averages)
+        if entry.get("avg_source") == "fixed":
+            fixed.add(name)
+    return Budget(caps, averages, frozenset(fixed))

@@ -11,8 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-import orjson
-
+from synthgen.budget.file import read_budget
 from synthgen.data.prompts import discover
 from synthgen.data.store import RESULTS
 from synthgen.errors import OneLineParser, UsageError, run_guarded
@@ -134,28 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # --- choosing datasets -----------------------------------------------------------------------------
-def budget_datasets(path: Path) -> list[str]:
-    """The datasets a compute_budget.py plan generates (a --fixed one has no results here)."""
-    try:
-        data = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise UsageError(f"{path}: budget file not found; create it with compute_budget.py --out {path}") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the budget file ({exc.strerror})") from None
-    except orjson.JSONDecodeError:
-        raise UsageError(f"{path}: not valid JSON; recreate it with compute_budget.py --out {path}") from None
-    datasets = data.get("datasets") if isinstance(data, dict) else None
-    if not isinstance(datasets, dict):
-        raise UsageError(f"{path}: no 'datasets' object; recreate it with compute_budget.py --out {path}")
-    return [
-        name for name, entry in datasets.items() if not (isinstance(entry, dict) and entry.get("avg_source") == "fixed")
-    ]
-
-
 def choose_datasets(args: argparse.Namespace) -> list[DatasetRef]:
     names = list(args.dataset)
     if args.budget is not None:
-        names += budget_datasets(args.budget)
+        names += read_budget(args.budget).generated
     names = list(dict.fromkeys(names))
     output_dir = Path(args.output_dir)
     if args.partition is not None:
