@@ -37,7 +37,10 @@ def cli_env(**extra: str) -> dict[str, str]:
 
 def build_tokenizer(out_dir: Path, style: str = "chatml") -> Path:
     subprocess.run(
-        [sys.executable, str(TOKENIZERS), str(out_dir), style], check=True, env=cli_env(), stdout=subprocess.DEVNULL
+        [sys.executable, str(TOKENIZERS), str(out_dir), style],
+        check=True,
+        env=cli_env(PYTHONPATH=str(REPO)),  # the recipe it uses is the package's (synthgen.server.bpe)
+        stdout=subprocess.DEVNULL,
     )
     return out_dir
 

@@ -1,7 +1,7 @@
 """Tiny offline tokenizers that carry real models' special tokens and real chat templates.
 
-This module owns the per-model test tokenizers: each is a byte-level BPE trained (as in
-``tiny_tokenizers``) on Python standard-library sources, given the special tokens of one real model
+This module owns the per-model test tokenizers: each is a byte-level BPE trained (``synthgen.server.bpe``,
+as in ``tiny_tokenizers``) on Python standard-library sources, given the special tokens of one real model
 family and that model's real chat template from ``tests/templates/`` (see SOURCES.md there), and
 saved as a Hugging Face tokenizer folder that ``transformers.AutoTokenizer`` loads offline.
 Building is cached per directory: a stamp file records the build arguments and the template's hash.
@@ -14,8 +14,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tiny_tokenizers import BPE_VOCAB_SIZE, _corpus
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tiny_tokenizers import BPE_VOCAB_SIZE, CORPUS_FILES
+
+from synthgen.server.bpe import model_vocab_size, train_bpe
 
 TEMPLATES = Path(__file__).parent / "templates"
 STAMP_FILE = "model_tokenizer_build.json"
@@ -160,19 +161,7 @@ def build_model_tokenizer(out_dir: Path, model: str) -> Path:
 
     from transformers import PreTrainedTokenizerFast
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=BPE_VOCAB_SIZE,
-        special_tokens=spec.special,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(_corpus(), trainer=trainer)
-    if spec.extra:
-        tokenizer.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in spec.extra])
+    tokenizer = train_bpe(spec.special, spec.extra, BPE_VOCAB_SIZE, CORPUS_FILES)
     named = {spec.eos, spec.bos, spec.pad}
     hf_tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
@@ -186,7 +175,7 @@ def build_model_tokenizer(out_dir: Path, model: str) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     hf_tokenizer.save_pretrained(out_dir)
     config = {
-        "vocab_size": (len(hf_tokenizer) + 63) // 64 * 64,
+        "vocab_size": model_vocab_size(len(hf_tokenizer)),
         "max_position_embeddings": MAX_POSITION_EMBEDDINGS,
     }
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")

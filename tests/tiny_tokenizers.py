@@ -1,7 +1,8 @@
 """Tiny chat tokenizers built offline at test time.
 
 This module owns the test tokenizers: a byte-level BPE trained in well under a second on Python
-standard-library sources (always on disk, so nothing comes from a hub), saved as a Hugging Face
+standard-library sources (always on disk, so nothing comes from a hub; the recipe is
+``synthgen.server.bpe``, shared with the demo model), saved as a Hugging Face
 tokenizer directory with a chat template and a ``config.json`` carrying the model vocab size.
 
 Two chat styles mirror the two reasoning conventions a client has to handle:
@@ -24,10 +25,11 @@ arguments, and a directory with a matching stamp is reused as is.
 from __future__ import annotations
 
 import json
-import sysconfig
 from pathlib import Path
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, processors
+
+from synthgen.server.bpe import model_vocab_size, train_bpe
 
 BOS = "<|endoftext|>"
 EOS = "<|im_end|>"
@@ -122,7 +124,7 @@ def build_tokenizer(out_dir: Path, style: str = "chatml", think_special: bool = 
     out_dir.mkdir(parents=True, exist_ok=True)
     hf_tokenizer.save_pretrained(out_dir)
     config = {
-        "vocab_size": (len(hf_tokenizer) + 63) // 64 * 64,
+        "vocab_size": model_vocab_size(len(hf_tokenizer)),
         "max_position_embeddings": MAX_POSITION_EMBEDDINGS,
         "model_type": "qwen2",
     }
@@ -148,30 +150,12 @@ def _train_bpe(style: str, think_special: bool) -> Tokenizer:
         special += [THINK_OPEN, THINK_CLOSE]
     if style == "kimi":
         special += KIMI_ROLE_TOKENS
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=BPE_VOCAB_SIZE,
-        special_tokens=special,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(_corpus(), trainer=trainer)
-    if not think_special:
-        # Ordinary added tokens: still matched as one token on encode, kept by skip_special_tokens.
-        tokenizer.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in (THINK_OPEN, THINK_CLOSE)])
-    return tokenizer
+    # Not special: still matched as one token on encode, kept by skip_special_tokens.
+    plain = [] if think_special else [THINK_OPEN, THINK_CLOSE]
+    return train_bpe(special, plain, BPE_VOCAB_SIZE, CORPUS_FILES)
 
 
-def _corpus():
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    for path in sorted(stdlib.glob("*.py"))[:CORPUS_FILES]:
-        yield path.read_text(encoding="utf-8", errors="ignore")
-
-
-if __name__ == "__main__":  # python tests/tiny_tokenizers.py OUT_DIR [STYLE]: what bench/ uses
+if __name__ == "__main__":  # PYTHONPATH=. python tests/tiny_tokenizers.py OUT_DIR [STYLE]: what bench/ uses
     import sys
 
     print(build_tokenizer(Path(sys.argv[1]), style=sys.argv[2] if len(sys.argv) > 2 else "chatml"))
