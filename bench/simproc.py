@@ -7,19 +7,15 @@ never from log wording.
 from __future__ import annotations
 
 import os
-import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
+from tests.simharness import Sim, start_sim
 
 REPO = Path(__file__).resolve().parent.parent
 RUN = REPO / "run_inference.py"
-SIM = REPO / "tests" / "sglang_sim.py"
 TOKENIZERS = REPO / "tests" / "tiny_tokenizers.py"
-READY_TIMEOUT = 60.0
 
 
 def cli_env(**extra: str) -> dict[str, str]:
@@ -45,64 +41,7 @@ def build_tokenizer(out_dir: Path, style: str = "chatml") -> Path:
     return out_dir
 
 
-class Simulator:
-    """``python tests/sglang_sim.py --tokenizer-dir DIR *args`` until the ``with`` block ends."""
-
-    def __init__(self, tokenizer_dir: Path, *args: str, log: Path | None = None):
-        self._log = open(log or os.devnull, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, str(SIM), "--tokenizer-dir", str(tokenizer_dir), *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-        )
-        line = self._ready_line()
-        if not line.startswith("SIM READY port="):
-            self.close()
-            raise RuntimeError(f"the simulator did not start: {line!r}")
-        self.port = int(line.split()[2].removeprefix("port="))
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.http = httpx.Client(base_url=self.url, timeout=60.0, trust_env=False)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def stats(self) -> dict:
-        response = self.http.get("/sim/stats")
-        response.raise_for_status()
-        return response.json()
-
-    def _ready_line(self) -> str:
-        assert self.proc.stdout is not None
-        fd, received = self.proc.stdout.fileno(), b""
-        deadline = time.monotonic() + READY_TIMEOUT
-        while b"\n" not in received:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-                break
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            received += chunk
-        return received.decode(errors="replace").strip()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        self._log.close()
-        if hasattr(self, "http"):
-            self.http.close()
-
-    def __enter__(self) -> Simulator:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
+def Simulator(tokenizer_dir: Path, *args: str) -> Sim:  # noqa: N802  (reads as the class it returns)
+    """``python tests/sglang_sim.py --tokenizer-dir DIR *args``, started and waited for by the tests' own
+    harness (one place starts the simulator and reads its ready line); a context manager."""
+    return start_sim(tokenizer_dir, *args)
