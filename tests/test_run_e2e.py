@@ -181,8 +181,12 @@ def test_nohup_style_output_has_status_lines_and_no_carriage_returns(ws, make_si
     assert proc.wait(timeout=300) == 0
     text = log.read_bytes()
     assert b"\r" not in text
-    assert b"done 20/20" in (ws.root / "run.log").read_bytes() or b"TOTAL" in text
-    assert b"TOTAL" in (ws.root / "run.log").read_bytes()
+    logged = (ws.root / "run.log").read_bytes()
+    for out in (text, logged):  # stderr under nohup, and the --log-file
+        status = [line for line in out.splitlines() if b" done " in line and b" | out tok/s " in line]
+        assert status, out.decode(errors="replace")
+        assert b"done 20/20 (100.0%)" in status[-1]  # the last status line has the final counts
+        assert b"TOTAL" in out
 
 
 def test_sigkill_mid_run_then_rerun_leaves_every_id_exactly_once(ws, make_sim):

@@ -138,6 +138,8 @@ class Runner:
             assert self.preparer is not None
             self.pool = Pool(self, client, self.preparer)
             await self.pool.execute()
+            # The last status line: a log under nohup ends on the final counts, however short the run.
+            self.progress.tick(self.pool.monitor.status_text())
             summary = summary_table([run.counts for run in self.runs], time.monotonic() - started)
             summary += "\n" + self.pool.monitor.summary_line()
             self.progress.print_block(summary)
