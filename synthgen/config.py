@@ -12,6 +12,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -63,7 +64,7 @@ class RunConfig:
     # --- model and template --------------------------------------------------------------------
     tokenizer: str | None = None  # None: the server's /model_info tokenizer_path
     trust_remote_code: bool = False
-    chat_template_kwargs: dict = field(default_factory=dict)
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     think_start: str = "<think>"
     think_end: str = "</think>"
     chat_template: Path | None = None  # a Jinja file (or tokenizer_config.json) instead of the tokenizer's
@@ -198,7 +199,7 @@ class RunConfig:
             return self.budget[dataset]
         return None
 
-    def sampling_params(self) -> dict:
+    def sampling_params(self) -> dict[str, Any]:
         """The user-chosen sampling keys, by SGLang's names; max_new_tokens is set per request."""
         chosen = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
         return {k: v for k, v in chosen.items() if v is not None}

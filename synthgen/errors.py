@@ -16,8 +16,9 @@ caught, with ``raise ... from exc``; nothing matches on the text of an error.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 EXIT_OK = 0
 EXIT_FAILURES = 1  # the run finished, but some prompts failed (see errors.jsonl); rerun retries them
@@ -43,7 +44,7 @@ class UsageError(SynthgenError):
 class InputFileError(SynthgenError):
     exit_code = EXIT_USAGE
 
-    def __init__(self, path, line: int | None, problem: str):
+    def __init__(self, path: str | os.PathLike[str], line: int | None, problem: str) -> None:
         self.path, self.line, self.problem = str(path), line, problem
         where = f"{self.path}:{line}" if line is not None else self.path
         super().__init__(f"{where}: {problem}")
@@ -96,5 +97,5 @@ def _say(line: str, stream: TextIO) -> None:
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose mistakes are one line (a UsageError, exit 2) instead of a usage block."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")

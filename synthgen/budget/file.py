@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -28,7 +29,7 @@ def _json_number(value: Fraction) -> int | float:
     return int(value) if value.denominator == 1 else round(float(value), 2)
 
 
-def plan_json(plan: Plan) -> dict:
+def plan_json(plan: Plan) -> dict[str, Any]:
     """The budget file run_inference.py --budget reads.
 
     A fixed dataset has max_samples 0, available null, avg_completion_tokens null and

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -89,7 +89,7 @@ def parse_assignment(text: str, flag: str) -> tuple[str, str]:
     return name, value
 
 
-def parse_assignments(texts: Sequence[str], flag: str, parse) -> dict[str, object]:
+def parse_assignments(texts: Sequence[str], flag: str, parse: Callable[[str, str], object]) -> dict[str, object]:
     """Every ``NAME=VALUE`` of a repeatable flag, each name once; ``parse(value_text, flag)``."""
     out: dict[str, object] = {}
     for text in texts:
@@ -266,7 +266,7 @@ def source_label(plan: DatasetPlan) -> str:
     return f"--{plan.estimate.source}"
 
 
-def _maybe(value) -> str:
+def _maybe(value: float | Fraction | None) -> str:
     return "-" if value is None else fmt_number(value)
 
 
@@ -295,7 +295,7 @@ def format_table(plan: Plan) -> str:
     )
     widths = [max(len(r[i]) for r in (header, *rows, total)) for i in range(len(header))]
 
-    def line(cells) -> str:
+    def line(cells: Sequence[str]) -> str:
         out = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)]
         return "  ".join(out).rstrip()
 

@@ -39,6 +39,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "KNOWN_REASONING",
@@ -65,7 +66,7 @@ class ParsedOutput:
     content: str
     reasoning_complete: bool  # False when reasoning was opened and never closed (truncated)
     had_reasoning: bool
-    tool_calls: list[dict] = field(default_factory=list)  # OpenAI shape; arguments are the model's text
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # OpenAI shape; arguments are the model's text
 
 
 def split_reasoning(
@@ -395,7 +396,7 @@ def _random_style_id(call_id_prefix: str, index: int) -> str:
     return "call_" + hashlib.sha256(f"{call_id_prefix}\x00{index}".encode()).hexdigest()[:24]
 
 
-def _call(call_id: str, name: str, arguments: str) -> dict:
+def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
@@ -448,12 +449,12 @@ def _arguments(call: dict[str, tuple[object, str]]) -> str:
     return "{}"
 
 
-def _qwen25_calls(text: str, call_id_prefix: str, history: int) -> tuple[str, list[dict]] | None:
+def _qwen25_calls(text: str, call_id_prefix: str, history: int) -> tuple[str, list[dict[str, Any]]] | None:
     """Hermes-style ``<tool_call>\\n{json}\\n</tool_call>`` (SGLang's Qwen25Detector)."""
     at = text.find("<tool_call>\n")
     if at == -1:
         return None
-    calls: list[dict] = []
+    calls: list[dict[str, Any]] = []
     for body in re.findall(r"<tool_call>\n(.*?)\n</tool_call>", text, re.DOTALL):
         try:
             objects = _json_calls(body.strip())
@@ -477,11 +478,11 @@ _KIMI_CALL = re.compile(
 _KIMI_ID = re.compile(r"^(?:functions\.)?(?P<name>[\w.\-]+):(?P<index>\d+)$")
 
 
-def _kimi_k2_calls(text: str, call_id_prefix: str, history: int) -> tuple[str, list[dict]] | None:
+def _kimi_k2_calls(text: str, call_id_prefix: str, history: int) -> tuple[str, list[dict[str, Any]]] | None:
     at = text.find("<|tool_calls_section_begin|>")
     if at == -1:
         return None
-    calls: list[dict] = []
+    calls: list[dict[str, Any]] = []
     for model_id, arguments in _KIMI_CALL.findall(text):
         m = _KIMI_ID.match(model_id)
         if m:  # the model's own ":N" is ignored: SGLang numbers the calls of this response from `history`
@@ -494,10 +495,10 @@ _GPT_OSS_CALL = re.compile(
 )
 
 
-def _gpt_oss_calls(text: str, call_id_prefix: str, history: int) -> tuple[str, list[dict]] | None:
+def _gpt_oss_calls(text: str, call_id_prefix: str, history: int) -> tuple[str, list[dict[str, Any]]] | None:
     if "<|start|>assistant<|channel|>commentary" not in text:
         return None
-    calls: list[dict] = []
+    calls: list[dict[str, Any]] = []
     answer: list[str] = []
     for event in _harmony_events(text):
         if event.kind == "normal":
@@ -516,7 +517,7 @@ def _gpt_oss_calls(text: str, call_id_prefix: str, history: int) -> tuple[str, l
     return " ".join(answer).strip(), calls
 
 
-_ToolParser = Callable[[str, str, int], "tuple[str, list[dict]] | None"]
+_ToolParser = Callable[[str, str, int], "tuple[str, list[dict[str, Any]]] | None"]
 
 # SGLang's FunctionCallParser.ToolCallParserEnum, the entries we reproduce.
 _TOOL_PARSERS: dict[str, _ToolParser] = {
@@ -589,7 +590,7 @@ class OutputParser:
     ) -> ParsedOutput:
         """``history_tool_calls``: tool calls in the conversation before this turn (Kimi-K2 ids count on)."""
         split = self.split(text, prompt_opens_reasoning)
-        content, calls = split.content, list[dict]()
+        content, calls = split.content, list[dict[str, Any]]()
         if self.tool_call is not None:
             found = _TOOL_PARSERS[self.tool_call](content, call_id_prefix, history_tool_calls)
             if found is not None:

@@ -38,12 +38,12 @@ class Rendered:
     text: str = ""
 
 
-def load_tokenizer(name_or_path: str, trust_remote_code: bool = False, chat_template: str | None = None):
+def load_tokenizer(name_or_path: str, trust_remote_code: bool = False, chat_template: str | None = None) -> Any:
     """The tokenizer at ``name_or_path``; it must carry a chat template unless ``chat_template`` overrides it."""
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     # A name that can only be a local path fails now, not after the hub's retries. A hub id is
     # "name" or "org/name"; "org/name" is taken as a path when "org" is a local folder.
     looks_local = (
@@ -71,7 +71,7 @@ def load_tokenizer(name_or_path: str, trust_remote_code: bool = False, chat_temp
     return tokenizer
 
 
-def model_config(*paths: str | None) -> dict:
+def model_config(*paths: str | None) -> dict[str, Any]:
     """The first readable config.json among local model folders (the served model's first)."""
     for path in paths:
         if not path:
@@ -85,20 +85,21 @@ def model_config(*paths: str | None) -> dict:
     return {}
 
 
-def _config_int(config: dict, key: str) -> int | None:
+def _config_int(config: dict[str, Any], key: str) -> int | None:
     for holder in (config, config.get("text_config") or {}):
-        if isinstance(holder.get(key), int):
-            return holder[key]
+        value = holder.get(key)
+        if isinstance(value, int):
+            return value
     return None
 
 
-def model_vocab_size(config: dict) -> int | None:
+def model_vocab_size(config: dict[str, Any]) -> int | None:
     """The model's embedding size. Ids at or above it crash SGLang's scheduler (and the whole
     server) rather than fail one request, so the runner never sends them."""
     return _config_int(config, "vocab_size")
 
 
-def model_context_length(config: dict) -> int | None:
+def model_context_length(config: dict[str, Any]) -> int | None:
     """max_position_embeddings: the context length when the server does not report one
     (sglang-router answers /v1/models itself, without max_model_len)."""
     return _config_int(config, "max_position_embeddings")
@@ -109,11 +110,11 @@ class ChatRenderer:
 
     def __init__(
         self,
-        tokenizer,
-        template_kwargs: dict | None = None,
+        tokenizer: Any,
+        template_kwargs: dict[str, Any] | None = None,
         think_start: str = "<think>",
         chat_template: str | None = None,
-    ):
+    ) -> None:
         self.tokenizer = tokenizer
         self.template_kwargs = dict(template_kwargs or {})
         self.think_start = think_start
@@ -126,7 +127,7 @@ class ChatRenderer:
         self.template_source: str = source
         self.template_hash = hashlib.sha256(source.encode("utf-8")).hexdigest()
 
-    def render_text(self, messages: Sequence[dict], tools: list[dict] | None = None) -> str:
+    def render_text(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
         """The template's text for ``messages`` followed by the generation prompt."""
         kwargs: dict[str, Any] = dict(self.template_kwargs)
         if tools is not None:
@@ -148,7 +149,7 @@ class ChatRenderer:
             return text
         raise ValueError(f"chat template failed: {first_error}") from first_error
 
-    def render(self, messages: Sequence[dict], tools: list[dict] | None = None) -> Rendered:
+    def render(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> Rendered:
         text = self.render_text(messages, tools)
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return Rendered(input_ids=list(ids), opens_reasoning=text.rstrip().endswith(self.think_start), text=text)
@@ -176,7 +177,7 @@ def read_chat_template(path: str | Path) -> str:
     return text
 
 
-def max_token_bytes(tokenizer) -> int | None:
+def max_token_bytes(tokenizer: Any) -> int | None:
     """An upper bound on the bytes one token stands for (the longest vocabulary entry, UTF-8 encoded;
     byte-level BPE symbols encode to at least the byte they stand for), so a text of B bytes makes at
     least B / this many tokens. None when the vocabulary cannot be read."""

@@ -7,6 +7,7 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import TextIO
 
 import orjson
 
@@ -349,7 +350,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     ).validate()
 
 
-def main(argv: list[str] | None = None, stream=None, tty: bool | None = None) -> int:
+def main(argv: list[str] | None = None, stream: TextIO | None = None, tty: bool | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = stream or sys.stderr
 

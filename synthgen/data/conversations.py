@@ -57,22 +57,22 @@ class ConversationError(ValueError):
 class Conversation:
     """A whole conversation (trailing assistant turns included) and the tools it may call."""
 
-    messages: list[dict]
-    tools: list[dict] | None = None
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
     dropped_empty_system: int = 0
 
     def assistant_positions(self) -> list[int]:
         """Message indices of the assistant turns, in order (turn k is the k-th of these)."""
         return [i for i, m in enumerate(self.messages) if m["role"] == "assistant"]
 
-    def last_prompt(self) -> list[dict]:
+    def last_prompt(self) -> list[dict[str, Any]]:
         """Mode ``last``: everything before the trailing assistant turns."""
         end = len(self.messages)
         while end and self.messages[end - 1]["role"] == "assistant":
             end -= 1
         return self.messages[:end]
 
-    def each_prompts(self) -> list[tuple[int, list[dict]]]:
+    def each_prompts(self) -> list[tuple[int, list[dict[str, Any]]]]:
         """Mode ``each``: (k, history before assistant turn k) for every turn with a user turn before it."""
         prompts = []
         for k, position in enumerate(self.assistant_positions()):
@@ -99,7 +99,7 @@ class Conversation:
             positions.append(len(self.messages))
         return positions
 
-    def all_prompt(self, position: int, replies: Sequence[dict]) -> list[dict]:
+    def all_prompt(self, position: int, replies: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Mode ``all``: the history before the assistant turn at ``position``, with the earlier
         regenerated turns (``all_positions()`` order) replaced by ``replies`` - the model's own
         assistant messages, e.g. ``{"role": "assistant", "content": ..., "reasoning_content": ...}``."""
@@ -119,7 +119,7 @@ def each_id(record_id: str, k: int) -> str:
     return f"{record_id}#{k}"
 
 
-def stable_id(messages: list[dict]) -> str:
+def stable_id(messages: list[dict[str, Any]]) -> str:
     """An id for a record without one: sha256 of the messages (byte-compatible with earlier releases)."""
     digest = hashlib.sha256(orjson.dumps(messages, option=orjson.OPT_SORT_KEYS)).hexdigest()
     return f"auto-{digest[:20]}"
@@ -138,7 +138,11 @@ def conversation_id(conversation: Conversation) -> str:
     return f"auto-{digest[:20]}"
 
 
-def prompt_hash(messages: Sequence[dict], tools: list[dict] | None = None, template_kwargs: dict | None = None) -> str:
+def prompt_hash(
+    messages: Sequence[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    template_kwargs: dict[str, Any] | None = None,
+) -> str:
     """A stable hash of a prompt as it will be rendered, to tell whether a done row answers this prompt."""
     payload = {"messages": list(messages), "tools": tools, "template_kwargs": template_kwargs or {}}
     return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()
@@ -165,7 +169,7 @@ def _text(value: Any, what: str, allow_empty: bool = False) -> str:
     return value
 
 
-def _tools(value: Any) -> list[dict] | None:
+def _tools(value: Any) -> list[dict[str, Any]] | None:
     if value is None:
         return None
     if isinstance(value, str):
@@ -207,7 +211,7 @@ def _tool_calls(value: Any, where: str) -> list[str]:
     return ids
 
 
-def _message(message: Any, where: str) -> dict:
+def _message(message: Any, where: str) -> dict[str, Any]:
     """One message with role/content normalised and every other field kept."""
     if not isinstance(message, dict):
         raise ConversationError(f"{where} is {type(message).__name__}, expected an object")
@@ -229,7 +233,7 @@ def _message(message: Any, where: str) -> dict:
     return normalised
 
 
-def _check_tool_flow(messages: list[dict], key: str) -> None:
+def _check_tool_flow(messages: list[dict[str, Any]], key: str) -> None:
     """Each tool turn answers a call made earlier; each assistant turn's calls are well formed."""
     open_ids: set[str] = set()
     any_call = False
@@ -251,7 +255,7 @@ def _check_tool_flow(messages: list[dict], key: str) -> None:
             raise ConversationError(f"{where} is a {role} turn with tool_calls; only assistant turns call tools")
 
 
-def parse_record(record: dict) -> Conversation:
+def parse_record(record: dict[str, Any]) -> Conversation:
     """The conversation of one input record; raises ConversationError naming what is wrong."""
     if "messages" in record:
         raw, key = record["messages"], "messages"
@@ -286,7 +290,9 @@ def parse_record(record: dict) -> Conversation:
     return Conversation(messages, _tools(record.get("tools")), dropped)
 
 
-def template_messages(messages: Sequence[dict], arguments: str = "object", null_content: str | None = "") -> list[dict]:
+def template_messages(
+    messages: Sequence[dict[str, Any]], arguments: str = "object", null_content: str | None = ""
+) -> list[dict[str, Any]]:
     """The messages in the shape a chat template reads: tool-call arguments as objects (the
     transformers convention SGLang and vLLM follow) or as JSON strings (DeepSeek-R1's template
     concatenates them), and a tool-calling turn's null content as ``null_content``. The input is

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -56,9 +56,9 @@ class DatasetSource:
 class Prompt:
     id: str
     dataset: str
-    messages: tuple[dict, ...]  # what is rendered; mode all: the whole conversation
+    messages: tuple[dict[str, Any], ...]  # what is rendered; mode all: the whole conversation
     line: int
-    tools: list[dict] | None = None
+    tools: list[dict[str, Any]] | None = None
     prompt_hash: str = ""
     conversation: Conversation | None = None  # mode all: regenerated turn by turn
 
@@ -195,7 +195,7 @@ def parse_line(line: bytes) -> tuple[str, Conversation] | None:
     return rid, conversation
 
 
-def prompts_of(rid: str, conversation: Conversation, mode: str) -> list[tuple[str, list[dict]]]:
+def prompts_of(rid: str, conversation: Conversation, mode: str) -> list[tuple[str, list[dict[str, Any]]]]:
     """(prompt id, messages) of every prompt one line makes in a regeneration mode."""
     if mode == "each":
         prompts = [(each_id(rid, k), history) for k, history in conversation.each_prompts()]

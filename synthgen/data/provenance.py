@@ -34,10 +34,10 @@ class Settings:
     weight_version: str | None
     tokenizer: str | None
     chat_template_sha256: str | None
-    chat_template_kwargs: dict
+    chat_template_kwargs: dict[str, Any]
     reasoning_parser: str | None
     tool_call_parser: str | None
-    sampling_params: dict
+    sampling_params: dict[str, Any]
     max_tokens: int
     regenerate: str
 
@@ -60,7 +60,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def recorded_sets(folder: Path) -> list[dict]:
+def recorded_sets(folder: Path) -> list[dict[str, Any]]:
     """Every settings set recorded in a dataset folder, oldest first."""
     path = Path(folder) / SETTINGS_FILE
     try:

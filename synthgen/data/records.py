@@ -29,12 +29,12 @@ class ResultRecord:
     dataset: str
     partition: str
     # the prompt plus the generated assistant turn(s): role, content, reasoning_content, tool_calls, ...
-    messages: list[dict]
+    messages: list[dict[str, Any]]
     # --- the generated (last) turn, split with the reasoning / tool-call parsers ----------------
     reasoning_content: str
     content: str
     finish_reason: str  # stop | length
-    finish_detail: dict  # the server's finish_reason object, e.g. {"type": "stop", "matched": 163586}
+    finish_detail: dict[str, Any]  # the server's finish_reason object, e.g. {"type": "stop", "matched": 163586}
     reasoning_complete: bool  # False: reasoning was opened and never closed (cut off)
     prompt_tokens: int
     completion_tokens: int  # all generated turns of the row together
@@ -42,8 +42,8 @@ class ResultRecord:
     output_text: str  # the raw completion, nothing stripped
     # --- how it was made ------------------------------------------------------------------------
     model: str | None
-    sampling_params: dict
-    chat_template_kwargs: dict | None
+    sampling_params: dict[str, Any]
+    chat_template_kwargs: dict[str, Any] | None
     latency_s: float
     server_latency_s: float | None
     attempts: int
@@ -52,13 +52,13 @@ class ResultRecord:
     # --- added later: rows written before these existed read them as their defaults ------------
     source: str | None = None  # the prompt file, relative to --prompts-dir (partition/name.jsonl)
     prompt_hash: str | None = None  # hash of the prompt as rendered (messages + tools): resume checks it
-    tools: list[dict] | None = None  # the row's tool schemas, as given
-    tool_calls: list[dict] | None = None  # calls the model made in the generated turn (OpenAI shape)
+    tools: list[dict[str, Any]] | None = None  # the row's tool schemas, as given
+    tool_calls: list[dict[str, Any]] | None = None  # calls the model made in the generated turn (OpenAI shape)
     input_ids: list[int] | None = None  # the prompt ids exactly as sent (of the last turn)
     output_ids: list[int] | None = None  # as the server returned them, stop token included; None: not returned
     ids_note: str | None = None  # why output_ids is missing, when it is
     regenerate: str | None = None  # last | each | all
-    turns: list[dict] | None = None  # regenerate=all: every generated turn (Turn.to_dict), in order
+    turns: list[dict[str, Any]] | None = None  # regenerate=all: every generated turn (Turn.to_dict), in order
     stopped_early: str | None = None  # regenerate=all: why the conversation ends before its last turn
     settings: str | None = None  # id of the settings set in the dataset's settings.jsonl
 
@@ -69,7 +69,7 @@ class ResultRecord:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_dict(cls, row: dict) -> ResultRecord:
+    def from_dict(cls, row: dict[str, Any]) -> ResultRecord:
         """Any version of a result row; missing or mistyped optional fields read as their defaults."""
         values = {}
         for f in dataclasses.fields(cls):
@@ -82,7 +82,7 @@ class ResultRecord:
         return cls(**values)
 
     @property
-    def finished_turns(self) -> list[dict]:
+    def finished_turns(self) -> list[dict[str, Any]]:
         """The generated turns: ``turns`` for regenerate=all, else the one turn of the row."""
         if self.turns:
             return self.turns
@@ -108,10 +108,10 @@ class Turn:
 
     reasoning_content: str
     content: str
-    tool_calls: list[dict] | None
+    tool_calls: list[dict[str, Any]] | None
     had_reasoning: bool
     finish_reason: str
-    finish_detail: dict
+    finish_detail: dict[str, Any]
     reasoning_complete: bool
     prompt_tokens: int
     completion_tokens: int
@@ -128,11 +128,11 @@ class Turn:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_dict(cls, row: dict) -> Turn:
+    def from_dict(cls, row: dict[str, Any]) -> Turn:
         values: dict[str, Any] = {f.name: row.get(f.name) for f in dataclasses.fields(cls)}
         return cls(**values)
 
-    def message(self) -> dict:
+    def message(self) -> dict[str, Any]:
         """The assistant message of this turn, as a conversation (and a chat template) holds it."""
         message: dict[str, Any] = {"role": "assistant", "content": self.content}
         if self.had_reasoning:
@@ -151,16 +151,20 @@ class RowContext:
     partition: str
     source: str
     prompt_hash: str
-    tools: list[dict] | None
+    tools: list[dict[str, Any]] | None
     model: str | None
-    sampling_params: dict
-    chat_template_kwargs: dict | None
+    sampling_params: dict[str, Any]
+    chat_template_kwargs: dict[str, Any] | None
     regenerate: str
     settings: str | None
 
 
 def build_result(
-    ctx: RowContext, messages: list[dict], turns: list[Turn], created_at: str, stopped_early: str | None = None
+    ctx: RowContext,
+    messages: list[dict[str, Any]],
+    turns: list[Turn],
+    created_at: str,
+    stopped_early: str | None = None,
 ) -> ResultRecord:
     """The one place a result row is made. ``messages``: the conversation with the model's turns in
     it; the flat answer fields describe the last turn, token counts cover every turn."""
@@ -221,7 +225,7 @@ class ErrorRecord:
         return orjson.dumps(dataclasses.asdict(self), option=_LINE)
 
     @classmethod
-    def from_dict(cls, row: dict) -> ErrorRecord | None:
+    def from_dict(cls, row: dict[str, Any]) -> ErrorRecord | None:
         """None for a row that is not an error record of ours (hand-edited, another tool's)."""
         rid = row.get("id")
         if not isinstance(rid, str):
@@ -271,7 +275,7 @@ class DoneEntry:
         )
 
 
-def parse_line(line: bytes) -> dict | None:
+def parse_line(line: bytes) -> dict[str, Any] | None:
     """One JSONL line as a dict, or None for anything else (torn, not JSON, not an object)."""
     try:
         row = orjson.loads(line)
@@ -280,7 +284,7 @@ def parse_line(line: bytes) -> dict | None:
     return row if isinstance(row, dict) else None
 
 
-def typed_list(value: Any, kind: type) -> list | None:
+def typed_list(value: Any, kind: type) -> list[Any] | None:
     """``value`` if it is a list of ``kind`` (bools are not ints), else None."""
     if not isinstance(value, list):
         return None

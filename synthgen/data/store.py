@@ -27,6 +27,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -56,7 +57,7 @@ def _done_entry(line: bytes) -> DoneEntry | None:
     return None if row is None else DoneEntry.from_dict(row)
 
 
-def iter_rows(path: Path) -> Iterator[dict]:
+def iter_rows(path: Path) -> Iterator[dict[str, Any]]:
     """Read-only: every complete JSON object row of a results file (a torn tail is passed over).
 
     A missing file has no rows; any other failure to read raises OSError for the caller to name."""
@@ -303,7 +304,7 @@ class DatasetStore:
         done or that this run tries again, keeping one row, the latest, per remaining prompt."""
         if not (self.errors_path.exists() or self.errors_path.is_symlink()):
             return
-        latest: dict = {}
+        latest: dict[str | bytes, Any] = {}
         try:
             for row in iter_rows(self.errors_path):
                 key = row.get("id")
@@ -410,8 +411,8 @@ class PartialTurns:
     def __init__(self, folder: Path):
         self.path = Path(folder) / self.NAME
 
-    def read(self, done: set[str]) -> dict[str, list[dict]]:
-        turns: dict[str, list[dict]] = {}
+    def read(self, done: set[str]) -> dict[str, list[dict[str, Any]]]:
+        turns: dict[str, list[dict[str, Any]]] = {}
         for row in iter_rows(self.path):
             rid, k, data = row.get("id"), row.get("turn"), row.get("data")
             if not isinstance(rid, str) or rid in done or not isinstance(data, dict):
@@ -421,7 +422,7 @@ class PartialTurns:
                 have.append(data)
         return turns
 
-    def open(self, done: set[str]) -> dict[str, list[dict]]:
+    def open(self, done: set[str]) -> dict[str, list[dict[str, Any]]]:
         turns = self.read(done)
         if self.path.exists():
             tmp = self.path.with_suffix(".jsonl.tmp")
@@ -438,7 +439,7 @@ class PartialTurns:
                 raise StoreWriteError(f"{self.path}: cannot rewrite ({exc.strerror})") from exc
         return turns
 
-    def append(self, rid: str, k: int, data: dict) -> None:
+    def append(self, rid: str, k: int, data: dict[str, Any]) -> None:
         line = orjson.dumps({"id": rid, "turn": k, "data": data}, option=orjson.OPT_APPEND_NEWLINE)
         try:
             with WRITE_POOL.use((self, self.path), self._open) as fd:  # shared with the result files: few descriptors

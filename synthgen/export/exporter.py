@@ -41,7 +41,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -148,12 +148,12 @@ class DatasetScan:
     kept: list[RowRef] = field(default_factory=list)
     rows: int = 0  # lines that parsed as JSON objects
     unreadable: int = 0  # torn or not JSON
-    dropped: Counter = field(default_factory=Counter)  # reason -> rows
+    dropped: Counter[str] = field(default_factory=Counter)  # reason -> rows
     # over unique rows, before the filters: what the generation produced
     completion_tokens: list[int] = field(default_factory=list)
     prompt_tokens: list[int] = field(default_factory=list)
     reasoning_chars: list[int] = field(default_factory=list)
-    tool_calls: Counter = field(default_factory=Counter)  # calls in a row -> rows
+    tool_calls: Counter[int] = field(default_factory=Counter)  # calls in a row -> rows
     cut: int = 0
     empty: int = 0
     # re-tokenization of kept rows (tokenizer given, specforge/messages only)
@@ -202,22 +202,22 @@ def well_formed(record: ResultRecord) -> bool:
     )
 
 
-def turn_ids(turn: dict) -> tuple[list[int], list[int]] | None:
+def turn_ids(turn: dict[str, Any]) -> tuple[list[int], list[int]] | None:
     prompt, output = typed_list(turn.get("input_ids"), int), typed_list(turn.get("output_ids"), int)
     return (prompt, output) if prompt is not None and output is not None else None
 
 
-def _calls(turn: dict) -> int:
+def _calls(turn: dict[str, Any]) -> int:
     calls = turn.get("tool_calls")
     return len(calls) if isinstance(calls, list) else 0
 
 
-def is_empty_answer(turn: dict) -> bool:
+def is_empty_answer(turn: dict[str, Any]) -> bool:
     """Reasoning closed (or none), yet no answer and no tool call."""
     return turn.get("reasoning_complete") is not False and not _text(turn.get("content")).strip() and not _calls(turn)
 
 
-def has_stray_marker(turn: dict) -> bool:
+def has_stray_marker(turn: dict[str, Any]) -> bool:
     fields = (_text(turn.get("reasoning_content")), _text(turn.get("content")))
     return any(marker in text for text in fields for marker in STRAY_MARKERS)
 
@@ -253,7 +253,7 @@ def _arguments(value: Any) -> str:
     return orjson.dumps(value if value is not None else {}).decode()
 
 
-def tool_call(call: dict) -> dict:
+def tool_call(call: dict[str, Any]) -> dict[str, Any]:
     function = call.get("function")
     if not isinstance(function, dict):
         function = {}
@@ -265,7 +265,7 @@ def tool_call(call: dict) -> dict:
     return out
 
 
-def message(raw: dict) -> dict:
+def message(raw: dict[str, Any]) -> dict[str, Any]:
     """One message with the keys a chat template reads, in stable types."""
     out: dict[str, Any] = {"role": raw["role"], "content": _text(raw.get("content"))}
     if isinstance(raw.get("reasoning_content"), str):
@@ -279,12 +279,12 @@ def message(raw: dict) -> dict:
     return out
 
 
-def template_kwargs(record: ResultRecord) -> dict:
+def template_kwargs(record: ResultRecord) -> dict[str, Any]:
     kwargs = record.chat_template_kwargs
     return {k: v for k, v in kwargs.items() if k not in RESERVED_KEYS} if isinstance(kwargs, dict) else {}
 
 
-def meta(record: ResultRecord) -> dict:
+def meta(record: ResultRecord) -> dict[str, Any]:
     """Everything a trainer does not read, as scalars of one type each (JSON text for the nested ones)."""
 
     def as_json(value: Any) -> str | None:
@@ -309,7 +309,7 @@ def meta(record: ResultRecord) -> dict:
     }
 
 
-def to_specforge(record: ResultRecord) -> dict:
+def to_specforge(record: ResultRecord) -> dict[str, Any]:
     row: dict[str, Any] = {"id": export_id(record), "conversations": [message(m) for m in record.messages]}
     if record.tools:
         row["tools"] = orjson.dumps(record.tools).decode()
@@ -318,14 +318,14 @@ def to_specforge(record: ResultRecord) -> dict:
     return row
 
 
-def to_messages(record: ResultRecord) -> dict:
+def to_messages(record: ResultRecord) -> dict[str, Any]:
     row: dict[str, Any] = {"id": export_id(record), "messages": [message(m) for m in record.messages]}
     if record.tools:
         row["tools"] = record.tools
     return row
 
 
-def token_rows(record: ResultRecord) -> list[dict]:
+def token_rows(record: ResultRecord) -> list[dict[str, Any]]:
     """One sequence when the generated turns chain, else one row per turn (see the module docstring)."""
     spans = [ids for ids in (turn_ids(t) for t in record.finished_turns) if ids is not None]
     last_prompt, last_output = spans[-1]
@@ -342,14 +342,14 @@ def token_rows(record: ResultRecord) -> list[dict]:
     ]
 
 
-def convert(record: ResultRecord, fmt: str) -> list[dict]:
+def convert(record: ResultRecord, fmt: str) -> list[dict[str, Any]]:
     if fmt == "tokens":
         return token_rows(record)
     return [to_specforge(record) if fmt == "specforge" else to_messages(record)]
 
 
 # --- re-tokenization drift ----------------------------------------------------------------------------
-def retokenizes(tokenizer: Any, turn: dict) -> bool | None:
+def retokenizes(tokenizer: Any, turn: dict[str, Any]) -> bool | None:
     """Does the turn's text encode back to the ids the server returned? None: no stored ids to compare."""
     output = typed_list(turn.get("output_ids"), int)
     if output is None or not isinstance(turn.get("output_text"), str):
@@ -435,7 +435,7 @@ def val_path(out: Path) -> Path:
 
 
 # --- pass 2 -------------------------------------------------------------------------------------------
-def read_row(ref: RowRef, fh) -> ResultRecord:
+def read_row(ref: RowRef, fh: BinaryIO) -> ResultRecord:
     fh.seek(ref.offset)
     record = ResultRecord.from_dict(orjson.loads(fh.read(ref.length)))
     record.dataset = ref.dataset
@@ -500,7 +500,7 @@ def _share(part: int, whole: int) -> str:
     return f"{part / whole:.1%}" if whole else "-"
 
 
-def _tool_calls_line(counts: Counter) -> str:
+def _tool_calls_line(counts: Counter[int]) -> str:
     parts = [f"{calls}: {counts[calls]:,}" for calls in sorted(counts)]
     return "   ".join(parts) if parts else "-"
 

@@ -89,7 +89,7 @@ class ServerLoad:
     ranks: int
 
 
-def _number(entry: dict, key: str) -> float | None:
+def _number(entry: dict[str, Any], key: str) -> float | None:
     value = entry.get(key)
     # bool is an int subclass; a JSON true is never a count.
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
@@ -105,7 +105,7 @@ def parse_loads(body: object) -> ServerLoad | None:
     read as a starved server.
     """
     bodies = body if isinstance(body, list) else [body]
-    entries: list[dict] = []
+    entries: list[dict[str, Any]] = []
     for one in bodies:
         loads = one.get("loads") if isinstance(one, dict) else None
         if not isinstance(loads, list) or not loads or not all(isinstance(entry, dict) for entry in loads):
@@ -333,7 +333,7 @@ class AutoConcurrency:
 class LoadSource(Protocol):
     """What the monitor needs of the HTTP client (``SGLangClient`` fits)."""
 
-    async def loads(self, path: str = LOADS_PATH) -> dict | None: ...
+    async def loads(self, path: str = LOADS_PATH) -> dict[str, Any] | None: ...
 
 
 @dataclass

@@ -16,6 +16,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
 from synthgen.chat.parsers import OutputParser
 from synthgen.config import RunConfig
@@ -42,7 +43,7 @@ class WorkItem:
     input_ids: list[int]
     opens_reasoning: bool
     max_new_tokens: int
-    messages: list[dict] = field(default_factory=list)  # what was rendered
+    messages: list[dict[str, Any]] = field(default_factory=list)  # what was rendered
     turns: list[Turn] = field(default_factory=list)  # regenerate=all: the turns before this one
 
     def turn(self, gen: Generation, parser: OutputParser, attempts: int, latency: float, rid: str) -> Turn:
@@ -117,7 +118,7 @@ class DatasetRun:
     counts: DatasetStats
     progress: Progress
     budget: TokenBudget | None = None
-    partial: dict[str, list[dict]] = field(default_factory=dict)  # regenerate=all: turns of unfinished rows
+    partial: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # regenerate=all: turns of unfinished rows
     partial_store: PartialTurns | None = None
     settings: str | None = None  # the settings id rows of this run carry
     in_flight: int = 0

@@ -11,6 +11,7 @@ reason; the runner records it in errors.jsonl.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -70,7 +71,9 @@ class Preparer:
             return Skip(prompt.id, "cannot_regenerate", str(exc))
         return self._fit(run, prompt, messages, turns)
 
-    def _fit(self, run: DatasetRun, prompt: Prompt, messages: list[dict], turns: list[Turn]) -> WorkItem | Skip:
+    def _fit(
+        self, run: DatasetRun, prompt: Prompt, messages: list[dict[str, Any]], turns: list[Turn]
+    ) -> WorkItem | Skip:
         try:
             rendered = self.renderer.render(messages, prompt.tools)
         except ValueError as exc:

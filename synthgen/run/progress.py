@@ -17,10 +17,11 @@ import os
 import sys
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from synthgen.errors import StoreWriteError
 from synthgen.fmt import fmt_duration
@@ -109,7 +110,7 @@ class Progress:
         except (OSError, ValueError):  # a closed pipe (BrokenPipeError) or a closed file
             self._stream_lost()
 
-    def _on_bar(self, action) -> None:
+    def _on_bar(self, action: Callable[[Any], object]) -> None:
         """``action(bar)`` on the tqdm bar, if there is one and the stream still takes writes."""
         if self._bar is None or not self._stream_ok:
             return
@@ -181,14 +182,14 @@ class Progress:
     def _set_total(self, total: int) -> None:
         self.total = max(total, self.done + self.failed + self.skipped + self.in_flight)
 
-        def resize(bar) -> None:
+        def resize(bar: Any) -> None:
             bar.total = self.total
             bar.refresh()
 
         self._on_bar(resize)
 
     def _advance(self) -> None:
-        def advance(bar) -> None:
+        def advance(bar: Any) -> None:
             bar.update(1)
             bar.set_postfix_str(self._postfix(), refresh=False)
 
@@ -317,7 +318,7 @@ def summary_table(stats: list[DatasetStats], wall: float) -> str:
     )
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
 
-    def fmt(row) -> str:
+    def fmt(row: Sequence[str]) -> str:
         cells = zip(row, widths, strict=True)
         return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(cells))
 

@@ -283,7 +283,7 @@ class Pool:
         # Prompts are prepared about one in-flight target ahead of sending, never more.
         self.ahead = InFlightLimit(max(PREPARED_AHEAD_MIN, self.limit.target))
         self.queue: asyncio.Queue[WorkItem | None] = asyncio.Queue()
-        self.tasks: set[asyncio.Task] = set()  # one per prompt admitted
+        self.tasks: set[asyncio.Task[None]] = set()  # one per prompt admitted
         self.sampling = cfg.sampling_params()
         self.total = sum(len(run.selection.pending) for run in runner.runs)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")

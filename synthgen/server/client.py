@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import orjson
@@ -47,7 +48,7 @@ class Rejected(RequestFailure):
 class Generation:
     text: str
     output_ids: list[int] | None  # absent before SGLang 0.5
-    finish_reason: dict
+    finish_reason: dict[str, Any]
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int | None
@@ -56,10 +57,13 @@ class Generation:
 
     @property
     def finish_type(self) -> str:
-        return self.finish_reason.get("type", "")
+        kind = self.finish_reason.get("type", "")
+        return kind if isinstance(kind, str) else str(kind)
 
 
-def build_payload(input_ids: list[int], max_new_tokens: int, sampling: dict, rid: str | None = None) -> dict:
+def build_payload(
+    input_ids: list[int], max_new_tokens: int, sampling: dict[str, Any], rid: str | None = None
+) -> dict[str, Any]:
     """One prompt per request, as token ids, with only keys SGLang (and its router) accept.
 
     ``skip_special_tokens`` is off so think tags that are special tokens stay in the text.
@@ -86,10 +90,11 @@ def error_message(body: bytes) -> str:
         err = data.get("error")
         if isinstance(err, str):
             return err[:500]
-        if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return err["message"][:500]
-        if isinstance(data.get("message"), str):
-            return data["message"][:500]
+        message = err.get("message") if isinstance(err, dict) else None
+        if not isinstance(message, str):
+            message = data.get("message")
+        if isinstance(message, str):
+            return message[:500]
     return body.decode(errors="replace").strip()[:500]
 
 
@@ -152,16 +157,16 @@ def parse_generation(status: int, body: bytes) -> Generation:
     )
 
 
-def _shown(value) -> str:
+def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _int_list(value) -> bool:
+def _int_list(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
 
 
-def _count(meta: dict, key: str, status: int) -> int | None:
+def _count(meta: dict[str, Any], key: str, status: int) -> int | None:
     """A token count of meta_info: absent is None; anything but a whole number >= 0 is a bad answer
     (it would be saved as data and added into token budgets)."""
     value = meta.get(key)
@@ -202,7 +207,7 @@ class SGLangClient:
     async def aclose(self) -> None:
         await self.http.aclose()
 
-    async def generate(self, payload: dict) -> Generation:
+    async def generate(self, payload: dict[str, Any]) -> Generation:
         try:
             response = await self.http.post(
                 "/generate", content=orjson.dumps(payload), headers={"Content-Type": "application/json"}
@@ -231,7 +236,7 @@ class SGLangClient:
             router = self._router = await detect_router(self.http)
         return not router or await router_ready(self.http)
 
-    async def _get_json(self, path: str) -> dict | None:
+    async def _get_json(self, path: str) -> dict[str, Any] | None:
         """GET a JSON endpoint: None on 404, ServerError when the server cannot be reached."""
         try:
             response = await self.http.get(path, timeout=httpx.Timeout(30.0))
@@ -249,7 +254,7 @@ class SGLangClient:
             return None
         return data if isinstance(data, dict) else None
 
-    async def model_info(self) -> dict:
+    async def model_info(self) -> dict[str, Any]:
         """/model_info (SGLang >= 0.5.2x), falling back to the deprecated /get_model_info."""
         for path in ("/model_info", "/get_model_info"):
             info = await self._get_json(path)
@@ -263,11 +268,12 @@ class SGLangClient:
     async def context_length(self) -> int | None:
         models = await self._get_json("/v1/models")
         for card in (models or {}).get("data") or []:
-            if isinstance(card, dict) and isinstance(card.get("max_model_len"), int):
-                return card["max_model_len"]
+            length = card.get("max_model_len") if isinstance(card, dict) else None
+            if isinstance(length, int):
+                return length
         return None
 
-    async def loads(self, path: str = "/v1/loads") -> dict | None:
+    async def loads(self, path: str = "/v1/loads") -> dict[str, Any] | None:
         """The server's load report (SGLang 0.5.2x: per-rank running/waiting requests, KV usage), or
         None where there is none (an older server, a router that does not pass it through) or the
         server does not answer: a load poll never fails the run."""
@@ -276,7 +282,7 @@ class SGLangClient:
         except ServerError:
             return None
 
-    async def server_info(self) -> dict:
+    async def server_info(self) -> dict[str, Any]:
         for path in ("/server_info", "/get_server_info"):
             info = await self._get_json(path)
             if info is not None:
@@ -293,7 +299,7 @@ HEALTH_TIMEOUT = 30.0
 PROBE_PAYLOAD = {"input_ids": [0], "sampling_params": {"max_new_tokens": 1}}
 
 
-async def router_readiness(http: httpx.AsyncClient) -> dict | None:
+async def router_readiness(http: httpx.AsyncClient) -> dict[str, Any] | None:
     """The router's GET /readiness ({"status": "ready", "healthy_workers": n, "total_workers": m},
     200 or 503), or None when the server does not answer it that way (an SGLang server: 404)."""
     response = await http.get("/readiness", timeout=httpx.Timeout(HEALTH_TIMEOUT))

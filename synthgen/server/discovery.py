@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from synthgen.chat import templating
 from synthgen.config import RunConfig
@@ -34,7 +35,7 @@ class ServerContext:
     tokenizer_path: str | None = None
     reasoning_parser: str | None = None  # what the server was started with (/server_info)
     tool_call_parser: str | None = None
-    identity: tuple = ()  # see identity(): what must not change while the run goes on
+    identity: tuple[object, ...] = ()  # see identity(): what must not change while the run goes on
     context_len: int | None = None
     max_input_len: int | None = None
     vocab_size: int | None = None
@@ -104,7 +105,7 @@ async def discover(client: SGLangClient, cfg: RunConfig) -> ServerContext:
     return ctx
 
 
-def identity(info: dict) -> tuple:
+def identity(info: dict[str, Any]) -> tuple[object, ...]:
     """What must not change under a running job: the served model, its weights and its tokenizer."""
     return tuple(info.get(k) for k in ("model_path", "served_model_name", "tokenizer_path", "weight_version"))
 
@@ -157,7 +158,7 @@ class ServerHealth:
         self.up.set()
         self.gone: ServerError | None = None
         self._lock = asyncio.Lock()
-        self._poller: asyncio.Task | None = None
+        self._poller: asyncio.Task[None] | None = None
 
     @property
     def is_down(self) -> bool:

@@ -76,7 +76,7 @@ def describe_exit(code: int) -> str:
 
 def restart_delay(attempt: int, initial: float, cap: float) -> float:
     """Seconds to wait before restart number `attempt` (1-based): initial, 2x, 4x, ... up to cap."""
-    return min(cap, initial * 2 ** (attempt - 1))
+    return min(cap, initial * 2.0 ** (attempt - 1))
 
 
 def short_tail(text: str, lines: int = TAIL_LINES, line_chars: int = TAIL_LINE_CHARS) -> str:

@@ -31,6 +31,7 @@ import os
 import signal
 from collections.abc import Callable
 from types import TracebackType
+from typing import Any
 
 from synthgen.config import RunConfig
 from synthgen.errors import SynthgenError
@@ -105,8 +106,8 @@ class Supervisor:
         self.client: SGLangClient | None = None
         self.fatal: BaseException | None = None
         self._demo = is_demo(cfg.launch_server)
-        self._watcher: asyncio.Task | None = None
-        self._main: asyncio.Task | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._main: asyncio.Task[Any] | None = None
         self._signal: tuple[str, int] | None = None
         self._handled: list[signal.Signals] = []
 
