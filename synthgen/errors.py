@@ -20,6 +20,8 @@ import os
 from collections.abc import Callable
 from typing import NoReturn, TextIO
 
+from synthgen.redact import redact
+
 EXIT_OK = 0
 EXIT_FAILURES = 1  # the run finished, but some prompts failed (see errors.jsonl); rerun retries them
 EXIT_USAGE = 2
@@ -89,7 +91,7 @@ def run_guarded(prog: str, body: Callable[[], int], stream: TextIO, debug: bool 
 def _say(line: str, stream: TextIO) -> None:
     """The last line of a run; a closed stderr (``| head -1`` gone) must not turn it into a traceback."""
     try:
-        print(line, file=stream, flush=True)
+        print(redact(line), file=stream, flush=True)
     except (OSError, ValueError):
         pass
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from synthgen.data.conversations import template_messages
+from synthgen.data.openfiles import read_input
 from synthgen.errors import TokenizerError
 
 # transformers prints an advisory about missing PyTorch on import; we only need tokenizers.
@@ -29,6 +30,8 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 # (tool-call arguments, content of a turn that only calls tools), most common convention first.
 TOOL_TURN_SHAPES: tuple[tuple[str, str | None], ...] = (("object", ""), ("string", None), ("string", ""))
+# A --chat-template file (a tokenizer_config.json may carry a large vocabulary besides the template).
+MAX_TEMPLATE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +162,8 @@ def read_chat_template(path: str | Path) -> str:
     """A chat template file: plain Jinja (``.jinja``) or a tokenizer_config.json carrying one."""
     path = Path(path).expanduser()
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_input(path, "pass a template file with --chat-template FILE", MAX_TEMPLATE_BYTES)
+        text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as read_text() reads it
     except (OSError, UnicodeDecodeError) as exc:
         raise TokenizerError(f"cannot read chat template {path} ({exc}); pass --chat-template FILE") from exc
     if path.suffix == ".json":

@@ -20,8 +20,10 @@ from typing import Any
 
 import orjson
 
+from synthgen.data.openfiles import open_output, open_output_file
 from synthgen.data.records import parse_line
 from synthgen.errors import StoreWriteError, UsageError
+from synthgen.redact import redact_value
 
 SETTINGS_FILE = "settings.jsonl"
 
@@ -49,10 +51,11 @@ class Settings:
         """``name: old -> new`` for every setting that is not what ``recorded`` says."""
         out = []
         for f in fields(self):
-            old, new = recorded.get(f.name), getattr(self, f.name)
+            # settings.jsonl holds the settings with credentials hidden (see ``record``): compare them so
+            old, new = recorded.get(f.name), redact_value(getattr(self, f.name))
             if old != new:
                 out.append(f"{f.name} {_shown(old)} -> {_shown(new)}")
-        return out
+        return out or ["a hidden credential value"]
 
 
 def _shown(value: Any) -> str:
@@ -64,7 +67,8 @@ def recorded_sets(folder: Path) -> list[dict[str, Any]]:
     """Every settings set recorded in a dataset folder, oldest first."""
     path = Path(folder) / SETTINGS_FILE
     try:
-        data = path.read_bytes()
+        with open_output_file(path, os.O_RDONLY, "rb") as fh:
+            data = fh.read()
     except FileNotFoundError:
         return []
     except OSError as exc:
@@ -94,12 +98,12 @@ def record(folder: Path, settings: Settings) -> None:
         {
             "id": settings.id,
             "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "settings": asdict(settings),
+            "settings": redact_value(asdict(settings)),  # a tokenizer URL or template kwarg may hold a key
         },
         option=orjson.OPT_APPEND_NEWLINE,
     )
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = open_output(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             os.write(fd, line)
             os.fsync(fd)

@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from synthgen.data.openfiles import FilePool, limit_error, pool_size
+from synthgen.data.openfiles import FilePool, create_new, limit_error, open_output, open_output_file, pool_size
 from synthgen.data.records import DoneEntry, ErrorRecord, ResultRecord, parse_line
 from synthgen.errors import RunLockedError, StoreWriteError, SynthgenError
 
@@ -60,9 +60,10 @@ def _done_entry(line: bytes) -> DoneEntry | None:
 def iter_rows(path: Path) -> Iterator[dict[str, Any]]:
     """Read-only: every complete JSON object row of a results file (a torn tail is passed over).
 
-    A missing file has no rows; any other failure to read raises OSError for the caller to name."""
+    A missing file has no rows; a link is refused (UsageError); any other failure to read raises
+    OSError for the caller to name."""
     try:
-        fh = open(path, "rb")
+        fh = open_output_file(path, os.O_RDONLY, "rb")
     except FileNotFoundError:
         return
     with fh:
@@ -117,7 +118,7 @@ class _LockTable:
         if table is None:
             path = Path(output_dir) / LOCK_TABLE
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                fd = open_output(path, os.O_RDWR | os.O_CREAT)
             except OSError as exc:
                 raise _open_error(
                     exc, path, "cannot open the lock file", f"make it writable (chmod u+rw {path}) or remove it"
@@ -189,7 +190,7 @@ class DatasetStore:
                 exc, self.dir, "cannot create the output folder", "check --output-dir and its permissions"
             ) from exc
         try:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = open_output(self.lock_path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
             raise _open_error(
                 exc,
@@ -222,7 +223,7 @@ class DatasetStore:
         for path in (self.results_path, self.errors_path):
             if path.exists() or path.is_symlink():
                 try:
-                    os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC))
+                    os.close(open_output(path, os.O_WRONLY | os.O_APPEND))
                 except OSError as exc:
                     raise _open_error(
                         exc, path, "cannot open for writing", f"make it writable (chmod u+w {path}) and rerun"
@@ -239,7 +240,7 @@ class DatasetStore:
         ``repaired`` says what a run would do)."""
         state = ResumeState()
         try:
-            fh = open(self.results_path, "rb")
+            fh = open_output_file(self.results_path, os.O_RDONLY, "rb")
         except FileNotFoundError:
             return state
         except OSError as exc:
@@ -280,7 +281,11 @@ class DatasetStore:
             if repair:
                 self._write_raw(self.results_path.with_name(RESULTS + ".torn"), fragment + b"\n")
                 try:
-                    os.truncate(self.results_path, start)
+                    fd = open_output(self.results_path, os.O_WRONLY)
+                    try:
+                        os.ftruncate(fd, start)
+                    finally:
+                        os.close(fd)
                 except OSError as exc:
                     problem = f"cannot repair the torn last line ({exc.strerror})"
                     raise StoreWriteError(f"{self.results_path}: {problem}") from exc
@@ -323,7 +328,7 @@ class DatasetStore:
         # An append descriptor would point at the replaced file: close it, the next append reopens.
         WRITE_POOL.release((self, self.errors_path))
         try:
-            with open(tmp, "wb") as fh:
+            with create_new(tmp) as fh:
                 for row in keep:
                     fh.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
                 fh.flush()
@@ -344,7 +349,7 @@ class DatasetStore:
     def _open_append(self, path: Path) -> int:
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            return open_output(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         except OSError as exc:
             raise _open_error(
                 exc, path, "cannot open for writing", f"make it writable (chmod u+w {path}) and rerun to resume"
@@ -375,7 +380,7 @@ class DatasetStore:
         """fsync every file this store appended to (its descriptor may have left the pool)."""
         for path in self._written:
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError:
                 continue
             try:
@@ -427,7 +432,7 @@ class PartialTurns:
         if self.path.exists():
             tmp = self.path.with_suffix(".jsonl.tmp")
             try:
-                with open(tmp, "wb") as fh:
+                with create_new(tmp) as fh:
                     for rid, datas in turns.items():
                         for k, data in enumerate(datas):
                             row = {"id": rid, "turn": k, "data": data}
@@ -457,7 +462,7 @@ class PartialTurns:
             raise StoreWriteError(f"{self.path}: write failed ({reason}); rerun to resume") from exc
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        return open_output(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 
     def close(self) -> None:
         WRITE_POOL.release((self, self.path))
@@ -470,17 +475,17 @@ def move_rows(results_path: Path, ids: set[str], to_name: str = "changed_rows.js
     keep: list[bytes] = []
     moved: list[bytes] = []
     try:
-        with open(results_path, "rb") as fh:
+        with open_output_file(results_path, os.O_RDONLY, "rb") as fh:
             for line in fh:
                 entry = _done_entry(line)
                 (moved if entry is not None and entry.id in ids else keep).append(line)
         target = results_path.with_name(to_name)
-        with open(target, "ab") as fh:
+        with open_output_file(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "ab") as fh:
             fh.writelines(moved)
             fh.flush()
             os.fsync(fh.fileno())
         tmp = results_path.with_suffix(".jsonl.tmp")
-        with open(tmp, "wb") as fh:
+        with create_new(tmp) as fh:
             fh.writelines(keep)
             fh.flush()
             os.fsync(fh.fileno())
