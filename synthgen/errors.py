@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+import threading
 from collections.abc import Callable
 from typing import NoReturn, TextIO
 
@@ -86,6 +88,21 @@ def run_guarded(prog: str, body: Callable[[], int], stream: TextIO, debug: bool 
     except KeyboardInterrupt:
         _say(f"{prog}: interrupted", stream)
         return EXIT_SIGINT
+
+
+def exit_process(code: int) -> NoReturn:
+    """The end of an entry script. A worker thread the run stopped waiting for (a render or a
+    tokenization under way when a signal came) must not keep the process alive: every file is
+    closed by now, so the process ends at once, without waiting for it."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    main = threading.main_thread()
+    if any(t is not main and t.is_alive() and not t.daemon for t in threading.enumerate()):
+        os._exit(code)
+    sys.exit(code)
 
 
 def _say(line: str, stream: TextIO) -> None:

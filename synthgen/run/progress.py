@@ -253,7 +253,7 @@ class Progress:
     def tick(self, server: str | None = None) -> None:
         """Periodic: a status line where there is no bar; the log file always gets one.
         ``server``: the server's state (running / waiting, KV, rate, in-flight target), if known."""
-        line = self.status_line() + (f" | {server}" if server else "")
+        line = redact(self.status_line() + (f" | {server}" if server else ""))
         if self._bar is None:
             self._write(line)
         else:
