@@ -61,7 +61,7 @@ _known: set[str] = set()
 
 def remember(secret: str | None) -> None:
     """Hide this exact value (the run's API key) wherever it appears from now on."""
-    if secret and len(secret) >= 4:  # a shorter "key" would blank out ordinary words
+    if secret and len(secret) >= 6:  # a shorter "key" would blank out ordinary words
         _known.add(secret)
 
 

@@ -365,6 +365,54 @@ def test_the_bounds_are_installed_in_transformers_sandbox(tokenizers):
     assert renderer.render_text([{"role": "user", "content": "hi"}]).endswith("<|im_start|>assistant\n")
 
 
+RUNAWAY = [
+    ("{% for i in range(10) %}{{ i }}{% endfor %}", "RENDER_STEPS", 5, "the chat template ran over 5 loop steps"),
+    ("{% for i in range(10) %}{{ i }}{% endfor %}", "RENDER_SECONDS", -1, "the chat template ran for over -1 s"),
+    (
+        "{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(60) }}",
+        "RENDER_STEPS",
+        1000,
+        "the chat template ran over 1,000 loop steps",
+    ),
+    ("{{ 'x' * 10 ** 12 }}", "RENDER_MAX_CHARS", 1 << 20, "the chat template's output passed 1 MiB"),
+    (
+        "{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+        "RENDER_MAX_CHARS",
+        1 << 20,
+        "the chat template's output passed 1 MiB",
+    ),
+    ("{{ 2 ** (10 ** 9) }}", "RENDER_STEPS", 100, "the chat template computes a number too large"),
+]
+
+
+@pytest.mark.parametrize("template, bound, value, reason", RUNAWAY)
+def test_each_runaway_shape_stops_at_its_bound(tokenizers, monkeypatch, template, bound, value, reason):
+    from synthgen.chat import templating
+
+    monkeypatch.setattr(templating, bound, value)
+    renderer = templating.ChatRenderer(templating.load_tokenizer(str(tokenizers["chatml"])), chat_template=template)
+    with pytest.raises(templating.TemplateBudgetError) as caught:
+        renderer.render_text([{"role": "user", "content": "hi"}])
+    assert caught.value.kind == "template_error" and str(caught.value).startswith(reason)
+
+
+def test_a_bounded_template_renders_what_the_plain_sandbox_renders(tokenizers):
+    from synthgen.chat import templating
+
+    source = (
+        "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+        "{{ loop.index }}/{{ loop.length }}:{{ m.role ~ '=' ~ m.content }}{% if loop.last %}!{% endif %}"
+        "{% endfor %}{{ ns.n }}{{ 'ab' * 2 }}{{ 2 ** 3 }}{% for k in {'a': 1} %}{{ k }}{% else %}none{% endfor %}"
+    )
+    renderer = templating.ChatRenderer(templating.load_tokenizer(str(tokenizers["chatml"])), chat_template=source)
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "yo"},
+        {"role": "user", "content": "q"},
+    ]
+    assert renderer.render_text(messages) == "1/3:user=hi2/3:assistant=yo3/3:user=q!3abab8a"
+
+
 def test_a_signal_stops_the_run_while_its_worker_is_stuck_in_a_render(tmp_path, tokenizers):
     """In-process: the render blocks until the test lets it go; SIGTERM must end the run anyway."""
     import httpx
