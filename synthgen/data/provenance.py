@@ -3,10 +3,14 @@
     outputs/<dataset>/settings.jsonl   one line per settings set: {"id", "recorded_at", "settings"}
 
 Every result row carries the ``settings`` id of the set it was made with. A rerun whose settings
-differ from the latest set refuses (exit 2) with one line naming each difference and the fix,
-unless ``--allow-mixed-settings``, which records the new set for the rows it writes. A folder
-written before this existed has rows without ``settings``; they stay readable, and the first
-run records its settings for the rows that follow.
+differ from the latest set refuses (exit 2) with one line naming each difference by its flag and
+the fix, unless ``--allow-mixed-settings``, which records the new set for the rows it writes. The
+settings the flags decide alone (``FLAG_SETTINGS``: --regenerate, --max-tokens, sampling,
+--chat-template-kwargs) are checked first (``check_flags``), before the server is asked and before
+any prompt is compared, for every dataset folder, whether or not anything is pending; the rest
+once the server has answered (``check_folders``), which records a new set only when every folder
+passed. A folder written before this existed has rows without ``settings``; they stay readable,
+and the first run records its settings for the rows that follow.
 """
 
 from __future__ import annotations
