@@ -328,7 +328,9 @@ def claim_dataset(source: DatasetSource, cfg: RunConfig) -> tuple[DatasetStore, 
     prompt file: a row recorded from another file refuses the run."""
     store = DatasetStore(cfg.output_dir, source.name)
     if cfg.dry_run:
-        return store, store.recover(repair=False)
+        resume = store.recover(repair=False)
+        check_source(store, source, resume)
+        return store, resume
     store.lock()
     try:
         store.check_writable()
