@@ -5,15 +5,22 @@ Through the real CLI against the simulator, whose answers name the question they
 
 from __future__ import annotations
 
+import asyncio
+import io
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
+from test_runner_inprocess import URL, ScriptedServer, answer
 from workspace import Workspace
 
+from synthgen.config import RunConfig
 from synthgen.data.conversations import parse_record, prompt_hash
 from synthgen.data.records import ErrorRecord
 from synthgen.data.store import DatasetStore
+from synthgen.run.runner import Runner
+from synthgen.server.client import SGLangClient
 
 COMMON = ("--max-tokens", "32", "--concurrency", "4", "--status-interval", "0.5")
 ALL = ("--regenerate", "all", *COMMON)
@@ -288,3 +295,49 @@ def test_a_duplicated_id_whose_conversation_opens_with_the_assistant_is_generate
     assert sim.stats()["generate_requests"] == 4
     again = ws.run(*args)
     assert again.returncode == 0 and "nothing to do" in again.stderr, again.stderr
+
+
+def run_inprocess(tmp_path: Path, server: ScriptedServer, **overrides: str) -> tuple[int, str]:
+    """One run over tmp_path/prompts/p, in this process, against a scripted server."""
+    cfg = RunConfig(
+        partition="p", prompts_dir=tmp_path / "prompts", output_dir=tmp_path / "out", server_url=URL, concurrency=1
+    )
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    cfg.validate()
+    out = io.StringIO()
+    client = SGLangClient(URL, None, 1, 30.0, transport=httpx.MockTransport(server))
+
+    async def main() -> int:
+        try:
+            return await Runner(cfg, out, tty=False, client=client).run()
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main()), out.getvalue()
+
+
+def rows_of(tmp_path: Path, name: str = "raw_responses.jsonl") -> list[dict]:
+    path = tmp_path / "out" / "d" / name
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
+
+
+def test_partial_turns_beyond_the_turns_a_conversation_now_has_are_generated_again_not_a_crash(tmp_path, tokenizers):
+    """Cutting a trailing reply of [user, assistant, assistant] keeps the conversation's hash (its trailing
+    replies are regenerated in any mode) but leaves one turn to generate, where one is already kept."""
+    server = ScriptedServer(tokenizers["chatml"], [answer, lambda: httpx.Response(400, json={"error": "no"})])
+    path = tmp_path / "prompts" / "p" / "d.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(orjson.dumps(chat("c0", "q", "a1")) + b"\n")
+    record = orjson.loads(path.read_bytes())
+    record["messages"].append({"role": "assistant", "content": "a2"})
+    path.write_bytes(orjson.dumps(record) + b"\n")
+    code, _ = run_inprocess(tmp_path, server, regenerate="all")
+    assert code == 1  # the second turn was refused
+    assert [p["turn"] for p in rows_of(tmp_path, "partial_turns.jsonl")] == [0]
+
+    path.write_bytes(orjson.dumps(chat("c0", "q", "a1")) + b"\n")
+    code, out = run_inprocess(tmp_path, server, regenerate="all")
+    assert code == 0, out
+    [row] = rows_of(tmp_path)
+    assert len(row["turns"]) == 1 and server.generate_calls == 3
