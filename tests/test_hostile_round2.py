@@ -75,7 +75,7 @@ def test_a_symlinked_file_in_a_dataset_folder_is_refused_and_its_target_untouche
         target.write_bytes(done_row(ids[0]) + b'{"id": "torn')
         before = target.read_bytes()
     (folder / name).symlink_to(target)
-    extra = ("--regenerate", "all") if name == "partial_turns.jsonl" else ()
+    extra = ("--regenerate", "all", "--allow-mixed-settings") if name == "partial_turns.jsonl" else ()
     result = run_cli(ws, "--server-url", sim.url, *FAST, *extra)
     assert result.returncode == 2, result.stderr
     assert last_line(result) == (

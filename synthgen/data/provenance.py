@@ -53,8 +53,7 @@ class Settings:
 
     def differences(self, recorded: dict[str, Any]) -> list[str]:
         """``flag old -> new`` for every setting that is not what ``recorded`` says."""
-        # settings.jsonl holds the settings with credentials hidden (see ``record``): compare them so
-        return differences(recorded, redact_value(asdict(self)))
+        return differences(recorded, asdict(self))
 
 
 # Where each setting comes from, as a refusal names it: the flag to change, or the server.
@@ -79,6 +78,8 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     sampling parameters one by one, by their flags."""
     out = []
     for name, new in current.items():
+        # settings.jsonl holds the settings with credentials hidden (see ``record``): compare them so
+        new = redact_value({name: new})[name]
         old = recorded.get(name)
         if old == new:
             continue
