@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+import threading
 from collections.abc import Callable
 from typing import NoReturn, TextIO
+
+from synthgen.redact import redact
 
 EXIT_OK = 0
 EXIT_FAILURES = 1  # the run finished, but some prompts failed (see errors.jsonl); rerun retries them
@@ -86,10 +90,25 @@ def run_guarded(prog: str, body: Callable[[], int], stream: TextIO, debug: bool 
         return EXIT_SIGINT
 
 
+def exit_process(code: int) -> NoReturn:
+    """The end of an entry script. A worker thread the run stopped waiting for (a render or a
+    tokenization under way when a signal came) must not keep the process alive: every file is
+    closed by now, so the process ends at once, without waiting for it."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    main = threading.main_thread()
+    if any(t is not main and t.is_alive() and not t.daemon for t in threading.enumerate()):
+        os._exit(code)
+    sys.exit(code)
+
+
 def _say(line: str, stream: TextIO) -> None:
     """The last line of a run; a closed stderr (``| head -1`` gone) must not turn it into a traceback."""
     try:
-        print(line, file=stream, flush=True)
+        print(redact(line), file=stream, flush=True)
     except (OSError, ValueError):
         pass
 

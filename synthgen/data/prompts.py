@@ -41,13 +41,17 @@ from synthgen.data.conversations import (
     parse_record,
     prompt_hash,
 )
-from synthgen.data.openfiles import FilePool, limit_error, pool_size
+from synthgen.data.openfiles import FilePool, Oversize, bounded_lines, limit_error, open_input, pool_size
 from synthgen.data.records import DoneEntry
 from synthgen.errors import InputFileError, UsageError
 
 REGENERATE_MODES = ("last", "each", "all")
 # Lines longer than this have their size kept, so a prompt too long to fit is skipped before it is read.
 LONG_LINE = 1 << 20
+# The longest line a prompt file may have (more tokens than any context): a longer one is a bad
+# line, passed over in chunks, never read into memory whole (a file without newlines, /dev/zero).
+MAX_LINE = 64 << 20
+NOT_A_FILE = "a prompt file must be a regular file (or a link to one): replace it or move it out of the partition"
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,10 +227,10 @@ def answers(entry: DoneEntry, digest: str, conversation: Conversation) -> bool:
     return entry.regenerate == "all" and entry.prompt_hash == legacy_all_hash(conversation)
 
 
-def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+def _lines(path: Path) -> Iterator[tuple[int, bytes | Oversize]]:
     try:
-        with open(path, "rb") as fh:
-            yield from enumerate(fh, start=1)
+        with open_input(path, NOT_A_FILE) as fh:
+            yield from enumerate(bounded_lines(fh, MAX_LINE), start=1)
     except OSError as exc:
         raise limit_error(exc, path) or InputFileError(path, None, f"cannot read ({exc.strerror})") from exc
 
@@ -250,8 +254,11 @@ def scan_dataset(
     offset = 0
     for lineno, line in _lines(source.path):
         index.lines = lineno
-        start, offset = offset, offset + len(line)
+        size = line.size if isinstance(line, Oversize) else len(line)
+        start, offset = offset, offset + size
         try:
+            if isinstance(line, Oversize):
+                raise BadLine(f"the line has {size:,} bytes, over the {MAX_LINE >> 20} MiB a prompt line may have")
             parsed = parse_line(line)
         except BadLine as exc:
             if not skip_bad_lines:
@@ -318,9 +325,9 @@ class PromptReader:
         offset, lineno = self.index.offsets[prompt_id]
         path = self.index.source.path
         try:
-            with READ_POOL.use(self, lambda: open(path, "rb")) as fh:
+            with READ_POOL.use(self, lambda: open_input(path, NOT_A_FILE)) as fh:
                 fh.seek(offset)
-                line = fh.readline()
+                line = fh.readline(MAX_LINE + 1)  # longer: the file changed since the scan (build_prompt says so)
         except OSError as exc:
             raise limit_error(exc, path) or InputFileError(path, lineno, f"cannot read ({exc.strerror})") from exc
         return build_prompt(self.index, prompt_id, line, lineno)

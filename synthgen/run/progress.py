@@ -23,8 +23,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from synthgen.data.openfiles import open_output
 from synthgen.errors import StoreWriteError
 from synthgen.fmt import fmt_duration
+from synthgen.redact import redact
 
 WINDOW = 60.0  # seconds of history behind the "recent" rate
 
@@ -81,7 +83,8 @@ class Progress:
         self._log = None
         if log_file is not None:
             try:
-                self._log = open(log_file, "a", encoding="utf-8", buffering=1)
+                fd = open_output(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # not through a link
+                self._log = open(fd, "a", encoding="utf-8", buffering=1)
             except OSError as exc:
                 raise StoreWriteError(f"{log_file}: cannot open the log file ({exc.strerror})") from exc
         self._bar = None
@@ -197,7 +200,7 @@ class Progress:
 
     def message(self, text: str) -> None:
         """An event line (outage, recovery, warning) on stderr and in the log file."""
-        line = f"{self._stamp()} {text}"
+        line = redact(f"{self._stamp()} {text}")
         if self._bar is not None:
             self._on_bar(lambda bar: bar.write(line, file=self.stream))
         else:
@@ -250,7 +253,7 @@ class Progress:
     def tick(self, server: str | None = None) -> None:
         """Periodic: a status line where there is no bar; the log file always gets one.
         ``server``: the server's state (running / waiting, KV, rate, in-flight target), if known."""
-        line = self.status_line() + (f" | {server}" if server else "")
+        line = redact(self.status_line() + (f" | {server}" if server else ""))
         if self._bar is None:
             self._write(line)
         else:
@@ -260,6 +263,7 @@ class Progress:
     def print_block(self, text: str) -> None:
         """Multi-line output (plan, summary) to stderr and the log."""
         self._on_bar(lambda bar: bar.clear())
+        text = redact(text)
         self._write(text)
         self._to_log(text)
 

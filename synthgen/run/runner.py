@@ -258,6 +258,8 @@ class Runner:
             return
         self.signal_name = name
         self.stopping.set()
+        if self.pool is not None:
+            self.pool.stop_preparing()
         if self.pool is not None and self.pool.health.is_down:
             self._cancel_tasks(f"{name} during an outage: nothing in flight can finish")
             return
@@ -313,7 +315,9 @@ class Pool:
         self.tasks: set[asyncio.Task[None]] = set()  # one per prompt admitted
         self.sampling = cfg.sampling_params()
         self.total = sum(len(run.selection.pending) for run in runner.runs)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
+        # Rendering and tokenizing: one worker for the producer, one for the next turns of conversations.
+        self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
+        self._producer: asyncio.Task[None] | None = None
         self._sendable = 0  # prompts prepared for sending so far
         self._skips: dict[str, int] = {}  # template error -> prompts skipped so, before the first sendable one
 
@@ -321,7 +325,7 @@ class Pool:
         self.progress.start(self.total)
         await self.monitor.poll_once()  # the first target from the server's own load, before anything is sent
         self.ahead.set_target(max(PREPARED_AHEAD_MIN, self.limit.target))
-        producer = asyncio.create_task(self.produce())
+        producer = self._producer = asyncio.create_task(self.produce())
         dispatcher = asyncio.create_task(self.dispatch())
         background = [asyncio.create_task(self.ticker()), asyncio.create_task(self.monitor.run())]
         try:
@@ -338,7 +342,14 @@ class Pool:
             for task in background:
                 task.cancel()
             self.health.close()
-            self._executor.shutdown(wait=True, cancel_futures=True)
+            # Not waited for: a render the run stopped waiting for ends on its own (its bounds), or
+            # with the process (errors.exit_process); nothing it does is written anywhere.
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def stop_preparing(self) -> None:
+        """A signal: the producer stops now, not after the render or tokenization under way."""
+        if self._producer is not None:
+            self._producer.cancel()
 
     # ------------------------------------------------------------------ feeding the pool
     async def produce(self) -> None:
@@ -443,7 +454,7 @@ class Pool:
                     return
                 run.record_turn(item, turn)
                 following = await asyncio.get_running_loop().run_in_executor(
-                    None, self.preparer.next_turn, run, item.prompt, [*item.turns, turn]
+                    self._executor, self.preparer.next_turn, run, item.prompt, [*item.turns, turn]
                 )
                 if isinstance(following, Skip):
                     run.record_error(following.prompt_id, "skipped", following.kind, following.reason, attempts=0)

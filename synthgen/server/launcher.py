@@ -36,7 +36,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from synthgen.data.openfiles import open_output_file
 from synthgen.errors import ServerError
+from synthgen.redact import redact
 
 DEFAULT_GRACE = 30.0  # SGLang drains for about 5 s after SIGTERM; give it room
 KILL_WAIT = 10.0  # after SIGKILL only a process stuck in the kernel survives this long
@@ -248,8 +250,9 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         try:
-            with open(self.log_path, "ab") as log:
-                log.write(f"\n===== synthgen {stamp}: starting {self.name}: {shlex.join(self.argv)}\n".encode())
+            with open_output_file(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "ab") as log:
+                command = redact(shlex.join(self.argv))  # --api-key VALUE is not for the log
+                log.write(f"\n===== synthgen {stamp}: starting {self.name}: {command}\n".encode())
                 log.flush()
                 self._log_offset = log.tell()
                 self._proc = subprocess.Popen(
