@@ -250,7 +250,10 @@ def test_a_budget_file_that_cannot_be_written_exits_5_with_the_fix(project, caps
         ),
         (["--throughput", "0"], "--throughput must be positive, got '0'"),
         (["--throughput", "1000-"], "--throughput: '1000-' is not a figure or a range; use e.g. 1200 or 1000-1500"),
-        (["--tokens"], "unrecognized arguments: --tokens (see compute_budget.py --help)"),
+        (
+            ["--tokens"],
+            "unrecognized arguments: --tokens; did you mean --tokens-per-dataset? (see compute_budget.py --help)",
+        ),
         (
             ["--tokens-per-dataset"],
             "argument --tokens-per-dataset: expected one argument (see compute_budget.py --help)",

@@ -17,7 +17,7 @@ from synthgen.budget.plan import parse_count
 from synthgen.config import CHANGED_PROMPTS, RunConfig
 from synthgen.data.prompts import REGENERATE_MODES
 from synthgen.data.selection import SAMPLE_MODES
-from synthgen.errors import UsageError, run_guarded
+from synthgen.errors import OneLineParser, UsageError, run_guarded
 from synthgen.run.runner import Runner
 from synthgen.server.supervisor import DEMO_MAX_TOKENS, Supervisor, default_max_tokens
 
@@ -65,7 +65,7 @@ def concurrency_arg(text: str) -> int | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog=PROG,
         description="Generate reasoning + answer for every prompt of the selected datasets through an SGLang "
         "server's /generate endpoint. Results are appended to outputs/<dataset>/raw_responses.jsonl; "
@@ -351,7 +351,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def main(argv: list[str] | None = None, stream: TextIO | None = None, tty: bool | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
     out = stream or sys.stderr
 
     async def run(config: RunConfig) -> int:
@@ -362,4 +362,9 @@ def main(argv: list[str] | None = None, stream: TextIO | None = None, tty: bool 
             runner.before_connect = supervisor.start
             return await runner.run()
 
-    return run_guarded(PROG, lambda: asyncio.run(run(config_from_args(args))), out, args.debug)
+    def body() -> int:
+        # A mistyped flag or value is a UsageError here: one line with the closest valid one.
+        args = build_parser().parse_args(argv)
+        return asyncio.run(run(config_from_args(args)))
+
+    return run_guarded(PROG, body, out, "--debug" in argv)

@@ -81,6 +81,8 @@ class Progress:
         self._log = None
         if log_file is not None:
             try:
+                # --log-file outputs/run.log on a first run: the folder is not there yet.
+                log_file.parent.mkdir(parents=True, exist_ok=True)
                 self._log = open(log_file, "a", encoding="utf-8", buffering=1)
             except OSError as exc:
                 raise StoreWriteError(f"{log_file}: cannot open the log file ({exc.strerror})") from exc
