@@ -3,8 +3,16 @@ fix, hints that run as printed, runs that end by saying what to do next. Through
 
 from __future__ import annotations
 
+import io
+import re
+import shlex
+import subprocess
+import sys
+
 import pytest
-from workspace import BUDGET
+from workspace import BUDGET, REPO, cli_env
+
+from synthgen.cli.run import main as run_main
 
 COMMON = ("--max-tokens", "256", "--concurrency", "4", "--status-interval", "0.2")
 
@@ -59,3 +67,65 @@ def test_a_log_file_inside_an_output_dir_that_does_not_exist_yet_is_created(ws, 
     assert "done 3/3" in log
     ws.outputs = ws.root / "fresh" / "out"
     ws.assert_exactly_once("d", ids)
+
+
+def run_as_printed(ws, command: str):
+    """A command line the run printed, run as a user pastes it (python = this interpreter)."""
+    argv = shlex.split(command)
+    assert argv[0] == "python", command
+    return subprocess.run(
+        [sys.executable, str(REPO / argv[1]), *argv[2:]],
+        cwd=ws.root,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_a_run_ends_with_where_the_rows_are_and_an_export_command_that_runs_as_printed(ws, make_sim):
+    sim = make_sim("chatml")
+    ws.dataset("short", "alpha", 3)
+    ws.dataset("short", "beta", 2)
+    ws.dataset("long", "other", 2)  # not run: the export must not ask for it
+    result = ws.run("--partition", "short", "--server-url", sim.url, *COMMON)
+    assert result.returncode == 0, result.stderr
+    last = last_line(result.stderr)
+    match = re.fullmatch(r"rows: (.*); export them with: (.*)", last)
+    assert match, result.stderr
+    assert match.group(1) == "outputs/alpha/raw_responses.jsonl, outputs/beta/raw_responses.jsonl"
+    exported = run_as_printed(ws, match.group(2))
+    assert exported.returncode == 0, exported.stderr
+    assert len((ws.root / "train.jsonl").read_text().splitlines()) == 5
+
+    again = ws.run("--partition", "short", "--server-url", sim.url, *COMMON)
+    assert again.returncode == 0 and "nothing to do" in again.stderr
+    assert last_line(again.stderr) == last  # the rerun that has nothing to do says the same
+
+
+def test_failed_prompts_end_with_the_rerun_command_with_the_api_key_left_out(ws, make_sim):
+    # The simulator's context is 256 tokens; --max-seq-len 100000 sends the long prompt, which it rejects.
+    sim = make_sim("chatml", "--context-length", "256")
+    ws.dataset("short", "d", [{"id": "ok", "prompt": "short"}, {"id": "long", "prompt": "word " * 400}])
+    args = ("--server-url", sim.url, "--max-seq-len", "100000", "--max-tokens", "16", "--api-key", "s3cret")
+    result = ws.run(*args)
+    assert result.returncode == 1, result.stderr
+    expected = (
+        f"WARNING: 1 prompts failed (see outputs/d/errors.jsonl); rerun to retry them: python run_inference.py "
+        f'--server-url {sim.url} --max-seq-len 100000 --max-tokens 16 --api-key "$SGLANG_API_KEY"'
+    )
+    assert expected in result.stderr.splitlines()
+    assert "s3cret" not in result.stderr
+
+
+def test_on_a_terminal_the_bar_is_closed_before_the_summary(ws, make_sim, monkeypatch):
+    sim = make_sim("chatml")
+    ws.dataset("short", "d", 4)
+    monkeypatch.chdir(ws.root)
+    out = io.StringIO()
+    code = run_main(["--server-url", sim.url, *COMMON], stream=out, tty=True)
+    assert code == 0, out.getvalue()
+    text = out.getvalue()
+    bar_end = text.rfind("4/4")  # the bar's last drawing
+    assert 0 <= bar_end < text.index("TOTAL"), text

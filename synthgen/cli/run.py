@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -14,7 +15,7 @@ import orjson
 from synthgen import __version__
 from synthgen.budget.file import read_budget
 from synthgen.budget.plan import parse_count
-from synthgen.config import CHANGED_PROMPTS, RunConfig
+from synthgen.config import CHANGED_PROMPTS, RunConfig, redact_url
 from synthgen.data.prompts import REGENERATE_MODES
 from synthgen.data.selection import SAMPLE_MODES
 from synthgen.errors import OneLineParser, UsageError, run_guarded
@@ -22,10 +23,12 @@ from synthgen.run.runner import Runner
 from synthgen.server.supervisor import DEMO_MAX_TOKENS, Supervisor, default_max_tokens
 
 PROG = "run_inference.py"
+PROG_CALL = "python run_inference.py"
 
 EXAMPLES = """\
 exit codes:
-  0 done   1 some prompts failed or were skipped (errors.jsonl; rerun retries)   2 bad arguments or input
+  0 done (skips no rerun changes are listed at the end)   1 some prompts failed; rerun retries them
+  2 bad arguments or input
   3 server unreachable / gave up / changed model / API key refused   4 dataset locked by another run
   5 write error (disk full, permissions)   130/143/129 stopped by SIGINT/SIGTERM/SIGHUP (rerun resumes)
 
@@ -350,12 +353,32 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     ).validate()
 
 
+def rerun_command(argv: list[str]) -> str:
+    """This run's command as a user can paste it again; an API key given as a flag is printed as
+    "$SGLANG_API_KEY", and a password in the server URL as ***."""
+    shown: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            shown.append('"$SGLANG_API_KEY"')
+            hide_next = False
+        elif arg == "--api-key":
+            shown.append(arg)
+            hide_next = True
+        elif arg.startswith("--api-key="):
+            shown.append('--api-key="$SGLANG_API_KEY"')
+        else:
+            shown.append(redact_url(arg))
+    return " ".join([PROG_CALL, *(a if a.endswith('"$SGLANG_API_KEY"') else shlex.quote(a) for a in shown)])
+
+
 def main(argv: list[str] | None = None, stream: TextIO | None = None, tty: bool | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     out = stream or sys.stderr
 
     async def run(config: RunConfig) -> int:
         runner = Runner(config, out, tty)
+        runner.rerun_command = rerun_command(argv)
         # The supervisor ends the run through the runner when the launched server cannot be brought back,
         # and starts a launched server only when the run needs one (not for "nothing to do").
         async with Supervisor(config, runner.progress.message, on_fatal=runner.fail_run, lazy=True) as supervisor:

@@ -44,7 +44,7 @@ from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFl
 from synthgen.run.dataset_run import DatasetRun, WorkItem, now_iso, open_dataset
 from synthgen.run.model import load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
-from synthgen.run.progress import Progress, summary_table
+from synthgen.run.progress import Progress, end_of_run, export_command, summary_table
 from synthgen.server.client import Generation, Rejected, SGLangClient, Transient, build_payload, new_rid
 from synthgen.server.discovery import ServerContext, ServerHealth, changed_identity, discover
 
@@ -88,6 +88,8 @@ class Runner:
         # Called once, right before the server is first needed (the supervisor starts a launched server
         # then, so a run with nothing to do never starts one).
         self.before_connect: Callable[[], Awaitable[None]] | None = None
+        # The command a "rerun to retry" line prints; the CLI sets the real one.
+        self.rerun_command = "python run_inference.py (the same arguments)"
         self.runs: list[DatasetRun] = []
         self.server = ServerContext()
         self.progress = Progress(0, progress_stream, config.status_interval, config.log_file, tty)
@@ -101,7 +103,6 @@ class Runner:
     # ------------------------------------------------------------------ top level
     async def run(self) -> int:
         cfg = self.config
-        started = time.monotonic()
         client = self.client or SGLangClient(
             cfg.server_url,
             cfg.api_key,
@@ -123,8 +124,11 @@ class Runner:
             )
             if not any(run.selection.pending for run in self.runs):
                 self.progress.print_block("nothing to do: every selected prompt is already done")
+                self.progress.print_block(self.end_of_run()[0])
                 return EXIT_OK
+            connecting = time.monotonic()
             await self.connect(client)
+            startup = time.monotonic() - connecting
             self.check_settings()
             if self.stopping.is_set():  # a signal during start-up: nothing was sent
                 return self.exit_code()
@@ -140,8 +144,12 @@ class Runner:
             await self.pool.execute()
             # The last status line: a log under nohup ends on the final counts, however short the run.
             self.progress.tick(self.pool.monitor.status_text())
-            summary = summary_table([run.counts for run in self.runs], time.monotonic() - started)
+            self.progress.close_bar()  # its last line before the summary, not after it
+            # The run's own figures: the server's start (a demo install, a model load) is shown apart.
+            summary = summary_table([run.counts for run in self.runs], time.monotonic() - self.progress.started)
             summary += "\n" + self.pool.monitor.summary_line()
+            if startup >= 1.0:
+                summary += f"\nnot in these figures: {fmt_duration(startup)} before the first request (server start-up)"
             self.progress.print_block(summary)
             return self.exit_code()
         finally:
@@ -207,16 +215,16 @@ class Runner:
         if self.signal_name is not None:
             self.progress.message(f"stopped by {self.signal_name}; rerun the same command to resume")
             return SIGNAL_EXIT[self.signal_name]
-        failed = sum(run.counts.failed for run in self.runs)
-        skipped = sum(run.counts.skipped for run in self.runs)
-        if failed or skipped:
-            where = self.config.output_dir / "<dataset>" / "errors.jsonl"
-            what = " and ".join(
-                f"{n} prompts {verb}" for n, verb in ((failed, "failed"), (skipped, "were skipped")) if n
-            )
-            self.progress.message(f"WARNING: {what} (see {where}); rerun the same command to retry them")
-            return EXIT_FAILURES
-        return EXIT_OK
+        text, left = self.end_of_run()
+        self.progress.print_block(text)
+        return EXIT_FAILURES if left else EXIT_OK
+
+    def end_of_run(self) -> tuple[str, bool]:
+        """What to do next (progress.end_of_run), with this run's rerun and export commands."""
+        cfg = self.config
+        names = [run.name for run in self.runs]
+        export = export_command(cfg.output_dir, names, cfg.partition, not cfg.datasets, cfg.prompts_dir)
+        return end_of_run([run.counts for run in self.runs], cfg.output_dir, self.rerun_command, export)
 
     # ------------------------------------------------------------------ signals and stopping
     def _install_signals(self) -> None:
@@ -242,11 +250,14 @@ class Runner:
 
     def _cancel_tasks(self, why: str) -> None:
         alive = [t for t in self.pool.tasks if not t.done()] if self.pool is not None else []
+        sent = self.progress.in_flight  # the same count as "waiting for N in flight"
         for task in alive:
             task.cancel()
         if alive:
+            waiting = f" and {len(alive) - sent} waiting to be sent" if len(alive) > sent else ""
             self.progress.message(
-                f"stopping now ({why}): cancelling {len(alive)} requests; their prompts stay pending for the next run"
+                f"stopping now ({why}): cancelling {sent} requests in flight{waiting}; their prompts stay pending "
+                "for the next run"
             )
 
     def fail_run(self, exc: BaseException) -> None:
