@@ -194,7 +194,9 @@ def test_the_budget_file_holds_the_plan_fixed_rows_and_the_no_estimate_list(proj
         },
         "no_estimate": ["math"],
     }
-    assert err.splitlines()[-1] == "wrote budget.json; use it with: python run_inference.py --budget budget.json"
+    assert err.splitlines()[-1] == (
+        "wrote budget.json; use it with: python run_inference.py --partition all --dataset chat --budget budget.json"
+    )
 
 
 def test_the_budget_file_is_replaced_whole_and_no_temporary_file_is_left(project, capsys):

@@ -129,3 +129,27 @@ def test_on_a_terminal_the_bar_is_closed_before_the_summary(ws, make_sim, monkey
     text = out.getvalue()
     bar_end = text.rfind("4/4")  # the bar's last drawing
     assert 0 <= bar_end < text.index("TOTAL"), text
+
+
+def test_the_budget_hint_runs_as_printed_when_the_other_partition_and_an_unmeasured_dataset_exist(ws, make_sim):
+    sim = make_sim("chatml")
+    ws.dataset("short", "chat", 4)
+    ws.dataset("short", "math", 3)  # no estimate: no entry in the file
+    ws.dataset("long", "other", 2)  # another partition: no entry either
+    planned = ws.run(
+        "--partition",
+        "short",
+        "--avg-tokens",
+        "chat=100",
+        "--tokens-per-dataset",
+        "250",
+        "--out",
+        "budget.json",
+        script=BUDGET,
+    )
+    assert planned.returncode == 0, planned.stderr
+    hint = last_line(planned.stderr).split("use it with: ", 1)[1]
+    assert hint == "python run_inference.py --partition short --dataset chat --budget budget.json"
+    result = run_as_printed(ws, f"{hint} --server-url {sim.url} {' '.join(COMMON)}")
+    assert result.returncode == 0, result.stderr
+    assert len(ws.results("chat")) == 2 and not (ws.outputs / "math").exists()
