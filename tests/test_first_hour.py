@@ -153,3 +153,45 @@ def test_the_budget_hint_runs_as_printed_when_the_other_partition_and_an_unmeasu
     result = run_as_printed(ws, f"{hint} --server-url {sim.url} {' '.join(COMMON)}")
     assert result.returncode == 0, result.stderr
     assert len(ws.results("chat")) == 2 and not (ws.outputs / "math").exists()
+
+
+NEVER_STARTED = f"{sys.executable} -c \"raise SystemExit('must not be started')\""
+
+
+def test_a_dry_run_with_a_tokenizer_needs_no_server_and_launches_none(ws, tokenizers, tmp_path):
+    ws.dataset("short", "d", 2)
+    result = ws.run(
+        "--dry-run",
+        "--tokenizer",
+        str(tokenizers["chatml"]),
+        "--max-seq-len",
+        "512",
+        "--server-url",
+        "http://127.0.0.1:9",
+        "--launch-server",
+        NEVER_STARTED,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "first request (d / d-0000): POST http://127.0.0.1:9/generate" in result.stderr
+    assert "context length: 512" in result.stderr
+    assert "started server" not in result.stderr and not (ws.outputs / "server.log").exists()
+
+
+def test_a_dry_run_without_a_server_or_tokenizer_says_what_it_needs(ws):
+    ws.dataset("short", "d", 1)
+    result = ws.run("--dry-run", "--server-url", "http://127.0.0.1:9")
+    assert result.returncode == 3
+    assert last_line(result.stderr).endswith(
+        "; a dry run without a server needs --tokenizer PATH (and --max-seq-len N)"
+    ), result.stderr
+
+
+def test_nothing_to_do_is_answered_before_any_server_is_launched_also_in_a_dry_run(ws, make_sim):
+    sim = make_sim("chatml")
+    ws.dataset("short", "d", 2)
+    assert ws.run("--server-url", sim.url, *COMMON).returncode == 0
+    for extra in ((), ("--dry-run",)):
+        result = ws.run("--server-url", "http://127.0.0.1:9", *COMMON, "--launch-server", NEVER_STARTED, *extra)
+        assert result.returncode == 0, result.stderr
+        assert "nothing to do" in result.stderr and "started server" not in result.stderr
+    assert not (ws.outputs / "server.log").exists()

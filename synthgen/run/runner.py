@@ -117,7 +117,11 @@ class Runner:
         try:
             self.plan()
             if cfg.dry_run:
-                await self.connect(client)
+                if not any(run.selection.pending for run in self.runs):  # before any server is started
+                    print(f"dry run: nothing to do\n{self.plan_report()}", file=self.stream, flush=True)
+                    return EXIT_OK
+                # With --tokenizer a dry run needs no server: none is launched for it (one that answers is asked).
+                await self.connect(client, launch=cfg.tokenizer is None)
                 return self.dry_run()
             self.progress.print_block(
                 f"{now_iso()} synthgen: {cfg.display_url}, partition {cfg.partition}\n" + self.plan_report()
@@ -174,9 +178,9 @@ class Runner:
     def plan_report(self) -> str:
         return "\n".join(line for run in self.runs for line in run.plan_lines())
 
-    async def connect(self, client: SGLangClient) -> None:
+    async def connect(self, client: SGLangClient, launch: bool = True) -> None:
         """Start a launched server if there is one, ask the server, load what renders and parses."""
-        if self.before_connect is not None:
+        if self.before_connect is not None and launch:
             await self.before_connect()
             self._install_signals()  # a launching supervisor held the signals while the server started
         cfg = self.config
