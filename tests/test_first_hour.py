@@ -8,11 +8,13 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from workspace import BUDGET, REPO, cli_env
 
 from synthgen.cli.run import main as run_main
+from synthgen.server import demo
 
 COMMON = ("--max-tokens", "256", "--concurrency", "4", "--status-interval", "0.2")
 
@@ -195,3 +197,70 @@ def test_nothing_to_do_is_answered_before_any_server_is_launched_also_in_a_dry_r
         assert result.returncode == 0, result.stderr
         assert "nothing to do" in result.stderr and "started server" not in result.stderr
     assert not (ws.outputs / "server.log").exists()
+
+
+# --- the demo install: errors that name the cause and the fix, and a line while a step works ---------------
+
+
+def fake_demo_cache(tmp_path: Path, python_script: str) -> demo.DemoPaths:
+    """A cache whose venv 'python' is a shell script, so install steps run real processes fast."""
+    paths = demo.DemoPaths(tmp_path / "real-sglang")
+    paths.python.parent.mkdir(parents=True)
+    paths.python.write_text("#!/bin/sh\n" + python_script)
+    paths.python.chmod(0o755)
+    return paths
+
+
+def test_an_unreachable_index_is_named_as_the_cause_with_the_mirror_fix_not_as_a_missing_version(tmp_path):
+    # What pip prints when DNS fails: the cause only in a retry warning, then a misleading "no matching".
+    pip = (
+        "echo \"WARNING: Retrying (Retry(total=4)) after connection broken by 'NewConnectionError(': "
+        "Failed to establish a new connection: [Errno -2] Name or service not known')'\"\n"
+        'echo "ERROR: No matching distribution found for torch==2.13.0+cpu"\nexit 1\n'
+    )
+    paths = fake_demo_cache(tmp_path, pip)
+    with pytest.raises(demo.DemoSetupError) as info:
+        demo.demo_command(30123, paths=paths)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "a package index could not be reached (WARNING: Retrying" in message
+    assert "Name or service not known" in message
+    assert "PIP_INDEX_URL=" in message and "pip.conf" in message
+
+
+def test_a_full_disk_is_named_as_the_cause_with_synthgen_cache_as_the_fix(tmp_path):
+    paths = fake_demo_cache(tmp_path, 'echo "ERROR: [Errno 28] No space left on device"\nexit 1\n')
+    with pytest.raises(demo.DemoSetupError) as info:
+        demo.demo_command(30123, paths=paths)
+    assert "the disk is full (No space left on device" in str(info.value)
+    assert "SYNTHGEN_CACHE=/path/with/room" in str(info.value)
+
+
+@pytest.mark.parametrize(("system", "machine"), [("darwin", "arm64"), ("linux", "aarch64"), ("win32", "AMD64")])
+def test_the_demo_says_it_runs_on_linux_x86_64_only_before_installing_anything(tmp_path, system, machine):
+    paths = demo.DemoPaths(tmp_path / "real-sglang")
+    with pytest.raises(demo.DemoSetupError, match=r"^--launch-server demo runs on Linux x86_64 only"):
+        demo.preflight(paths, system, machine)
+    demo.preflight(paths, "linux", "x86_64")  # this one is fine
+
+
+def test_a_long_install_step_says_it_is_still_working(tmp_path, monkeypatch):
+    # The step ends only once a "still working" line was said: no race with the clock.
+    flag = tmp_path / "heard"
+    paths = fake_demo_cache(tmp_path, f"while [ ! -e {flag} ]; do sleep 0.01; done\nexit 1\n")
+    monkeypatch.setattr(demo, "HEARTBEAT", 0.05)
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        said.append(line)
+        if "still working" in line:
+            flag.touch()
+
+    with pytest.raises(demo.DemoSetupError):
+        demo.demo_command(30123, say=say, paths=paths)
+    assert any(
+        re.fullmatch(
+            r"demo server:   torch \(CPU wheel\): configured indexes: still working, \d+ s \(log .*setup\.log\)", s
+        )
+        for s in said
+    ), said
