@@ -264,3 +264,12 @@ def test_a_long_install_step_says_it_is_still_working(tmp_path, monkeypatch):
         )
         for s in said
     ), said
+
+
+def test_the_lock_file_of_a_finished_run_says_it_is_free_not_a_pid(ws, make_sim):
+    sim = make_sim("chatml")
+    ws.dataset("short", "d", 1)
+    result = ws.run("--server-url", sim.url, *COMMON)
+    assert result.returncode == 0, result.stderr
+    text = (ws.outputs / "d" / ".lock").read_text()
+    assert re.fullmatch(r"free: the run with pid \d+ ended at \S+\n", text), text
