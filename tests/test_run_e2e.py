@@ -292,10 +292,13 @@ def test_results_are_written_as_one_json_object_per_line(ws, make_sim):
         assert isinstance(orjson.loads(line), dict)
 
 
-def test_help_lists_exit_codes_and_ends_with_examples(ws):
-    result = ws.run("--help")
+def test_help_lists_exit_codes_and_ends_with_examples_of_the_main_jobs(ws):
+    result = ws.run("--help", env=cli_env(COLUMNS="100"))
     assert result.returncode == 0
     assert "exit codes:" in result.stdout
-    tail = result.stdout.rstrip().split("\n\n")
-    assert "examples:" in result.stdout.split("exit codes:")[1]
-    assert tail[-1].strip().startswith("# Kimi-K2.5")
+    examples = result.stdout.split("exit codes:")[1].split("examples:")[1]
+    for job in ("--launch-server demo", "--budget budget.json", "--regenerate all", "python export_training.py"):
+        assert job in examples
+    assert result.stdout.rstrip().split("\n\n")[-1].strip().startswith("# then: the rows as SpecForge")
+    assert "--max-tokens 32768" not in result.stdout  # no example passes a default
+    assert len(result.stdout.splitlines()) <= 120  # what a user scans (it was 196 lines)
