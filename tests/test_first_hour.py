@@ -273,3 +273,27 @@ def test_the_lock_file_of_a_finished_run_says_it_is_free_not_a_pid(ws, make_sim)
     assert result.returncode == 0, result.stderr
     text = (ws.outputs / "d" / ".lock").read_text()
     assert re.fullmatch(r"free: the run with pid \d+ ended at \S+\n", text), text
+
+
+def test_the_export_says_which_flag_brings_back_rows_cut_at_max_tokens(ws, make_sim):
+    sim = make_sim("chatml")
+    ws.dataset("short", "d", 3)
+    result = ws.run("--server-url", sim.url, "--max-tokens", "3", "--concurrency", "2")
+    assert result.returncode == 0, result.stderr
+    command = re.search(r"export them with: (.*)", result.stderr).group(1)
+    exported = run_as_printed(ws, command)
+    assert exported.returncode == 2  # nothing kept
+    assert "note: 3 rows dropped as truncated: finish_reason length; --keep-truncated keeps them" in exported.stderr
+    assert run_as_printed(ws, command + " --keep-truncated").returncode == 0
+
+
+def test_the_summary_of_a_launched_server_run_shows_the_start_up_apart(ws, tokenizers):
+    from test_launch_e2e import free_port, sim_command
+
+    port = free_port()
+    ws.dataset("short", "d", 2)
+    result = ws.run(
+        "--server-url", f"http://127.0.0.1:{port}", *COMMON, "--launch-server", sim_command(tokenizers["chatml"], port)
+    )
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"\nnot in these figures: \S+ before the first request \(server start-up\)\n", result.stderr)

@@ -152,7 +152,7 @@ class Runner:
             # The run's own figures: the server's start (a demo install, a model load) is shown apart.
             summary = summary_table([run.counts for run in self.runs], time.monotonic() - self.progress.started)
             summary += "\n" + self.pool.monitor.summary_line()
-            if startup >= 1.0:
+            if startup >= 1.0 or cfg.launch_server is not None:
                 summary += f"\nnot in these figures: {fmt_duration(startup)} before the first request (server start-up)"
             self.progress.print_block(summary)
             return self.exit_code()
