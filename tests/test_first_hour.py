@@ -6,11 +6,13 @@ from __future__ import annotations
 import io
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from simharness import wait_until
 from workspace import BUDGET, REPO, cli_env
 
 from synthgen.cli.run import main as run_main
@@ -297,3 +299,29 @@ def test_the_summary_of_a_launched_server_run_shows_the_start_up_apart(ws, token
     )
     assert result.returncode == 0, result.stderr
     assert re.search(r"\nnot in these figures: \S+ before the first request \(server start-up\)\n", result.stderr)
+
+
+def test_a_second_signal_cancels_as_many_requests_in_flight_as_the_first_said_it_waits_for(ws, make_sim):
+    # --regenerate each: later turns wait for earlier ones as tasks that hold no request; they are not "in flight".
+    sim = make_sim("chatml")
+    rows = [{"id": f"c{i}", "messages": [
+        {"role": "user", "content": f"q{i}a"}, {"role": "assistant", "content": "a"},
+        {"role": "user", "content": f"q{i}b"}, {"role": "assistant", "content": "b"},
+    ]} for i in range(6)]  # fmt: skip
+    ws.dataset("short", "d", rows)
+    sim.pause()  # every request is held: the run is certainly mid-way when the signals come
+    log = ws.root / "run.log"
+    proc = ws.start(
+        "--server-url", sim.url, "--regenerate", "each", "--concurrency", "2", "--max-tokens", "64",
+        "--drain-timeout", "600", "--log-file", str(log),
+    )  # fmt: skip
+    wait_until(lambda: sim.stats()["in_flight"] >= 2, timeout=120, what="two requests held by the server")
+    proc.send_signal(signal.SIGINT)
+    wait_until(lambda: log.exists() and "SIGINT: no new requests" in log.read_text(), timeout=60)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    text = log.read_text()
+    waited = re.search(r"waiting up to \S+ for (\d+) in flight", text)
+    cancelled = re.search(r"cancelling (\d+) requests in flight and (\d+) waiting to be sent", text)
+    assert waited and cancelled, text
+    assert waited.group(1) == cancelled.group(1) == "2" and int(cancelled.group(2)) > 0
