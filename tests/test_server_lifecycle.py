@@ -63,8 +63,13 @@ def test_a_rerun_with_nothing_to_do_stops_the_server_an_earlier_run_left(ws, tok
 def test_a_normal_stop_ends_server_log_with_a_line_that_says_it_was_ours(ws, tokenizers, port):
     ws.dataset("short", "d", 2)
     url = f"http://127.0.0.1:{port}"
-    result = ws.run("--server-url", url, *COMMON, "--launch-server", sim_command(tokenizers["chatml"], port))
+    args = ("--server-url", url, *COMMON, "--log-file", "outputs/run.log")
+    result = ws.run(*args, "--launch-server", sim_command(tokenizers["chatml"], port))
     assert result.returncode == 0, result.stderr
+    # What to do next is the run's last line, after the server's stop, on stderr and in the log file.
+    lines = result.stderr.strip().splitlines()
+    assert "stopping server (pid" in lines[-2] and lines[-1].startswith("rows: outputs/d/raw_responses.jsonl; ")
+    assert (ws.outputs / "run.log").read_text().strip().splitlines()[-1] == lines[-1]
     last = (ws.outputs / "server.log").read_text().strip().splitlines()[-1]
     assert last.startswith("===== synthgen ") and "stopped server (SIGTERM to its process group" in last
     assert "normal shutdown" in last
@@ -95,6 +100,7 @@ def test_start_up_status_shows_the_servers_progress_not_its_warnings():
             "/venv/lib/python3.11/site-packages/torch/cuda/__init__.py:61: UserWarning: CUDA is not available",
             "  warnings.warn(",
             "warnings.warn(",
+            '[2026-01-01 00:00:09] INFO:     127.0.0.1:43220 - "GET /health HTTP/1.1" 503 Service Unavailable',
             "",
         ]
     )

@@ -19,6 +19,7 @@ from synthgen.config import CHANGED_PROMPTS, RunConfig, redact_url
 from synthgen.data.prompts import REGENERATE_MODES
 from synthgen.data.selection import SAMPLE_MODES
 from synthgen.errors import OneLineParser, UsageError, run_guarded
+from synthgen.run.progress import write_last
 from synthgen.run.runner import Runner
 from synthgen.server.supervisor import DEMO_MAX_TOKENS, Supervisor, default_max_tokens
 
@@ -255,11 +256,14 @@ def main(argv: list[str] | None = None, stream: TextIO | None = None, tty: bool 
     async def run(config: RunConfig) -> int:
         runner = Runner(config, out, tty)
         runner.rerun_command = rerun_command(argv)
+        runner.hold_end = True  # what to do next comes last, after the launched server's stop
         # The supervisor ends the run through the runner when the launched server cannot be brought back,
         # and starts a launched server only when the run needs one (not for "nothing to do").
         async with Supervisor(config, runner.progress.message, on_fatal=runner.fail_run, lazy=True) as supervisor:
             runner.before_connect = supervisor.start
-            return await runner.run()
+            code = await runner.run()
+        write_last(runner.end_text, out, config.log_file)
+        return code
 
     def body() -> int:
         # A mistyped flag or value is a UsageError here: one line with the closest valid one.

@@ -292,6 +292,22 @@ class Progress:
             pass  # the log is a convenience; a full disk is caught where results are written
 
 
+def write_last(text: str, stream: TextIO, log_file: Path | None) -> None:
+    """The run's last lines, after its Progress is closed (to stderr and the log file); never raises."""
+    if not text:
+        return
+    try:
+        print(text, file=stream, flush=True)
+    except (OSError, ValueError):
+        pass
+    if log_file is not None:
+        try:
+            with open(log_file, "a", encoding="utf-8") as log:
+                log.write(text + "\n")
+        except OSError:
+            pass
+
+
 def summary_table(stats: list[DatasetStats], wall: float) -> str:
     header = ("dataset", "done", "total", "this run", "skipped", "failed", "out tokens", "tok/s", "wall")
     rows = []

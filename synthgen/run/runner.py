@@ -90,6 +90,10 @@ class Runner:
         self.before_connect: Callable[[], Awaitable[None]] | None = None
         # The command a "rerun to retry" line prints; the CLI sets the real one.
         self.rerun_command = "python run_inference.py (the same arguments)"
+        # With hold_end the last lines (what to do next) are kept in end_text for the caller to print
+        # after what it does last (the CLI: stopping a launched server), instead of printed here.
+        self.hold_end = False
+        self.end_text = ""
         self.runs: list[DatasetRun] = []
         self.server = ServerContext()
         self.progress = Progress(0, progress_stream, config.status_interval, config.log_file, tty)
@@ -128,7 +132,7 @@ class Runner:
             )
             if not any(run.selection.pending for run in self.runs):
                 self.progress.print_block("nothing to do: every selected prompt is already done")
-                self.progress.print_block(self.end_of_run()[0])
+                self._end(self.end_of_run()[0])
                 return EXIT_OK
             connecting = time.monotonic()
             await self.connect(client)
@@ -220,8 +224,14 @@ class Runner:
             self.progress.message(f"stopped by {self.signal_name}; rerun the same command to resume")
             return SIGNAL_EXIT[self.signal_name]
         text, left = self.end_of_run()
-        self.progress.print_block(text)
+        self._end(text)
         return EXIT_FAILURES if left else EXIT_OK
+
+    def _end(self, text: str) -> None:
+        if self.hold_end:
+            self.end_text = text
+        else:
+            self.progress.print_block(text)
 
     def end_of_run(self) -> tuple[str, bool]:
         """What to do next (progress.end_of_run), with this run's rerun and export commands."""

@@ -56,7 +56,9 @@ TAIL_READ_BYTES = 16384
 LOG_ROTATE_BYTES = 64 * 1024 * 1024
 # Lines of a server's start-up log that are not its progress: warnings, their continuation lines and
 # tracebacks (SGLang on a CPU: "Cannot detect CUDA architecture.", a bare "warnings.warn(").
-NOT_PROGRESS = re.compile(r"warn|deprecat|cannot detect|traceback|^\s|^file \"|^\^|^~", re.IGNORECASE)
+NOT_PROGRESS = re.compile(
+    r"warn|deprecat|cannot detect|traceback|^\s|^file \"|^\^|^~|\"GET /health", re.IGNORECASE
+)  # and the access log of our own /health polls
 # The exec shim a server starts through on Linux: it asks the kernel to SIGTERM it when the run dies
 # (prctl PR_SET_PDEATHSIG, even on SIGKILL), then becomes the server command (same pid). A shim
 # instead of preexec_fn: no Python code runs between fork and exec in a process that has threads.
