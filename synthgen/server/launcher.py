@@ -231,7 +231,8 @@ class ServerProcess:
     `max_restarts` bounds `restart()` over the object's life; restart n waits
     restart_delay(n, backoff_initial, backoff_max) seconds first. `on_event` receives one line
     per restart ("server exited with code -9; restart 1/3 in 2 s (reason): log tail"). `keep`
-    makes `close()` leave the server running. `env` replaces the environment when given.
+    makes `close()` leave the server running, and lets it outlive this process (no PDEATHSIG).
+    `env` replaces the environment when given.
     """
 
     def __init__(
