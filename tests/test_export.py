@@ -406,7 +406,8 @@ def test_user_errors_are_one_line_with_exit_code_2_and_write_nothing(project, ca
     code, out, err = run(capsys, *argv)
     assert (code, out) == (2, "")
     assert err.splitlines()[-1] == f"export_training.py: error: {message}"
-    assert len(err.splitlines()) == (2 if setup == "dropped" else 1)  # the dropped counts, then the error
+    # the dropped counts and the flag that keeps them, then the error
+    assert len(err.splitlines()) == (3 if setup == "dropped" else 1)
     assert not (project / "o.jsonl").exists()
 
 

@@ -17,6 +17,7 @@ from synthgen.data.store import RESULTS
 from synthgen.errors import OneLineParser, UsageError, run_guarded
 from synthgen.export.exporter import (
     FORMATS,
+    HINTS,
     DatasetRef,
     ExportConfig,
     format_report,
@@ -206,6 +207,11 @@ def run(args: argparse.Namespace) -> int:
             + (f" (dropped: {dropped})" if dropped else ""),
             file=sys.stderr,
         )
+    # What brings dropped rows back, once per reason (e.g. --keep-truncated for rows cut at --max-tokens).
+    for reason, hint in HINTS.items():
+        n = sum(scan.dropped[reason] for scan in scans)
+        if n:
+            _note(f"{n:,} rows dropped as {reason}: {hint}")
     if not kept:
         raise UsageError(f"nothing to export: {read:,} rows read, none kept; see why with --report")
     written = write_export(scans, config)

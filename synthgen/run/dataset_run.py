@@ -245,6 +245,8 @@ class DatasetRun:
         self.counts.last_finish = time.monotonic()
         if status == "skipped":
             self.counts.skipped += 1
+            self.counts.skip_kinds[kind] = self.counts.skip_kinds.get(kind, 0) + 1
+            self.counts.skip_example.setdefault(kind, f"{prompt_id}: {message}")
             self.progress.skipped_one()
         else:
             self.counts.failed += 1
