@@ -288,7 +288,10 @@ def test_duplicates_torn_lines_and_filtered_rows_are_counted_and_the_first_copy_
     )
     code, _, err = run(capsys, "--dataset", "chat", "--format", "messages", "--out", "o.jsonl")
     assert code == 0
-    assert err.splitlines()[0] == "chat: 1 of 4 rows (dropped: 1 duplicate, 1 empty, 1 truncated)"
+    assert (
+        err.splitlines()[0]
+        == "chat: 1 of 4 rows (dropped: 1 duplicate, 1 empty, 1 truncated; 1 unreadable line skipped)"
+    )
     assert jsonl(project / "o.jsonl")[0]["messages"][-1]["content"] == "Answer a."
 
 
@@ -449,6 +452,8 @@ def test_the_report_shows_counts_shares_and_histograms_and_writes_nothing(projec
             "  share cut at max tokens            25.0%   (1 of 4)",
             "  share with empty answer             0.0%   (0 of 4)",
             "  tool calls per row             0: 3   1: 1",
+            "  settings sets                          1",
+            "    unrecorded                           4   (rows written before settings ids)",
             "",
             "  completion tokens  n=4  min 4  p50 4  p90 300  p99 300  max 300",
             "      0 -  49  ######################################## 2  p50",

@@ -18,8 +18,10 @@ from synthgen.errors import OneLineParser, UsageError, run_guarded
 from synthgen.export.exporter import (
     FORMATS,
     DatasetRef,
+    DatasetScan,
     ExportConfig,
     format_report,
+    mixed_settings_warning,
     scan_dataset,
     val_path,
     write_export,
@@ -103,11 +105,17 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.0,
         metavar="F",
-        help="hold out this share of rows (chosen by a hash of --seed and the id) in FILE with .val "
+        help="hold out this share of rows (chosen by a hash of --seed and the conversation) in FILE with .val "
         "before its extension (default: 0)",
     )
     out.add_argument("--shuffle", action="store_true", help="shuffle the rows (by --seed) instead of input order")
     out.add_argument("--seed", type=int, default=0, help="seed of --shuffle and --val-fraction (default: 0)")
+    out.add_argument(
+        "--settings",
+        metavar="ID",
+        help="export only the rows of this settings set (ids as --report lists them, from "
+        "<dataset>/settings.jsonl; 'unrecorded' for rows written before settings ids)",
+    )
     out.add_argument(
         "--keep-truncated",
         action="store_true",
@@ -166,6 +174,11 @@ def config_from_args(args: argparse.Namespace) -> ExportConfig:
     if args.out is not None and args.val_fraction > 0 and val_path(args.out) == Path(args.out):
         raise UsageError(f"--out {args.out}: cannot name the validation file beside it; give FILE a name")
     datasets = tuple(choose_datasets(args))
+    if args.out is not None:
+        targets = [Path(args.out)] + ([val_path(args.out)] if args.val_fraction > 0 else [])
+        inputs = [Path(args.budget)] if args.budget is not None else []
+        for target in targets:
+            refuse_input_destination(target, datasets, inputs)
     tokenizer = None
     if args.tokenizer is not None:
         if args.format == "tokens":
@@ -183,7 +196,24 @@ def config_from_args(args: argparse.Namespace) -> ExportConfig:
         seed=args.seed,
         val_fraction=args.val_fraction,
         tokenizer=tokenizer,
+        settings=None if args.settings is None else ("" if args.settings == "unrecorded" else args.settings),
     )
+
+
+def refuse_input_destination(target: Path, datasets: tuple[DatasetRef, ...], inputs: list[Path]) -> None:
+    """An export written over an input file, or into a dataset folder being read, would replace what it reads
+    (the results, the run's lock or settings): refused before anything is read or written."""
+    where = target.resolve()
+    for path in inputs:
+        if where == path.resolve():
+            raise UsageError(f"--out {target}: is the input file {path}; write the export to another file")
+    for ref in datasets:
+        folder = ref.path.parent.resolve()
+        if where == folder or folder in where.parents:
+            raise UsageError(
+                f"--out {target}: is inside the dataset folder {ref.path.parent} being read; "
+                "write the export outside the output folders (e.g. --out train.jsonl)"
+            )
 
 
 def _note(message: str) -> None:
@@ -191,21 +221,40 @@ def _note(message: str) -> None:
 
 
 # --- running ---------------------------------------------------------------------------------------
+def summary_line(scan: DatasetScan) -> str:
+    """``<dataset>: K of N rows (dropped: ...; U unreadable lines)``: every line of the file is in it."""
+    dropped = ", ".join(f"{n:,} {reason}" for reason, n in sorted(scan.dropped.items()) if n)
+    notes = [f"dropped: {dropped}"] if dropped else []
+    if scan.unreadable:
+        notes.append(f"{scan.unreadable:,} unreadable line{'s' if scan.unreadable != 1 else ''} skipped")
+    return f"{scan.ref.name}: {len(scan.kept):,} of {scan.rows:,} rows" + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def check_settings_filter(scans: list[DatasetScan], config: ExportConfig) -> None:
+    if config.settings is None or any(config.settings in s.settings for s in scans):
+        return
+    found = sorted({sid or "unrecorded" for s in scans for sid in s.settings})
+    raise UsageError(
+        f"--settings {config.settings or 'unrecorded'}: no rows of this settings set "
+        f"(sets found: {', '.join(found) or 'none'}); see them with --report"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     scans = [scan_dataset(ref, config) for ref in config.datasets]
     if config.out is None:
+        check_settings_filter(scans, config)
         sys.stdout.write(format_report(scans, config))
         return 0
     read = sum(s.rows for s in scans)
     kept = sum(len(s.kept) for s in scans)
     for scan in scans:
-        dropped = ", ".join(f"{n:,} {reason}" for reason, n in sorted(scan.dropped.items()) if n)
-        print(
-            f"{scan.ref.name}: {len(scan.kept):,} of {scan.rows:,} rows"
-            + (f" (dropped: {dropped})" if dropped else ""),
-            file=sys.stderr,
-        )
+        print(summary_line(scan), file=sys.stderr)
+    check_settings_filter(scans, config)
+    for scan in scans:
+        if len(scan.settings) > 1:
+            print(f"warning: {mixed_settings_warning(scan)}", file=sys.stderr)
     if not kept:
         raise UsageError(f"nothing to export: {read:,} rows read, none kept; see why with --report")
     written = write_export(scans, config)

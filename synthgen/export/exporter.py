@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import re
 import tempfile
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -45,6 +46,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from synthgen.data.provenance import recorded_sets
 from synthgen.data.records import ResultRecord, parse_line, typed_list
 from synthgen.errors import InputFileError, StoreWriteError
 from synthgen.export.histogram import histogram
@@ -87,6 +89,7 @@ STRAY_MARKERS = (
 # Drop reasons, in the order they are tested (a row counts under the first that applies) and reported.
 DUPLICATE = "duplicate"
 MALFORMED = "malformed"
+OTHER_SETTINGS = "other_settings"
 NO_IDS = "no_ids"
 TRUNCATED = "truncated"
 UNCLOSED = "unclosed"
@@ -94,7 +97,8 @@ EMPTY = "empty"
 STRAY = "stray"
 REASONS = {
     DUPLICATE: "duplicate id (first kept)",
-    MALFORMED: "not a result row",
+    MALFORMED: "malformed",
+    OTHER_SETTINGS: "other settings set",
     NO_IDS: "no stored token ids",
     TRUNCATED: "cut at max tokens",
     UNCLOSED: "reasoning never closed",
@@ -102,6 +106,7 @@ REASONS = {
     STRAY: "stray think/channel markers",
 }
 HINTS = {
+    OTHER_SETTINGS: "not the set --settings picks",
     NO_IDS: "rows written before ids were stored; use --format specforge or messages",
     TRUNCATED: "finish_reason length; --keep-truncated keeps them",
     STRAY: "a tag left in reasoning_content or content",
@@ -129,6 +134,7 @@ class ExportConfig:
     seed: int = 0
     val_fraction: float = 0.0
     tokenizer: Any = None
+    settings: str | None = None  # export only the rows of this settings set (its id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +144,11 @@ class RowRef:
     path: Path
     offset: int
     length: int
+    conversation: str = ""  # the source conversation: rows of one `each` conversation share it ("": the id)
+
+    @property
+    def group(self) -> str:
+        return self.conversation or self.id
 
 
 @dataclass
@@ -149,6 +160,9 @@ class DatasetScan:
     rows: int = 0  # lines that parsed as JSON objects
     unreadable: int = 0  # torn or not JSON
     dropped: Counter[str] = field(default_factory=Counter)  # reason -> rows
+    malformed_example: str = ""  # why the first malformed row is malformed
+    settings: Counter[str] = field(default_factory=Counter)  # settings id ("" unrecorded) -> unique rows
+    settings_known: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> settings.jsonl's settings
     # over unique rows, before the filters: what the generation produced
     completion_tokens: list[int] = field(default_factory=list)
     prompt_tokens: list[int] = field(default_factory=list)
@@ -191,15 +205,62 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def well_formed(record: ResultRecord) -> bool:
-    """The fields every format needs, with the types it needs."""
-    return (
-        isinstance(record.id, str)
-        and isinstance(record.messages, list)
-        and bool(record.messages)
-        and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in record.messages)
-        and all(isinstance(t, dict) for t in record.finished_turns)
-    )
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+def _bad_ids(value: Any, vocab: int | None) -> str | None:
+    """Why a stored id list cannot be trained on, or None (None itself is "not stored", a later filter)."""
+    if value is None:
+        return None
+    if typed_list(value, int) is None:
+        return "token ids are not a list of integers"
+    if any(v < 0 for v in value):
+        return "a negative token id"
+    if vocab is not None and any(v >= vocab for v in value):
+        return f"a token id outside the vocabulary ({vocab:,} ids)"
+    return None
+
+
+def malformed(record: ResultRecord, vocab: int | None = None) -> str | None:
+    """Why a row cannot become a training row (the fields every format needs, with their types), or None.
+
+    ``vocab``: the tokenizer's size when one is known; ids at or above it are malformed."""
+    if not isinstance(record.id, str):
+        return "no string id"
+    messages = record.messages
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        return "messages is not a list of objects"
+    for m in messages:
+        role = m.get("role")
+        if role not in ROLES:
+            return f"unknown role {str(role)[:20]!r}"
+        content = m.get("content")
+        if not isinstance(content, str) and not (content is None and role == "assistant" and m.get("tool_calls")):
+            return f"{role} content is not a string"
+        if m.get("reasoning_content") is not None and not isinstance(m.get("reasoning_content"), str):
+            return "reasoning_content is not a string"
+    if messages[-1].get("role") != "assistant":
+        return "the last turn is not the assistant's"
+    if record.tools is not None and not isinstance(record.tools, list):
+        return "tools is not a list"
+    if record.turns is not None and not isinstance(record.turns, list):
+        return "turns is not a list"
+    for turn in record.finished_turns:
+        if not isinstance(turn, dict):
+            return "a turn is not an object"
+        if not isinstance(turn.get("content"), str):
+            return "the generated content is not a string"
+        for key in ("input_ids", "output_ids"):
+            reason = _bad_ids(turn.get(key), vocab)
+            if reason is not None:
+                return f"{key}: {reason}"
+    return None
+
+
+def conversation_key(record: ResultRecord) -> str:
+    """The source conversation of a row: ``<id>`` for the ``<id>#<k>`` rows of mode each, else ""."""
+    each = record.regenerate == "each" or (record.regenerate is None and re.fullmatch(r".+#\d+", record.id))
+    return record.id.rpartition("#")[0] if each and "#" in record.id else ""
 
 
 def turn_ids(turn: dict[str, Any]) -> tuple[list[int], list[int]] | None:
@@ -360,8 +421,17 @@ def retokenizes(tokenizer: Any, turn: dict[str, Any]) -> bool | None:
 
 
 # --- pass 1 -------------------------------------------------------------------------------------------
+def vocab_size(tokenizer: Any) -> int | None:
+    try:
+        return len(tokenizer) if tokenizer is not None else None
+    except TypeError:  # a stand-in without a length
+        return None
+
+
 def scan_dataset(ref: DatasetRef, config: ExportConfig) -> DatasetScan:
     scan = DatasetScan(ref)
+    scan.settings_known = {s["id"]: s["settings"] for s in recorded_sets(ref.path.parent)}
+    vocab = vocab_size(config.tokenizer)
     seen: set[str] = set()
     for offset, line in iter_lines(ref.path):
         if not line.strip():
@@ -372,20 +442,27 @@ def scan_dataset(ref: DatasetRef, config: ExportConfig) -> DatasetScan:
             continue
         scan.rows += 1
         record = ResultRecord.from_dict(row)
-        if not well_formed(record):
+        why = malformed(record, vocab)
+        if why is not None:
             scan.dropped[MALFORMED] += 1
+            scan.malformed_example = scan.malformed_example or f"line at byte {offset:,}: {why}"
             continue
         if record.id in seen:
             scan.dropped[DUPLICATE] += 1
             continue
         seen.add(record.id)
         record.dataset = ref.name  # rows copied between folders still belong to the folder they are in
+        settings = record.settings if isinstance(record.settings, str) else ""
+        scan.settings[settings] += 1
+        if config.settings is not None and settings != config.settings:
+            scan.dropped[OTHER_SETTINGS] += 1
+            continue
         _measure(scan, record)
         reason = drop_reason(record, config.format, config.keep_truncated)
         if reason is not None:
             scan.dropped[reason] += 1
             continue
-        scan.kept.append(RowRef(ref.name, record.id, ref.path, offset, len(line)))
+        scan.kept.append(RowRef(ref.name, record.id, ref.path, offset, len(line), conversation_key(record)))
         if config.tokenizer is not None and config.format != "tokens":
             _check_drift(scan, record, config.tokenizer)
     return scan
@@ -412,8 +489,9 @@ def _check_drift(scan: DatasetScan, record: ResultRecord, tokenizer: Any) -> Non
 
 # --- which rows go where (pure) -----------------------------------------------------------------------
 def in_validation(ref: RowRef, seed: int, fraction: float) -> bool:
-    """A hash of (seed, dataset, id): a row stays on its side when the export is redone with more rows."""
-    digest = hashlib.sha256(f"{seed}\0{ref.dataset}\0{ref.id}".encode()).digest()
+    """A hash of (seed, dataset, conversation): a row stays on its side when the export is redone with more
+    rows, and the rows of one `each` conversation (ids ``<id>#<k>``) all go to the same side."""
+    digest = hashlib.sha256(f"{seed}\0{ref.dataset}\0{ref.group}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 < fraction
 
 
@@ -518,12 +596,15 @@ def format_dataset(scan: DatasetScan, config: ExportConfig) -> list[str]:
         if scan.dropped[reason]:
             hint = f"   ({HINTS[reason]})" if reason in HINTS else ""
             lines.append(f"    {text:<{label - 2}} {scan.dropped[reason]:>9,}{hint}")
+            if reason == MALFORMED and scan.malformed_example:
+                lines.append(f"      first: {scan.malformed_example}")
     if scan.unreadable:
         lines.append(f"  {'unreadable lines':<{label}} {scan.unreadable:>9,}   (torn or not JSON; skipped)")
     unique = scan.unique
     for text, part in (("share cut at max tokens", scan.cut), ("share with empty answer", scan.empty)):
         lines.append(f"  {text:<{label}} {_share(part, unique):>9}   ({part:,} of {unique:,})")
     lines.append(f"  {'tool calls per row':<{label}} {_tool_calls_line(scan.tool_calls)}")
+    lines.extend(settings_lines(scan, label))
     if config.tokenizer is not None and config.format != "tokens":
         line = f"  {'re-tokenization':<{label}} {scan.drift:,} of {scan.drift_checked:,} kept rows differ"
         if scan.drift_no_ids:
@@ -537,6 +618,42 @@ def format_dataset(scan: DatasetScan, config: ExportConfig) -> list[str]:
         lines.append("")
         lines.extend("  " + line for line in histogram(values, title))
     return lines
+
+
+def describe_settings(settings: dict[str, Any] | None) -> str:
+    """The settings that tell two sets apart at a glance: model, max tokens, sampling, mode."""
+    if settings is None:
+        return "(not in settings.jsonl)"
+    sampling = settings.get("sampling_params") or {}
+    parts = [f"model {settings.get('model')}", f"max_tokens {settings.get('max_tokens')}"]
+    if isinstance(sampling, dict):
+        parts += [f"{k} {v}" for k, v in sorted(sampling.items()) if k != "max_new_tokens"]
+    if settings.get("chat_template_kwargs"):
+        parts.append(f"kwargs {orjson.dumps(settings['chat_template_kwargs']).decode()}")
+    parts.append(f"regenerate {settings.get('regenerate')}")
+    return ", ".join(parts)
+
+
+def settings_lines(scan: DatasetScan, label: int = 30) -> list[str]:
+    """The settings sets of a dataset's rows, with their counts, and a warning when there is more than one."""
+    if not scan.settings:
+        return []
+    lines = [f"  {'settings sets':<{label}} {len(scan.settings):>9,}"]
+    for sid, rows in scan.settings.most_common():
+        name = sid or "unrecorded"
+        what = describe_settings(scan.settings_known.get(sid)) if sid else "(rows written before settings ids)"
+        lines.append(f"    {name:<{label - 2}} {rows:>9,}   {what}")
+    if len(scan.settings) > 1:
+        lines.append(f"  warning: {mixed_settings_warning(scan)}")
+    return lines
+
+
+def mixed_settings_warning(scan: DatasetScan) -> str:
+    first = scan.settings.most_common(1)[0][0] or "unrecorded"
+    return (
+        f"{scan.ref.name}: rows of {len(scan.settings)} settings sets go into one file; "
+        f"export one with --settings ID (e.g. --settings {first})"
+    )
 
 
 def format_report(scans: Sequence[DatasetScan], config: ExportConfig) -> str:
