@@ -34,6 +34,7 @@ Output ids are "<dataset>/<id>": the same prompt id in two datasets stays two ro
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import re
@@ -48,8 +49,9 @@ import orjson
 
 from synthgen.data.provenance import recorded_sets
 from synthgen.data.records import ResultRecord, parse_line, typed_list
-from synthgen.errors import InputFileError, StoreWriteError
+from synthgen.errors import EXIT_FAILURES, InputFileError, StoreWriteError, SynthgenError
 from synthgen.export.histogram import histogram
+from synthgen.export.rendercheck import TEXT, Tally, verdict
 
 FORMATS = ("specforge", "tokens", "messages")
 META_KEY = "synthgen_meta"
@@ -59,6 +61,7 @@ RESERVED_KEYS = frozenset(
         "id",
         "conversations",
         "tools",
+        "status",
         "text",
         META_KEY,
         "messages",
@@ -134,7 +137,11 @@ class ExportConfig:
     seed: int = 0
     val_fraction: float = 0.0
     tokenizer: Any = None
+    vocabs: dict[str, int] = field(default_factory=dict)  # dataset -> vocabulary size, when known
     settings: str | None = None  # export only the rows of this settings set (its id)
+    # the render check: dataset -> its route (rendercheck.TemplateRoute / SpecForgeRoute); absent: not checked
+    checkers: dict[str, Any] = field(default_factory=dict)
+    fail_on_drift: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,10 +177,7 @@ class DatasetScan:
     tool_calls: Counter[int] = field(default_factory=Counter)  # calls in a row -> rows
     cut: int = 0
     empty: int = 0
-    # re-tokenization of kept rows (tokenizer given, specforge/messages only)
-    drift_checked: int = 0
-    drift: int = 0
-    drift_no_ids: int = 0
+    render: Tally | None = None  # the render check of the exported rows, when it ran
 
     @property
     def unique(self) -> int:
@@ -308,13 +312,17 @@ def export_id(record: ResultRecord) -> str:
 
 
 def _arguments(value: Any) -> str:
-    # The model's own text is kept byte for byte; only a prompt's history can carry an object here.
+    """A tool call's arguments as a JSON string. The model's own text is kept byte for byte; an object (only
+    a prompt's history carries one) becomes the text a template's ``tojson`` writes for it, so a trainer that
+    parses it back (SpecForge does) or prints it as it is renders what the model saw."""
     if isinstance(value, str):
         return value
-    return orjson.dumps(value if value is not None else {}).decode()
+    return json.dumps(value if value is not None else {}, ensure_ascii=False)
 
 
-def tool_call(call: dict[str, Any]) -> dict[str, Any]:
+def tool_call(call: dict[str, Any], as_string: bool = True) -> dict[str, Any]:
+    """One call in the OpenAI shape. ``as_string`` (specforge, for Arrow's one type per column): arguments as
+    a JSON string; else (messages) arguments in the form the prompt file gave them, object or string."""
     function = call.get("function")
     if not isinstance(function, dict):
         function = {}
@@ -322,18 +330,23 @@ def tool_call(call: dict[str, Any]) -> dict[str, Any]:
     if isinstance(call.get("id"), str):
         out["id"] = call["id"]
     out["type"] = call.get("type") if isinstance(call.get("type"), str) else "function"
-    out["function"] = {"name": _text(function.get("name")), "arguments": _arguments(function.get("arguments"))}
+    arguments = function.get("arguments")
+    if as_string or not isinstance(arguments, (dict, str)):
+        arguments = _arguments(arguments)
+    out["function"] = {"name": _text(function.get("name")), "arguments": arguments}
     return out
 
 
-def message(raw: dict[str, Any]) -> dict[str, Any]:
-    """One message with the keys a chat template reads, in stable types."""
-    out: dict[str, Any] = {"role": raw["role"], "content": _text(raw.get("content"))}
+def message(raw: dict[str, Any], as_string: bool = True) -> dict[str, Any]:
+    """One message with the keys a chat template reads (the ones that made the prompt's ids, RENDERED_KEYS),
+    in stable types; a tool-calling turn's null content stays null, as the template saw it."""
+    content = raw.get("content")
+    out: dict[str, Any] = {"role": raw["role"], "content": content if content is None else _text(content)}
     if isinstance(raw.get("reasoning_content"), str):
         out["reasoning_content"] = raw["reasoning_content"]
     calls = raw.get("tool_calls")
     if isinstance(calls, list) and calls:
-        out["tool_calls"] = [tool_call(c) for c in calls if isinstance(c, dict)]
+        out["tool_calls"] = [tool_call(c, as_string) for c in calls if isinstance(c, dict)]
     for key in ("tool_call_id", "name"):
         if isinstance(raw.get(key), str):
             out[key] = raw[key]
@@ -345,7 +358,14 @@ def template_kwargs(record: ResultRecord) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if k not in RESERVED_KEYS} if isinstance(kwargs, dict) else {}
 
 
-def meta(record: ResultRecord) -> dict[str, Any]:
+def generated_positions(record: ResultRecord) -> list[int]:
+    """Message indices of the assistant turns the model wrote: the last one for last/each rows, the last
+    ``len(turns)`` assistant turns for all rows (a greeting before the first user turn is the source's)."""
+    assistant = [i for i, m in enumerate(record.messages) if m.get("role") == "assistant"]
+    return assistant[-len(record.finished_turns) :]
+
+
+def meta(record: ResultRecord, generated: list[int]) -> dict[str, Any]:
     """Everything a trainer does not read, as scalars of one type each (JSON text for the nested ones)."""
 
     def as_json(value: Any) -> str | None:
@@ -360,7 +380,7 @@ def meta(record: ResultRecord) -> dict[str, Any]:
         "reasoning_complete": record.reasoning_complete,
         "prompt_tokens": _int(record.prompt_tokens),
         "completion_tokens": _int(record.completion_tokens),
-        "generated_turns": len(record.finished_turns),
+        "generated_turns": generated,
         "model": record.model,
         "regenerate": record.regenerate,
         "settings": record.settings,
@@ -370,19 +390,61 @@ def meta(record: ResultRecord) -> dict[str, Any]:
     }
 
 
-def to_specforge(record: ResultRecord) -> dict[str, Any]:
-    row: dict[str, Any] = {"id": export_id(record), "conversations": [message(m) for m in record.messages]}
-    if record.tools:
-        row["tools"] = orjson.dumps(record.tools).decode()
-    row.update(template_kwargs(record))
-    row[META_KEY] = meta(record)
-    return row
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """What one exported row must render to: ``ids`` (prompt ids + output ids as stored) with the generated
+    span ``[start, len(ids))`` trained and nothing else."""
+
+    ids: list[int]
+    start: int
+    reasoning: str = ""  # the generated turn's reasoning, to name a drift that drops it
+
+
+@dataclass(frozen=True, slots=True)
+class Exported:
+    row: dict[str, Any]
+    expected: Expected | None = None  # None: exact by construction (tokens) or no stored ids to compare
+
+
+def _expected(turn: dict[str, Any]) -> Expected | None:
+    ids = turn_ids(turn)
+    if ids is None:
+        return None
+    prompt, output = ids
+    return Expected(prompt + output, len(prompt), _text(turn.get("reasoning_content")))
+
+
+def specforge_rows(record: ResultRecord) -> list[Exported]:
+    """One row per generated turn, ending at that turn, with the history as the model saw it: trained with
+    SpecForge's ``data.train_only_last_turn: true``, each row trains exactly the turn the model wrote."""
+    positions = generated_positions(record)
+    turns = record.finished_turns
+    out = []
+    for k, (position, turn) in enumerate(zip(positions, turns, strict=False)):
+        rid = export_id(record) if len(positions) == 1 else f"{export_id(record)}#{k}"
+        row: dict[str, Any] = {
+            "id": rid,
+            "conversations": [message(m) for m in record.messages[: position + 1]],
+        }
+        if record.tools:
+            row["tools"] = orjson.dumps(record.tools).decode()
+        row.update(template_kwargs(record))
+        row["status"] = "success"  # what SpecForge's data validator looks for
+        row[META_KEY] = meta(record, [p for p in positions if p <= position])
+        out.append(Exported(row, _expected(turn)))
+    return out
 
 
 def to_messages(record: ResultRecord) -> dict[str, Any]:
-    row: dict[str, Any] = {"id": export_id(record), "messages": [message(m) for m in record.messages]}
+    row: dict[str, Any] = {
+        "id": export_id(record),
+        "messages": [message(m, as_string=False) for m in record.messages],
+        "generated_turns": generated_positions(record),
+    }
     if record.tools:
         row["tools"] = record.tools
+    if template_kwargs(record):
+        row["chat_template_kwargs"] = template_kwargs(record)
     return row
 
 
@@ -403,21 +465,17 @@ def token_rows(record: ResultRecord) -> list[dict[str, Any]]:
     ]
 
 
-def convert(record: ResultRecord, fmt: str) -> list[dict[str, Any]]:
+def export_rows(record: ResultRecord, fmt: str) -> list[Exported]:
+    """The output rows of one result row, each with what it must render to (see Expected)."""
     if fmt == "tokens":
-        return token_rows(record)
-    return [to_specforge(record) if fmt == "specforge" else to_messages(record)]
+        return [Exported(row) for row in token_rows(record)]
+    if fmt == "specforge":
+        return specforge_rows(record)
+    return [Exported(to_messages(record), _expected(record.finished_turns[-1]))]
 
 
-# --- re-tokenization drift ----------------------------------------------------------------------------
-def retokenizes(tokenizer: Any, turn: dict[str, Any]) -> bool | None:
-    """Does the turn's text encode back to the ids the server returned? None: no stored ids to compare."""
-    output = typed_list(turn.get("output_ids"), int)
-    if output is None or not isinstance(turn.get("output_text"), str):
-        return None
-    ids = list(tokenizer(turn["output_text"], add_special_tokens=False)["input_ids"])
-    # The matched stop token is in output_ids but not in the text the server returned.
-    return ids == output or (turn.get("finish_reason") == "stop" and ids == output[:-1])
+def convert(record: ResultRecord, fmt: str) -> list[dict[str, Any]]:
+    return [e.row for e in export_rows(record, fmt)]
 
 
 # --- pass 1 -------------------------------------------------------------------------------------------
@@ -431,7 +489,7 @@ def vocab_size(tokenizer: Any) -> int | None:
 def scan_dataset(ref: DatasetRef, config: ExportConfig) -> DatasetScan:
     scan = DatasetScan(ref)
     scan.settings_known = {s["id"]: s["settings"] for s in recorded_sets(ref.path.parent)}
-    vocab = vocab_size(config.tokenizer)
+    vocab = config.vocabs.get(ref.name, vocab_size(config.tokenizer))
     seen: set[str] = set()
     for offset, line in iter_lines(ref.path):
         if not line.strip():
@@ -463,8 +521,6 @@ def scan_dataset(ref: DatasetRef, config: ExportConfig) -> DatasetScan:
             scan.dropped[reason] += 1
             continue
         scan.kept.append(RowRef(ref.name, record.id, ref.path, offset, len(line), conversation_key(record)))
-        if config.tokenizer is not None and config.format != "tokens":
-            _check_drift(scan, record, config.tokenizer)
     return scan
 
 
@@ -476,15 +532,6 @@ def _measure(scan: DatasetScan, record: ResultRecord) -> None:
     scan.tool_calls[sum(_calls(t) for t in turns)] += 1
     scan.cut += any(t.get("finish_reason") == "length" for t in turns)
     scan.empty += any(is_empty_answer(t) for t in turns)
-
-
-def _check_drift(scan: DatasetScan, record: ResultRecord, tokenizer: Any) -> None:
-    results = [retokenizes(tokenizer, t) for t in record.finished_turns]
-    if any(r is None for r in results):
-        scan.drift_no_ids += 1
-        return
-    scan.drift_checked += 1
-    scan.drift += not all(results)
 
 
 # --- which rows go where (pure) -----------------------------------------------------------------------
@@ -520,18 +567,86 @@ def read_row(ref: RowRef, fh: BinaryIO) -> ResultRecord:
     return record
 
 
-def _write_rows(path: Path, refs: Sequence[RowRef], fmt: str, handles: dict[Path, Any]) -> tuple[str, int]:
+class DriftError(SynthgenError):
+    """--fail-on-drift and some exported rows do not render to the stored ids: nothing is written."""
+
+    exit_code = EXIT_FAILURES
+
+
+def check_row(tally: Tally, checker: Any, exported: Exported) -> None:
+    """One exported row through the render check (see rendercheck)."""
+    expected = exported.expected
+    if expected is None:
+        tally.no_ids += 1
+        return
+    row_id = str(exported.row.get("id"))
+    try:
+        rendering = checker.render(exported.row)
+    except Exception as exc:  # a template or trainer that cannot render the row at all is drift too
+        tally.add(
+            row_id, {TEXT: f"cannot render ({str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__})"}
+        )
+        return
+    tally.add(
+        row_id,
+        verdict(expected.ids, expected.start, expected.reasoning, rendering, checker.decode, checker.system_prompt),
+    )
+
+
+def _tallies(scans: Sequence[DatasetScan], config: ExportConfig) -> dict[str, Tally]:
+    out = {}
+    for scan in scans:
+        checker = config.checkers.get(scan.ref.name)
+        if checker is not None and config.format != "tokens":
+            scan.render = out[scan.ref.name] = Tally(route=checker.name)
+    return out
+
+
+def check_kept(scans: Sequence[DatasetScan], config: ExportConfig) -> None:
+    """The render check over every row that would be exported (the report's pass; an export checks as it
+    writes)."""
+    tallies = _tallies(scans, config)
+    handles: dict[Path, Any] = {}
+    try:
+        for scan in scans:
+            tally = tallies.get(scan.ref.name)
+            if tally is None:
+                continue
+            for ref in scan.kept:
+                if ref.path not in handles:
+                    handles[ref.path] = open(ref.path, "rb")
+                for exported in export_rows(read_row(ref, handles[ref.path]), config.format):
+                    check_row(tally, config.checkers[scan.ref.name], exported)
+    finally:
+        for fh in handles.values():
+            fh.close()
+
+
+def _file_mode() -> int:
+    """What a plain open() would give a new file: 0666 less the umask (mkstemp's temp files are 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _write_rows(
+    path: Path, refs: Sequence[RowRef], config: ExportConfig, handles: dict[Path, Any], tallies: dict[str, Tally]
+) -> tuple[str, int]:
     """Rows to a temp file beside ``path``; returns (temp path, rows written). The caller renames it."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     written = 0
     try:
+        os.fchmod(fd, _file_mode())
         with os.fdopen(fd, "wb") as out:
             for ref in refs:
                 if ref.path not in handles:
                     handles[ref.path] = open(ref.path, "rb")
-                for row in convert(read_row(ref, handles[ref.path]), fmt):
-                    out.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+                tally = tallies.get(ref.dataset)
+                for exported in export_rows(read_row(ref, handles[ref.path]), config.format):
+                    out.write(orjson.dumps(exported.row, option=orjson.OPT_APPEND_NEWLINE))
                     written += 1
+                    if tally is not None:
+                        check_row(tally, config.checkers[ref.dataset], exported)
             out.flush()
             os.fsync(out.fileno())
     except BaseException:
@@ -543,31 +658,39 @@ def _write_rows(path: Path, refs: Sequence[RowRef], fmt: str, handles: dict[Path
 def write_export(scans: Sequence[DatasetScan], config: ExportConfig) -> dict[Path, int]:
     """Write the train file (and the validation file); returns rows written per file.
 
-    Both files are complete in temp files before either is renamed into place, so a failure leaves the
-    previous export as it was."""
+    Both files are complete in temp files before either is renamed into place, so a failure (or drift under
+    --fail-on-drift) leaves the previous export as it was."""
     assert config.out is not None
     train, val = split_rows([r for s in scans for r in s.kept], config)
     targets = [(Path(config.out), train)]
     if config.val_fraction > 0:
         targets.append((val_path(config.out), val))
+    tallies = _tallies(scans, config)
     handles: dict[Path, Any] = {}
     temps: list[tuple[str, Path, int]] = []
     try:
         for path, refs in targets:
-            tmp, written = _write_rows(path, refs, config.format, handles)
+            tmp, written = _write_rows(path, refs, config, handles, tallies)
             temps.append((tmp, path, written))
+        drifting = sum(t.drifting for t in tallies.values())
+        if config.fail_on_drift and drifting:
+            checked = sum(t.checked for t in tallies.values())
+            raise DriftError(
+                f"{drifting:,} of {checked:,} exported rows do not render to the stored ids (kinds above); "
+                "nothing written: export --format tokens for the exact ids, or drop --fail-on-drift"
+            )
         for tmp, path, _ in temps:
             os.replace(tmp, path)
     except OSError as exc:
-        for tmp, _, _ in temps:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
         target = exc.filename or config.out
         raise StoreWriteError(
             f"{target}: cannot write the export ({exc.strerror}); "
             "check that its folder exists, is writable and has space"
         ) from exc
     finally:
+        for tmp, _, _ in temps:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
         for fh in handles.values():
             fh.close()
     return {path: written for _, path, written in temps}
@@ -605,11 +728,8 @@ def format_dataset(scan: DatasetScan, config: ExportConfig) -> list[str]:
         lines.append(f"  {text:<{label}} {_share(part, unique):>9}   ({part:,} of {unique:,})")
     lines.append(f"  {'tool calls per row':<{label}} {_tool_calls_line(scan.tool_calls)}")
     lines.extend(settings_lines(scan, label))
-    if config.tokenizer is not None and config.format != "tokens":
-        line = f"  {'re-tokenization':<{label}} {scan.drift:,} of {scan.drift_checked:,} kept rows differ"
-        if scan.drift_no_ids:
-            line += f" ({scan.drift_no_ids:,} without stored ids not checked)"
-        lines.append(line)
+    if scan.render is not None:
+        lines.extend(scan.render.lines(label))
     for title, values in (
         ("completion tokens", scan.completion_tokens),
         ("prompt tokens", scan.prompt_tokens),
@@ -656,6 +776,31 @@ def mixed_settings_warning(scan: DatasetScan) -> str:
     )
 
 
+SPECFORGE_SETTING = "data.train_only_last_turn: true"
+
+
+def render_notes(scans: Sequence[DatasetScan], config: ExportConfig) -> list[str]:
+    """What the render check found overall, and the trainer setting a specforge file needs."""
+    lines = []
+    if config.format == "tokens":
+        lines.append("tokens rows are the stored ids and loss mask: exact by construction")
+        return lines
+    if config.format == "specforge":
+        lines.append(
+            f"specforge rows end at the one turn the model generated: train with {SPECFORGE_SETTING} "
+            "(SpecForge's config), or earlier assistant turns are trained too"
+        )
+    tallies = [s.render for s in scans if s.render is not None]
+    if not tallies:
+        lines.append("render check skipped: no tokenizer; pass --tokenizer PATH (the model's tokenizer folder)")
+    elif any(t.drifting for t in tallies):
+        lines.append(
+            "some rows do not render to the ids the model saw and wrote: export --format tokens to train on "
+            "exactly those ids"
+        )
+    return lines
+
+
 def format_report(scans: Sequence[DatasetScan], config: ExportConfig) -> str:
     lines: list[str] = []
     for scan in scans:
@@ -664,14 +809,5 @@ def format_report(scans: Sequence[DatasetScan], config: ExportConfig) -> str:
     read = sum(s.rows for s in scans)
     kept = sum(len(s.kept) for s in scans)
     lines.append(f"total: {kept:,} of {read:,} rows would be exported as {config.format}")
-    if config.format != "tokens":
-        if config.tokenizer is None:
-            lines.append(
-                "re-tokenization check skipped: pass --tokenizer PATH to compare the text with the stored output_ids"
-            )
-        elif any(s.drift for s in scans):
-            lines.append(
-                "some rows do not re-tokenize to the ids the model produced: prefer --format tokens "
-                "to train on exactly those ids"
-            )
+    lines.extend(render_notes(scans, config))
     return "\n".join(lines) + "\n"
