@@ -116,6 +116,13 @@ def test_tokens_and_specforge_rows_as_specforges_own_loader_reads_them(ws, specf
     assert loaded["rows"] == [{"input_ids": r["input_ids"], "loss_mask": r["loss_mask"]} for r in exported]
     assert len(exported) >= 6
 
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(qwen3))
+
+    def decode(ids: list[int]) -> str:
+        return str(tokenizer.decode(ids, skip_special_tokens=False))
+
     # specforge: per template, the render check's verdict is what SpecForge's loader really produces
     for template in TEMPLATES:
         out = ws.root / f"sf-{template}.jsonl"
@@ -141,9 +148,6 @@ def test_tokens_and_specforge_rows_as_specforges_own_loader_reads_them(ws, specf
         loaded = load_with_specforge(specforge, qwen3, template, files, route=True)
         kinds: Counter[str] = Counter()
         exact = 0
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(str(qwen3))
         for row, got in zip(rows, loaded, strict=True):
             [actual] = got["rows"]
             assert got["route"] == actual, f"{template} {row['id']}: the render check renders otherwise than SpecForge"
@@ -156,7 +160,7 @@ def test_tokens_and_specforge_rows_as_specforges_own_loader_reads_them(ws, specf
                 len(turn["input_ids"]),
                 turn["reasoning_content"],
                 Rendering(actual["input_ids"], actual["loss_mask"]),
-                lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
+                decode,
                 "You are a helpful assistant.",
             )
             exact += not found
