@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -74,26 +75,79 @@ def test_specforge_rows_are_one_per_generated_turn_each_ending_at_it_with_the_hi
     )
 
 
-def test_the_render_check_counts_exact_and_drifting_rows_by_kind_with_the_first_example(ws, tmp_path, qwen3):
+def render_lines(stdout: str) -> list[str]:
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  render check"))
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("    "))
+    return lines[start:end]
+
+
+def test_the_render_check_is_on_by_default_and_counts_drifting_rows_by_kind_with_the_first_example(ws, tmp_path, qwen3):
+    # Thinking off: the template pre-fills "<think>\n\n</think>\n\n", the model writes "Answer: ...", and the
+    # text re-tokenized whole merges the newlines with the answer's first letters. A tool turn re-tokenizes
+    # exactly, but the newline Qwen3's template writes after <|im_end|> is trained by a completion-only trainer.
     log = tmp_path / "requests.jsonl"
-    qwen3_run(ws, qwen3, log, "d", [chat("a", "Name a prime."), chat("b", "Name a colour.")])
-    # The tokenizer the run recorded in settings.jsonl is found without --tokenizer: the check is on by default.
-    report = ws.run("--dataset", "d", "--report", script=EXPORT)
+    off = ("--chat-template-kwargs", '{"enable_thinking": false}')
+    qwen3_run(ws, qwen3, log, "d", [chat("a", "Name a prime."), chat("b", "Name a colour.")], *off)
+    qwen3_run(ws, qwen3, log, "agents", [agent("t")], *off, style="qwen_tool")
+    # No --tokenizer: the one each dataset's settings.jsonl records is used.
+    report = ws.run("--dataset", "d", "--dataset", "agents", "--report", script=EXPORT)
     assert report.returncode == 0, report.stderr
-    lines = report.stdout.splitlines()
-    [head] = [line for line in lines if line.startswith("  render check")]
-    print(report.stdout)
-    assert head.endswith("(the model's chat template)")
+    d, agents = report.stdout.split("\nagents  (")
+    assert render_lines(d)[:3] == [
+        "  render check                           0 of 2 rows exact   (the model's chat template)",
+        "    boundary re-tokenization             2   (the same text tokenizes differently when re-tokenized whole)",
+        "      first: d/a: token 21: '\\n\\nAns' stored, '\\n\\nA' re-tokenized",
+    ]
+    assert render_lines(agents) == [
+        "  render check                           0 of 1 rows exact   (the model's chat template)",
+        "    extra-trained tokens                 1   (tokens after the generated turn are trained (e.g. a newline "
+        "after the end-of-turn token))",
+        "      first: agents/t: 1 trained after the turn: '\\n'",
+    ]
+    assert report.stdout.endswith(
+        "some rows do not render to the ids the model saw and wrote: export --format tokens to train on "
+        "exactly those ids\n"
+    )
 
 
-def test_fail_on_drift_writes_nothing_and_exits_1(ws, tmp_path, qwen3):
-    log = tmp_path / "requests.jsonl"
-    qwen3_run(ws, qwen3, log, "d", [chat("a", "Name a prime.")])
-    (ws.root / "sf.jsonl").write_text("previous\n")
+def test_fail_on_drift_writes_nothing_and_exits_1_and_an_exact_export_passes_it(ws, tmp_path, tokenizers):
+    from simharness import start_sim
+
+    # The tiny ChatML template without the newline after <|im_end|>: the model's answer renders back exactly.
+    exact = tmp_path / "exact-chatml"
+    shutil.copytree(tokenizers["chatml"], exact)
+    template = (exact / "chat_template.jinja").read_text()
+    (exact / "chat_template.jinja").write_text(template.replace("'<|im_end|>\\n'", "'<|im_end|>'"))
+    assert (exact / "chat_template.jinja").read_text() != template
+    ws.dataset("short", "d", [chat("a", "Name a prime."), chat("b", "Name a colour.")])
+    with start_sim(exact, "--no-reasoning") as sim:
+        assert ws.run("--server-url", sim.url, "--dataset", "d", "--max-tokens", "64").returncode == 0
     done = ws.run("--dataset", "d", "--out", "sf.jsonl", "--fail-on-drift", script=EXPORT)
-    print(done.stderr)
+    assert done.returncode == 0, done.stderr
+    assert "d: render check (the model's chat template): 2 of 2 rows exact" in done.stderr.splitlines()
+    # The same rows checked with the stock template (a newline after each <|im_end|>, so another history than
+    # the prompts had) drift, and the check says the template is not the run's: nothing is written.
+    (ws.root / "sf.jsonl").write_text("previous\n")
+    done = ws.run(
+        "--dataset",
+        "d",
+        "--out",
+        "sf.jsonl",
+        "--fail-on-drift",
+        "--tokenizer",
+        str(tokenizers["chatml"]),
+        script=EXPORT,
+    )
     assert done.returncode == 1
+    assert "d: render check (the model's chat template): 0 of 2 rows exact; drifting: 2 text differs" in done.stderr
+    assert "note: d: the tokenizer's chat template is not the one the run rendered with" in done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "export_training.py: error: 2 of 2 exported rows do not render to the stored ids (kinds above); nothing "
+        "written: export --format tokens for the exact ids, or drop --fail-on-drift"
+    )
     assert (ws.root / "sf.jsonl").read_text() == "previous\n"
+    assert not [p for p in ws.root.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_exported_files_follow_the_umask_and_report_with_out_writes_the_file(ws, tmp_path, qwen3):

@@ -266,6 +266,7 @@ def render_setup(
         if vocab is not None:
             vocabs[name] = vocab
         if check and tokenizer is not None:
+            _check_template(name, tokenizer, datasets)
             try:
                 checkers[name] = (
                     SpecForgeRoute(tokenizer, args.specforge_template)
@@ -276,6 +277,24 @@ def render_setup(
                 raise UsageError(f"--specforge-template {exc.args[0]}") from None
     tokenizer = loaded.get(args.tokenizer) if args.tokenizer else None
     return tokenizer, checkers, vocabs
+
+
+def _check_template(name: str, tokenizer: Any, datasets: tuple[DatasetRef, ...]) -> None:
+    """A note when the tokenizer's chat template is not the one the dataset's latest settings set rendered with."""
+    from synthgen.chat.templating import ChatRenderer
+
+    [ref] = [r for r in datasets if r.name == name]
+    sets = recorded_sets(ref.path.parent)
+    recorded = sets[-1]["settings"].get("chat_template_sha256") if sets else None
+    try:
+        used = ChatRenderer(tokenizer).template_hash
+    except TokenizerError:
+        return
+    if recorded and recorded != used:
+        _note(
+            f"{name}: the tokenizer's chat template is not the one the run rendered with (settings.jsonl "
+            "chat_template_sha256); the render check compares with another template"
+        )
 
 
 def _load(args: argparse.Namespace, path: str, explicit: bool) -> Any:
