@@ -171,12 +171,18 @@ def test_history_tool_call_arguments_keep_the_prompt_files_form(ws, tmp_path, qw
     log = tmp_path / "requests.jsonl"
     row = agent("tool")
     row["messages"][2]["tool_calls"][0]["function"]["arguments"] = {"query": "Paris weather"}  # an object
-    qwen3_run(ws, qwen3, log, "agents", [row], style="qwen_tool")
+    qwen3_run(
+        ws, qwen3, log, "agents", [row], "--chat-template-kwargs", '{"enable_thinking": false}', style="qwen_tool"
+    )
     done = ws.run("--dataset", "agents", "--format", "messages", "--out", "m.jsonl", script=EXPORT)
     assert done.returncode == 0, done.stderr
     [out] = [orjson.loads(line) for line in (ws.root / "m.jsonl").read_bytes().splitlines()]
     assert out["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"query": "Paris weather"}
     assert out["generated_turns"] == [6]
+    # The history renders back to the prompt's ids: the only drift left is the newline after <|im_end|>.
+    assert "agents: render check (the model's chat template): 0 of 1 rows exact; drifting: 1 extra-trained tokens" in (
+        done.stderr.splitlines()
+    )
     done = ws.run("--dataset", "agents", "--out", "sf.jsonl", script=EXPORT)
     [sf] = paj.read_json(ws.root / "sf.jsonl").to_pylist()
     assert sf["conversations"][2]["tool_calls"][0]["function"]["arguments"] == json.dumps({"query": "Paris weather"})

@@ -1,8 +1,8 @@
 """export_training.py: arguments -> ExportConfig -> scan, report, write; errors as one line and an exit code.
 
 The conversions, filters, split and report live in ``export``; this module chooses the datasets
-(by partition, by name or from a budget file), loads the tokenizer for the re-tokenization check,
-and prints.
+(by partition, by name or from a budget file), refuses a destination that is an input, loads the
+tokenizer and the route of the render check, and prints.
 """
 
 from __future__ import annotations
@@ -43,20 +43,23 @@ DEFAULT_OUTPUT_DIR = Path("outputs")
 
 EXAMPLES = f"""\
 exit codes:
-  0 done   2 bad arguments, unknown dataset, missing results, nothing to export   5 write error
+  0 done   1 rows drift under --fail-on-drift (nothing written)
+  2 bad arguments, unknown dataset, missing results, nothing to export, --out is an input   5 write error
 
 examples:
   # what would be exported, why rows are dropped, length distributions (writes nothing)
   python export_training.py --partition short --report
 
-  # SpecForge conversations of every dataset in the plan, shuffled, 2% held out in train.val.jsonl
-  python export_training.py --budget budget.json --format specforge --out train.jsonl \\
-        --shuffle --seed 1 --val-fraction 0.02
-
   # the exact token ids the model saw and wrote, with the loss mask on the generated ones
+  # (SpecForge: data.prompts_path; speculators: pre-tokenized data)
   python export_training.py --dataset glaive --dataset ultrachat --format tokens --out tokens.jsonl
 
-  # SFT messages; check whether the text re-tokenizes to the ids the model produced
+  # SpecForge conversations of every dataset in the plan, shuffled, 2% held out in train.val.jsonl;
+  # render-checked with SpecForge's own parser (train with data.train_only_last_turn: true)
+  python export_training.py --budget budget.json --format specforge --out train.jsonl \\
+        --shuffle --seed 1 --val-fraction 0.02 --specforge-template qwen3-thinking
+
+  # SFT messages, render-checked with the model's chat template
   python export_training.py --partition all --format messages --out sft.jsonl --tokenizer /models/Kimi-K2.5
 
 results are read from --output-dir/<dataset>/{RESULTS}

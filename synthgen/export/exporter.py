@@ -8,25 +8,27 @@
 Rows are never held in memory all at once: pass 1 keeps (file, offset, length) of each kept row, so a
 shuffled export of a few million long reasoning rows costs a few hundred bytes per row.
 
-Formats (each output row comes from exactly one input row):
+Formats (each output row comes from exactly one input row; see docs/export.md):
 
-    specforge  {"id", "conversations": [...], "tools"?: "<JSON string>", <chat_template_kwargs>...,
-                "synthgen_meta": {...}}
-               SpecForge (specforge/data/preprocessing.py build_eagle3_dataset) pops "conversations", "id" and
-               "tools" (a JSON string or a list) and passes every other column to the chat template as a
-               variable; so the row's chat_template_kwargs (e.g. thinking, enable_thinking) are top-level keys
-               and render as the model saw them, and everything else sits under "synthgen_meta", which no
-               template reads. Its ThinkingParser keeps role, content, reasoning_content, tool_calls, name and
-               tool_call_id of a message. Types are the same in every row so Arrow loads the file: content
-               and reasoning_content are strings, function.arguments is the JSON string the model wrote, tools
-               is a JSON string (tool schemas differ from row to row, which Arrow cannot hold as structs).
-    messages   {"id", "messages": [...], "tools"?: [...]}: OpenAI-style, for SFT trainers.
     tokens     {"id", "input_ids", "loss_mask"} from the ids the server saw and returned (no re-tokenization):
                input_ids = prompt ids + output ids (stop token included), loss_mask 1 on generated tokens.
                A regenerate=all row with several generated turns is one sequence when each earlier turn's
                prompt + output ids are a prefix of the last turn's prompt ids (every generated span masked 1);
                otherwise (e.g. the template drops earlier reasoning from the history) one row per turn, with
-               ids "<dataset>/<id>#<turn>". Rows without stored ids are dropped and counted.
+               ids "<dataset>/<id>#<turn>". Rows without stored ids are dropped and counted. The exact route.
+    specforge  {"id", "conversations": [...], "tools"?: "<JSON string>", <chat_template_kwargs>...,
+                "status": "success", "synthgen_meta": {...}}, one row per generated turn ending at it (ids
+               "#<turn>" when there are several), for SpecForge's data.train_only_last_turn: true.
+               SpecForge's online loader (build_eagle3_dataset) pops "conversations", "id" and "tools" and
+               passes every other column to the chat template as a variable, so the row's chat_template_kwargs
+               are top-level keys and everything else sits under "synthgen_meta" (its offline
+               prepare_hidden_states.py keeps only conversations and tools). Types are the same in every row
+               so Arrow loads the file: content and reasoning_content strings, function.arguments a JSON
+               string, tools a JSON string.
+    messages   {"id", "messages": [...], "generated_turns", "tools"?, "chat_template_kwargs"?}: OpenAI-style,
+               for SFT trainers, history in the prompt file's form (arguments object or string).
+
+Each specforge/messages row comes with what it must render to (Expected) for the render check (rendercheck).
 
 Output ids are "<dataset>/<id>": the same prompt id in two datasets stays two rows.
 """
