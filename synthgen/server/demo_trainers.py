@@ -1,10 +1,12 @@
-"""SpecForge's data code beside the demo server, for the tests that load exports with the trainer's own code.
+"""The trainers' data code beside the demo server, for the tests that load exports with the trainers' own code.
 
 SpecForge (the ``specforge`` package on PyPI) requires CUDA-era pins (torch 2.11, sglang 0.5.14, flash
 kernels); its data code (specforge.data: build_eagle3_dataset, the template registry and parsers,
 prepare_prompt_tasks) needs only torch, transformers, datasets and pydantic. So it is installed without its
 dependencies, pinned, into a folder of its own next to the demo venv, which already has CPU torch and
-transformers; the venv's python runs it with that folder on PYTHONPATH. The demo venv itself is not changed
+transformers; the venv's python runs it with that folder on PYTHONPATH. speculators' data preparation
+(speculators.data_generation.preprocessing.build_speculator_training_dataset) is installed the same way: its
+package without dependencies, plus hs-connectors, which it imports at load time. The demo venv itself is not changed
 (its setup stamp stays valid), and a fresh machine builds this after the demo setup.
 
     real-sglang/specforge/        pip --target: specforge (no deps), datasets and what the venv lacks for it
@@ -33,9 +35,13 @@ SPECFORGE_PINS = (
     "multiprocess==0.70.19",
     "pandas==3.1.1",
     "pyarrow==26.0.1",
+    # speculators declares datasets<=5.1.0; its data preparation runs with 5.2.0 (pinned above for SpecForge).
+    "speculators==0.9.0",
+    "hs-connectors==0.9.0",
 )
 IMPORT_CHECK = (
-    "import specforge.data.preprocessing, specforge.data.prompt_builder, specforge.data.template, datasets; "
+    "import specforge.data.preprocessing, specforge.data.prompt_builder, specforge.data.template, datasets, "
+    "speculators.data_generation.preprocessing; "
     "print('specforge', len(specforge.data.template.TEMPLATE_REGISTRY.get_all_template_names()), 'templates')"
 )
 

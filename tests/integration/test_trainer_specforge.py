@@ -1,11 +1,12 @@
-"""Exports loaded by SpecForge's own data code (issue 18): the pinned `specforge` package (its data code, no GPU
-dependencies) runs in the demo server's venv, which has CPU torch (synthgen/server/demo_trainers.py installs it,
-as the real-server tests install SGLang).
+"""Exports loaded by SpecForge's and speculators' own data code (issue 18): the pinned `specforge` and
+`speculators` packages (their data code, no GPU dependencies) run in the demo server's venv, which has CPU
+torch (synthgen/server/demo_trainers.py installs them, pinned, as the real-server tests install SGLang).
 
 Rows come from runs of a Qwen3-style reasoning model (the real Qwen3 chat template on a tiny tokenizer) against
 the simulator, thinking off, several turns regenerated (`--regenerate all`) and tool calls. Checked:
 
-- `--format tokens` rows arrive in SpecForge (prepare_prompt_tasks, the `data.prompts_path` route) exactly;
+- `--format tokens` rows arrive exactly in SpecForge (prepare_prompt_tasks, the `data.prompts_path` route) and
+  in speculators (build_speculator_training_dataset, its pre-tokenized rows);
 - for `--format specforge` rows, the render check's route (SpecForgeRoute) produces the very ids and loss mask
   SpecForge's loader produces, and the report's verdict (rows exact, kinds) is what those ids and masks say.
 """
@@ -58,13 +59,12 @@ def in_specforge_venv(paths: DemoPaths, *argv: str, cwd: Path) -> subprocess.Com
     )
 
 
-def load_with_specforge(paths: DemoPaths, tokenizer: Path, template: str, files: list[Path], route: bool) -> list:
+def load_with_specforge(
+    paths: DemoPaths, tokenizer: Path, template: str, files: list[Path], route: bool, speculators: bool = False
+) -> list:
     request = files[0].parent / "request.json"
-    request.write_text(
-        json.dumps(
-            {"tokenizer": str(tokenizer), "template": template, "files": [str(f) for f in files], "route": route}
-        )
-    )
+    ask = {"tokenizer": str(tokenizer), "template": template, "files": [str(f) for f in files], "route": route}
+    request.write_text(json.dumps({**ask, "speculators": speculators}))
     done = in_specforge_venv(paths, str(HERE / "specforge_load.py"), str(request), cwd=files[0].parent)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
@@ -108,12 +108,16 @@ def test_tokens_and_specforge_rows_as_specforges_own_loader_reads_them(ws, specf
     datasets = ("--dataset", "chats", "--dataset", "plain", "--dataset", "agents")
     results = {f"{d}/{r['id']}": r for d in ("chats", "plain", "agents") for r in ws.results(d)}
 
-    # tokens: SpecForge's pre-tokenized route (data.prompts_path) takes the rows exactly as exported
+    # tokens: SpecForge's pre-tokenized route (data.prompts_path) and speculators' data preparation take the
+    # rows exactly as exported
     done = ws.run(*datasets, "--format", "tokens", "--out", "tokens.jsonl", script=EXPORT)
     assert done.returncode == 0, done.stderr
     exported = [json.loads(line) for line in (ws.root / "tokens.jsonl").read_text().splitlines()]
-    [loaded] = load_with_specforge(specforge, qwen3, "qwen3-instruct", [ws.root / "tokens.jsonl"], route=False)
+    [loaded] = load_with_specforge(
+        specforge, qwen3, "qwen3-instruct", [ws.root / "tokens.jsonl"], route=False, speculators=True
+    )
     assert loaded["rows"] == [{"input_ids": r["input_ids"], "loss_mask": r["loss_mask"]} for r in exported]
+    assert loaded["speculators"] == loaded["rows"]
     assert len(exported) >= 6
 
     from transformers import AutoTokenizer
