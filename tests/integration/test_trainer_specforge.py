@@ -170,5 +170,13 @@ def test_tokens_and_specforge_rows_as_specforges_own_loader_reads_them(ws, specf
             exact += not found
             kinds.update(found.keys())
         assert report_counts(done.stdout) == (exact, 6, kinds), done.stdout
+        # The whole file as one Arrow table (every message key in every row, missing ones null; SpecForge
+        # shuffles it) gives the same rows as the render check's route.
+        [whole] = load_with_specforge(specforge, qwen3, template, [out], route=False)
+
+        def key(r: dict) -> str:
+            return json.dumps([r["input_ids"], r["loss_mask"]])
+
+        assert sorted(map(key, whole["rows"])) == sorted(key(got["route"]) for got in loaded)
         # what SpecForge does to these rows, as the issue found: its template's system prompt on rows without one
         assert kinds["system prompt added"] == 4, (template, kinds)  # c#0-2 and p; s and tool have their own
