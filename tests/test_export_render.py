@@ -187,3 +187,39 @@ def test_history_tool_call_arguments_keep_the_prompt_files_form(ws, tmp_path, qw
     [sf] = paj.read_json(ws.root / "sf.jsonl").to_pylist()
     assert sf["conversations"][2]["tool_calls"][0]["function"]["arguments"] == json.dumps({"query": "Paris weather"})
     assert json.loads(sf["tools"]) == [LOOKUP_TOOL]
+
+
+def test_a_template_that_drops_the_final_turns_reasoning_is_reported_as_reasoning_dropped(tmp_path, monkeypatch):
+    # Kimi-K2-Thinking's template keeps reasoning only after the last plain assistant turn: a finished
+    # conversation renders its answer with an empty <think></think>, so the row trains on other text.
+    from test_export import record, write_results
+
+    from synthgen.chat.templating import load_tokenizer
+
+    monkeypatch.chdir(tmp_path)
+    folder = build_model_tokenizer(tmp_path / "tok", "kimi-k2-thinking")
+    tokenizer = load_tokenizer(str(folder))
+    prompt = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a prime."}]
+    seen = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    written = "<think>Primes have two divisors.</think>Seven."
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assistant = {"role": "assistant", "content": "Seven.", "reasoning_content": "Primes have two divisors."}
+    row = record(
+        "k",
+        messages=[*prompt, assistant],
+        content="Seven.",
+        reasoning_content="Primes have two divisors.",
+        output_text=written,
+        input_ids=tokenizer(seen, add_special_tokens=False)["input_ids"],
+        output_ids=[*tokenizer(written, add_special_tokens=False)["input_ids"], end],
+    )
+    write_results(tmp_path, "chat", [row])
+    from test_export_reliability import export as run_export
+
+    done = run_export(tmp_path, "--dataset", "chat", "--report", "--tokenizer", str(folder))
+    assert done.returncode == 0, done.stderr
+    assert render_lines(done.stdout) == [
+        "  render check                           0 of 1 rows exact   (the model's chat template)",
+        "    reasoning dropped                    1   (the template drops this turn's reasoning)",
+        "      first: chat/k: 'Primes have two divisors.' not in the rendered text",
+    ]
