@@ -15,10 +15,11 @@ import orjson
 from synthgen import __version__
 from synthgen.budget.file import read_budget
 from synthgen.budget.plan import parse_count
-from synthgen.config import CHANGED_PROMPTS, RunConfig, redact_url
+from synthgen.config import CHANGED_PROMPTS, RunConfig
 from synthgen.data.prompts import REGENERATE_MODES
 from synthgen.data.selection import SAMPLE_MODES
 from synthgen.errors import OneLineParser, UsageError, run_guarded
+from synthgen.redact import redact
 from synthgen.run.progress import write_last
 from synthgen.run.runner import Runner
 from synthgen.server.supervisor import DEMO_MAX_TOKENS, Supervisor, default_max_tokens
@@ -232,7 +233,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 def rerun_command(argv: list[str]) -> str:
     """This run's command as a user can paste it again; an API key given as a flag is printed as
-    "$SGLANG_API_KEY", and a password in the server URL as ***."""
+    "$SGLANG_API_KEY", and every other credential shape hidden (``synthgen.redact``)."""
     shown: list[str] = []
     hide_next = False
     for arg in argv:
@@ -245,7 +246,7 @@ def rerun_command(argv: list[str]) -> str:
         elif arg.startswith("--api-key="):
             shown.append('--api-key="$SGLANG_API_KEY"')
         else:
-            shown.append(redact_url(arg))
+            shown.append(redact(arg))
     return " ".join([PROG_CALL, *(a if a.endswith('"$SGLANG_API_KEY"') else shlex.quote(a) for a in shown)])
 
 
