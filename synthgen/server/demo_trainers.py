@@ -106,7 +106,8 @@ def _run(paths: DemoPaths, what: str, cmd: list[str], env: dict[str, str]) -> No
     if code != 0:
         raise DemoSetupError(
             f"SpecForge's data code could not be installed: {what} failed with exit {code} "
-            f"({_tail(_read_from(log, offset)) or 'no output'}; full log {log}); check network access to the package indexes"
+            f"({_tail(_read_from(log, offset)) or 'no output'}; full log {log}); "
+            "check network access to the package indexes"
         )
 
 
