@@ -24,7 +24,7 @@ class Case:
     reasoning: str
     content: str
     complete: bool = True
-    calls: list[tuple[str, str]] = field(default_factory=list)  # (name, the model's own arguments text)
+    calls: list[tuple[str, str]] = field(default_factory=list)  # (name, arguments as SGLang serializes them)
 
 
 WEATHER_QWEN = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
@@ -107,7 +107,7 @@ CASES = [
         False,
         "",
         "Sure, checking both.",
-        calls=[("get_weather", '{"city": "Paris"}'), ("get_time", '{"tz":"Europe/Paris","fmt":[24,"h"]}')],
+        calls=[("get_weather", '{"city": "Paris"}'), ("get_time", '{"tz": "Europe/Paris", "fmt": [24, "h"]}')],
     ),
     Case(
         "qwen25 parameters key and no arguments",
@@ -244,7 +244,7 @@ CASES = [
         False,
         "User wants the weather. Call the tool.",
         "",
-        calls=[("get_weather", '{"location":"Tokyo","unit":"c"}')],
+        calls=[("get_weather", '{"location": "Tokyo", "unit": "c"}')],
     ),
     Case(
         "gpt-oss preamble then tool call",
@@ -254,7 +254,7 @@ CASES = [
         False,
         "User wants the weather. Call the tool.",
         "Checking the weather.",
-        calls=[("get_weather", '{"location":"Tokyo","unit":"c"}')],
+        calls=[("get_weather", '{"location": "Tokyo", "unit": "c"}')],
     ),
     # HarmonyParser holds an unfinished commentary block waiting for <|call|>, so a cut-off call is dropped.
     Case(

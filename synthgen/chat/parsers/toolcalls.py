@@ -1,0 +1,790 @@
+"""SGLang 0.5.23's tool-call detectors (``--tool-call-parser``), one-shot (``detect_and_parse``).
+
+Each function is the detector it is named after: it returns None when the detector's ``has_tool_call``
+is false (the answer is left as it is), else the answer SGLang keeps and the calls it found. An exception
+here means SGLang's serving layer would have caught one: the caller keeps the whole answer, no calls.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from typing import Any, cast
+
+from synthgen.chat.parsers import harmony
+from synthgen.chat.parsers.calls import (
+    Item,
+    Tools,
+    base_json,
+    convert_qwen3_coder,
+    dumps,
+    literal_eval,
+    parse_python,
+    schema_properties,
+)
+
+Found = tuple[str, list[Item]] | None
+
+# --- JSON in tags ------------------------------------------------------------------------------------
+
+
+def qwen25(text: str, tools: Tools) -> Found:
+    """Qwen25Detector: ``<tool_call>\\n{json}\\n</tool_call>``; the answer is the text before, stripped."""
+    bot, eot = "<tool_call>\n", "\n</tool_call>"
+    if bot not in text:
+        return None
+    calls: list[Item] = []
+    for body in re.findall(rf"{re.escape(bot)}(.*?){re.escape(eot)}", text, re.DOTALL):
+        try:
+            action = json.loads(body.strip())
+        except json.JSONDecodeError:
+            continue
+        calls.extend(base_json(action, tools))
+    return text[: text.find(bot)].strip(), calls
+
+
+def hermes(text: str, tools: Tools) -> Found:
+    """HermesDetector: ``<tool_call>{json}</tool_call>`` (or unclosed at the end)."""
+    if "<tool_call>" not in text:
+        return None
+    normal = text[: text.find("<tool_call>")].strip()
+    calls: list[Item] = []
+    try:
+        for closed, open_ in re.findall(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", text, re.DOTALL):
+            raw = closed or open_
+            if raw:
+                calls.extend(base_json(json.loads(raw.strip()), tools))
+    except Exception:  # the detector's own catch-all: the whole text stays
+        return text, []
+    return normal, calls
+
+
+def internlm(text: str, tools: Tools) -> Found:
+    """InternlmDetector: ``<|action_start|> <|plugin|>{json}<|action_end|>``."""
+    bot, eot = "<|action_start|> <|plugin|>", "<|action_end|>"
+    if bot not in text:
+        return None
+    normal = text[: text.find(bot)].strip()
+    matches = re.findall(rf"{re.escape(bot)}\s*(.*?){re.escape(eot)}", text, re.DOTALL)
+    if not matches:
+        return text, []
+    calls: list[Item] = []
+    try:
+        for body in matches:
+            try:
+                action = json.loads(body.strip())
+            except json.JSONDecodeError:
+                continue
+            name = action.get("name")
+            parameters = action.get("parameters") if "parameters" in action else action.get("arguments")
+            if not (name and tools.declared(name)):
+                continue
+            calls.append(Item(name, dumps(parameters or {}), tools.index(name)))
+    except Exception:
+        return text, []
+    return normal, calls
+
+
+def llama3(text: str, tools: Tools) -> Found:
+    """Llama32Detector: ``<|python_tag|>`` or a leading ``{``, then ``;``-separated JSON (or Python) dicts."""
+    if "<|python_tag|>" not in text and not text.startswith("{"):
+        return None
+    if "<|python_tag|>" in text:
+        normal, action_text = text.split("<|python_tag|>", maxsplit=1)
+    else:
+        normal, action_text = "", text
+    decoder = json.JSONDecoder()
+    idx = safe = 0
+    actions: list[Any] = []
+    while idx < len(action_text):
+        try:
+            obj, end = decoder.raw_decode(action_text[idx:])
+            actions.append(obj)
+            idx += end + 1
+            safe = idx
+        except json.JSONDecodeError:
+            converted = _llama_python_dict(action_text, idx)
+            if converted is not None:
+                actions.append(converted[0])
+                idx = safe = converted[1] + 1
+                continue
+            following = action_text.find('{"name":', idx + 1)
+            if following == -1:
+                break
+            idx = following
+    calls = base_json(actions, tools) if actions else []
+    trailing = action_text[safe:].strip() if safe < len(action_text) else ""
+    return normal + trailing, calls
+
+
+def _llama_python_dict(text: str, idx: int) -> tuple[Any, int] | None:
+    depth, end = 0, idx
+    for i in range(idx, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                end = i + 1
+                break
+    if end <= idx:
+        return None
+    piece = text[idx:end]
+    try:
+        parsed = literal_eval(piece.strip())
+    except Exception:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    try:
+        as_json = json.dumps(parsed, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return None
+    if as_json == piece:
+        return None
+    try:
+        return json.JSONDecoder().raw_decode(as_json)[0], end
+    except json.JSONDecodeError:
+        return None
+
+
+def _balanced(text: str, start: int, opening: str, closing: str) -> int:
+    """Index after the bracket matching ``text[start]``, skipping JSON strings; -1 if it never closes."""
+    depth, in_string, escape = 0, False, False
+    for k in range(start, len(text)):
+        ch = text[k]
+        if escape:
+            escape = False
+            continue
+        if ch == "\\":
+            escape = True
+            continue
+        if ch == '"':
+            in_string = not in_string
+            continue
+        if in_string:
+            continue
+        if ch == opening:
+            depth += 1
+        elif ch == closing:
+            depth -= 1
+            if depth == 0:
+                return k + 1
+    return -1
+
+
+def mistral(text: str, tools: Tools) -> Found:
+    """MistralDetector: ``[TOOL_CALLS] [json array]`` or the compact ``[TOOL_CALLS]name[ARGS]{json}``."""
+    marker, bot = "[TOOL_CALLS", "[TOOL_CALLS] ["
+    at = text.find(marker)
+    if at == -1:
+        return None
+    normal = text[:at].strip()
+    part = text[at:]
+    if bot in part:
+        start = part.find(bot) + len(bot) - 1
+        end = _balanced(part, start, "[", "]")
+        if end == -1:
+            return normal, []
+        array = part[start:end]
+        calls: list[Item] = []
+        try:
+            value = json.loads(array)
+            calls = base_json(value if isinstance(value, list) else [value], tools)
+        except json.JSONDecodeError:
+            pass
+        trailing = part[part.find(array) + len(array) :].strip()
+        return ((normal + " " + trailing).strip() if trailing else normal), calls
+    found: list[Item] = []
+    remaining = part
+    while remaining:
+        compact = _mistral_compact(remaining)
+        if compact is None:
+            break
+        name, arguments, consumed = compact
+        found.extend(base_json({"name": name, "arguments": arguments}, tools))
+        remaining = remaining[consumed:].strip()
+    if not found:
+        return normal, []
+    return ((normal + " " + remaining).strip() if remaining else normal), found
+
+
+def _mistral_compact(text: str) -> tuple[str, Any, int] | None:
+    start = text.find("[TOOL_CALLS")
+    if start == -1:
+        return None
+    i = start + len("[TOOL_CALLS")
+    if i < len(text) and text[i] == "]":
+        i += 1
+    while i < len(text) and text[i].isspace():
+        i += 1
+    args_at = text.find("[ARGS", i)
+    if args_at == -1:
+        return None
+    name = text[i:args_at].strip()
+    if not name:
+        return None
+    j = args_at + len("[ARGS")
+    if j < len(text) and text[j] == "]":
+        j += 1
+    while j < len(text) and text[j].isspace():
+        j += 1
+    if j >= len(text) or text[j] not in "{[":
+        return None
+    end = _balanced(text, j, text[j], "}" if text[j] == "{" else "]")
+    if end == -1:
+        return None
+    try:
+        return name, json.loads(text[j:end]), end
+    except json.JSONDecodeError:
+        return None
+
+
+_PYTHONIC = re.compile(
+    r"\[([a-zA-Z]+\w*\(([a-zA-Z]+\w*=.*,\s*)*([a-zA-Z]+\w*=.*\s)?\),\s*)*"
+    r"([a-zA-Z]+\w*\(([a-zA-Z]+\w*=.*,\s*)*([a-zA-Z]+\w*=.*\s*)?\)\s*)+\]",
+    re.DOTALL,
+)
+
+
+def _python_value(node: ast.expr) -> Any:
+    if isinstance(node, ast.Constant):
+        if node.value is None or isinstance(node.value, (str, int, float)):
+            return node.value
+        raise ValueError("no JSON representation")
+    if isinstance(node, ast.Dict):
+        return {
+            cast(Any, k).value: _python_value(v) for k, v in zip(node.keys, node.values, strict=True)
+        }  # ** raises, as SGLang
+    if isinstance(node, ast.List):
+        return [_python_value(v) for v in node.elts]
+    raise ValueError("tool call arguments must be literals")
+
+
+def pythonic(text: str, tools: Tools) -> Found:
+    """PythonicDetector: ``[func(a=1, b="x"), other()]``, optionally in <|python_start|>...<|python_end|>."""
+    text = text.strip().replace("<|python_start|>", "").replace("<|python_end|>", "")
+    match = _PYTHONIC.search(text)
+    if match is None:
+        return None
+    normal = text[: match.start()] + text[match.end() :]
+    try:
+        module = parse_python(text[match.start() : match.end()])
+        parsed = getattr(module.body[0], "value", None)
+        if not (isinstance(parsed, ast.List) and all(isinstance(e, ast.Call) for e in parsed.elts)):
+            return normal, []
+        calls: list[Item] = []
+        for index, call in enumerate(parsed.elts):
+            assert isinstance(call, ast.Call)
+            if not isinstance(call.func, ast.Name) or not tools.declared(call.func.id):
+                continue
+            try:
+                arguments = {k.arg: _python_value(k.value) for k in call.keywords}
+                parameters = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+            except (ValueError, TypeError):
+                continue
+            calls.append(Item(call.func.id, parameters, index))
+        return normal, calls
+    except Exception:
+        return normal, []
+
+
+# --- XML-style arguments, converted through the tool schemas ----------------------------------------
+
+_QC_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_QC_FUNCTION = re.compile(r"<function=(.*?)</function>|<function=(.*)$", re.DOTALL)
+_QC_PARAMETER = re.compile(r"<parameter=(.*?)(?:</parameter>|(?=<parameter=)|(?=</function>)|$)", re.DOTALL)
+
+
+def qwen3_coder(text: str, tools: Tools) -> Found:
+    """Qwen3CoderDetector: ``<tool_call><function=NAME><parameter=KEY>value</parameter>...``; values take
+    the type their schema names. Undeclared functions are kept (this detector does not check)."""
+    if "<tool_call>" not in text:
+        return None
+    calls: list[Item] = []
+    try:
+        blocks = _QC_CALL.findall(text)
+        if not blocks and "<function=" in text:
+            blocks = [text]
+        for block in blocks:
+            for closed, open_ in _QC_FUNCTION.findall(block):
+                body = closed or open_
+                if ">" not in body:
+                    continue
+                name, params_text = body[: body.index(">")], body[body.index(">") + 1 :]
+                config = tools.properties(name)
+                params: dict[str, Any] = {}
+                for p in _QC_PARAMETER.findall(params_text):
+                    if ">" not in p:
+                        continue
+                    key, value = p[: p.index(">")], p[p.index(">") + 1 :]
+                    value = value[1:] if value.startswith("\n") else value
+                    value = value[:-1] if value.endswith("\n") else value
+                    params[key] = convert_qwen3_coder(value, key, config)
+                calls.append(Item(name, dumps(params), len(calls)))
+    except Exception:
+        return text, []
+    start = text.find("<tool_call>")
+    return (text[:start] if start > 0 else ""), calls
+
+
+def _glm_type(name: str, key: str, tools: Tools) -> str | None:
+    """glm4_moe_detector.get_argument_type."""
+    from synthgen.chat.parsers.calls import infer_type
+
+    if tools.schemas is None or name not in tools.schemas:
+        return None
+    properties = schema_properties(tools.schemas[name])
+    return infer_type(properties[key]) if key in properties else None
+
+
+def _number(value: str) -> Any:
+    try:
+        return float(value) if "." in value or "e" in value.lower() else int(value)
+    except ValueError:
+        return value
+
+
+def _glm_value(raw: str, kind: str | None, coerce: Any) -> tuple[Any, bool]:
+    """glm4_moe / glm47 ``parse_arguments``: JSON, then JSON-escaped JSON, then by type, then Python."""
+    try:
+        return coerce(json.loads(raw), kind), True
+    except ValueError:
+        pass
+    try:
+        return coerce(json.loads(json.loads('{"tmp": "' + raw + '"}')["tmp"]), kind), True
+    except (ValueError, KeyError):
+        pass
+    if kind == "string":
+        if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
+            return raw[1:-1], True
+        return raw, True
+    try:
+        return literal_eval(raw), True
+    except (ValueError, SyntaxError):
+        pass
+    return raw, True
+
+
+def _coerce45(value: Any, kind: str | None) -> Any:
+    return _number(value) if kind == "number" and isinstance(value, str) else value
+
+
+_GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>(?:\\n|\s)*<arg_value>(.*?)</arg_value>", re.DOTALL)
+
+
+def glm45(text: str, tools: Tools) -> Found:
+    """Glm4MoeDetector: ``<tool_call>NAME\\n<arg_key>k</arg_key><arg_value>v</arg_value>...</tool_call>``."""
+    if "<tool_call>" not in text:
+        return None
+    normal = text[: text.find("<tool_call>")].strip()
+    calls: list[Item] = []
+    try:
+        for block in re.findall(r"<tool_call>.*?</tool_call>", text, re.DOTALL):
+            detail = re.search(r"<tool_call>(.*?)(?:\\n|\n)(.*)</tool_call>", block, re.DOTALL)
+            if detail is None:
+                continue
+            name = detail.group(1) or ""
+            arguments: dict[str, Any] = {}
+            for key, raw in _GLM_ARG.findall(detail.group(2) or ""):
+                key = key.strip()
+                kind = _glm_type(name, key, tools)
+                value, good = _glm_value(raw, kind, _coerce45)
+                if kind == "string":
+                    if isinstance(value, str):
+                        arguments[key] = value
+                    elif isinstance(value, (dict, list)):
+                        arguments[key] = dumps(value)
+                    else:
+                        arguments[key] = str(value)
+                else:
+                    arguments[key] = value if good else raw
+            calls.extend(base_json({"name": name, "parameters": arguments}, tools))
+    except Exception:
+        return text, []
+    return normal, calls
+
+
+def _coerce47(value: Any, kind: str | None) -> Any:
+    if isinstance(value, str):
+        if kind == "integer":
+            try:
+                return int(value)
+            except ValueError:
+                return value
+        if kind == "number":
+            return _number(value)
+    return value
+
+
+def glm47(text: str, tools: Tools) -> Found:
+    """Glm47MoeDetector: GLM-4.7's ``<tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value>...``
+    (no newline after the name); every text outside the calls is the answer. Schema types come from
+    the property's own ``type``/``enum`` (union schemas that need the other arguments are not resolved)."""
+    if "<tool_call>" not in text:
+        return None
+    parts: list[str] = []
+    last = 0
+    for m in re.finditer(r"<tool_call>.*?</tool_call>", text, re.DOTALL):
+        if m.start() > last:
+            parts.append(text[last : m.start()])
+        last = m.end()
+    if last < len(text):
+        parts.append(text[last:])
+    normal = "".join(parts).strip()
+    calls: list[Item] = []
+    try:
+        for block in re.findall(r"<tool_call>.*?</tool_call>", text, re.DOTALL):
+            detail = re.search(r"<tool_call>(.*?)(<arg_key>.*?)?</tool_call>", block, re.DOTALL)
+            if detail is None:
+                continue
+            name = detail.group(1) or ""
+            arguments: dict[str, Any] = {}
+            for key, raw in _GLM_ARG.findall(detail.group(2) or ""):
+                key = key.strip()
+                kind = _glm47_type(name, key, tools)
+                value, good = _glm_value(raw, kind or "string", _coerce47)
+                if kind == "string":
+                    arguments[key] = value if isinstance(value, str) else raw
+                else:
+                    arguments[key] = value if good else raw
+            calls.extend(base_json({"name": name, "parameters": arguments}, tools))
+    except Exception:
+        return text, []
+    return normal, calls
+
+
+def _glm47_type(name: str, key: str, tools: Tools) -> str | None:
+    """glm47's get_argument_type for a property with a plain ``type``/``enum``."""
+    if tools.schemas is None or name not in tools.schemas:
+        return None
+    schema = tools.schemas[name]
+    prop = schema.get("properties", {}).get(key) if isinstance(schema, dict) else None
+    if not isinstance(prop, dict):
+        return None
+    constraints: list[set[str]] = []
+    kind = prop.get("type")
+    if isinstance(kind, str):
+        constraints.append({kind, "integer"} if kind == "number" else {kind})
+    elif isinstance(kind, list):
+        constraints.append(set(kind) | ({"integer"} if "number" in kind else set()))
+    values = [prop["const"]] if "const" in prop else prop.get("enum")
+    if isinstance(values, list):
+        constraints.append({_glm47_json_type(v) for v in values})
+    if not constraints:
+        return None
+    types = set.intersection(*constraints)
+    if types == {"number", "integer"}:
+        return "number"
+    return next(iter(types)) if len(types) == 1 else None
+
+
+def _glm47_json_type(value: object) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return "integer"
+    if value is None:
+        return "null"
+    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array")):
+        if type(value) is kind:
+            return name
+    return "object"
+
+
+_MM_FUNCTION = re.compile(r"<invoke name=\"(.*?)</invoke>|<invoke name=\"(.*)$", re.DOTALL)
+_MM_PARAMETER = re.compile(r"<parameter name=\"(.*?)</parameter>|<parameter name=\"(.*?)$", re.DOTALL)
+
+
+def _mm_types(schema: object) -> list[str]:
+    if not isinstance(schema, dict):
+        return ["string"]
+    types: set[str] = set()
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        types.add(kind)
+    elif isinstance(kind, list):
+        types.update(t for t in kind if isinstance(t, str))
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        for value in schema["enum"]:
+            types.add(_glm47_json_type(value) if not isinstance(value, float) else "number")
+    for choice in ("anyOf", "oneOf", "allOf"):
+        if isinstance(schema.get(choice), list):
+            for sub in schema[choice]:
+                types.update(_mm_types(sub))
+    return list(types) if types else ["string"]
+
+
+def _mm_convert(value: str, types: list[str]) -> Any:
+    """MinimaxM2Detector._convert_param_value_with_types."""
+    if value.lower() == "null":
+        return None
+    lowered = [t.lower() for t in types]
+    if "null" in lowered or value.lower() in ("null", "none", "nil"):
+        return None
+    for kind in ("integer", "int", "number", "float", "boolean", "bool", "object", "array", "string", "str", "text"):
+        if kind not in lowered:
+            continue
+        if kind in ("string", "str", "text"):
+            return value
+        if kind in ("integer", "int"):
+            try:
+                return int(value)
+            except ValueError:
+                continue
+        elif kind in ("number", "float"):
+            try:
+                number = float(value)
+                return number if number != int(number) else int(number)
+            except ValueError:
+                continue
+        elif kind in ("boolean", "bool"):
+            word = value.lower().strip()
+            if word in ("true", "1", "yes", "on"):
+                return True
+            if word in ("false", "0", "no", "off"):
+                return False
+        else:
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError:
+                continue
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def minimax_m2(text: str, tools: Tools) -> Found:
+    """MinimaxM2Detector: ``<minimax:tool_call><invoke name="F"><parameter name="K">v</parameter>...``;
+    the answer is all text outside complete blocks."""
+    start, end = "<minimax:tool_call>", "</minimax:tool_call>"
+    if start not in text:
+        return None
+    normal: list[str] = []
+    calls: list[Item] = []
+    cursor = 0
+    while True:
+        s = text.find(start, cursor)
+        if s == -1:
+            normal.append(text[cursor:])
+            break
+        normal.append(text[cursor:s])
+        e = text.find(end, s)
+        if e == -1:
+            normal.append(text[s:])
+            break
+        block = text[s : e + len(end)]
+        cursor = e + len(end)
+        for closed, open_ in _MM_FUNCTION.findall(block):
+            body = closed or open_
+            if '">' not in body:
+                continue
+            name, rest = body[: body.index('">')].strip(), body[body.index('">') + 2 :]
+            config: dict[str, Any] = {}
+            if tools.schemas is not None and isinstance(tools.schemas.get(name), dict):
+                config = schema_properties(tools.schemas[name])
+            params: dict[str, Any] = {}
+            for pclosed, popen in _MM_PARAMETER.findall(rest):
+                ptext = pclosed or popen
+                if '">' not in ptext:
+                    continue
+                key = ptext[: ptext.index('">')].strip()
+                value = ptext[ptext.index('">') + 2 :].lstrip("\n").rstrip("\n")
+                params[key] = _mm_convert(value, _mm_types(config[key]) if key in config else ["string"])
+            calls.extend(base_json({"name": name, "arguments": params}, tools))
+    return "".join(normal), calls
+
+
+# --- DeepSeek ----------------------------------------------------------------------------------------
+
+_DS_BOT = "<｜tool▁calls▁begin｜>"
+_DS_CALL = r"<｜tool▁call▁begin｜>.*?<｜tool▁call▁end｜>"
+
+
+def _deepseek(text: str, tools: Tools, detail: str, name_group: int) -> Found:
+    if _DS_BOT not in text:
+        return None
+    normal = text[: text.find(_DS_BOT)].strip()
+    calls: list[Item] = []
+    try:
+        for block in re.findall(_DS_CALL, text, re.DOTALL):
+            m = re.search(detail, block, re.DOTALL)
+            assert m is not None  # SGLang's .group on None raises: caught below
+            calls.extend(
+                base_json({"name": m.group(name_group), "parameters": json.loads(m.group(name_group + 1))}, tools)
+            )
+    except Exception:
+        return text, []
+    return normal, calls
+
+
+def deepseekv3(text: str, tools: Tools) -> Found:
+    """DeepSeekV3Detector: ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\\n```json\\n{...}\\n```...``."""
+    return _deepseek(
+        text, tools, r"<｜tool▁call▁begin｜>(.*)<｜tool▁sep｜>(.*)\n```json\n(.*)\n```<｜tool▁call▁end｜>", 2
+    )
+
+
+def deepseekv31(text: str, tools: Tools) -> Found:
+    """DeepSeekV31Detector: ``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{json}<｜tool▁call▁end｜>``."""
+    return _deepseek(text, tools, r"<｜tool▁call▁begin｜>(.*)<｜tool▁sep｜>(.*)<｜tool▁call▁end｜>", 1)
+
+
+def _reject_constant(value: str) -> None:
+    raise ValueError(f"Invalid JSON constant: {value}")
+
+
+def _dsml(block_name: str) -> Any:
+    dsml = "｜DSML｜"
+    block, invoke, parameter = f"{dsml}{block_name}", f"{dsml}invoke", f"{dsml}parameter"
+    bot, invoke_start = f"<{block}>", f"<{invoke}"
+    parameter_re = rf'<{parameter}\s+name="([^"]+)"\s+string="([^"]+)"\s*>(.*?)</{parameter}>'
+    invoke_re = (
+        rf'<{invoke}\s+name="(?P<name>[^"]+)"\s*'
+        r"(?:(?P<self_close>/>)"
+        rf"|>(?P<body>.*?)(?P<end>(?:</{invoke}>|$)))"
+    )
+
+    def parameters(body: str) -> str:
+        stripped = body.strip()
+        if stripped.startswith("{"):
+            parsed = json.loads(stripped, parse_constant=_reject_constant)
+            if not isinstance(parsed, dict):
+                raise ValueError("DeepSeek tool arguments must be a JSON object")
+            return stripped
+        params: dict[str, Any] = {}
+        matches = list(re.finditer(parameter_re, body, re.DOTALL))
+        leftover: list[str] = []
+        last = 0
+        for m in matches:
+            leftover.append(body[last : m.start()])
+            key, is_string, value = m.group(1), m.group(2), m.group(3)
+            last = m.end()
+            if is_string == "true":
+                params[key] = value.strip()
+            else:
+                try:
+                    params[key] = json.loads(value.strip(), parse_constant=_reject_constant)
+                except ValueError:
+                    params[key] = value.strip()
+        leftover.append(body[last:])
+        rest = "".join(leftover)
+        if dsml in rest or (not matches and rest.strip()):
+            raise ValueError("Malformed DeepSeek tool parameter")
+        return dumps(params)
+
+    def before_dsml(text: str) -> str:
+        idx = text.find(dsml)
+        if idx == -1:
+            return text
+        if idx >= 2 and text[idx - 2 : idx] == "</":
+            idx -= 2
+        elif idx >= 1 and text[idx - 1] == "<":
+            idx -= 1
+        return text[:idx].removesuffix("\n\n")
+
+    def parse(text: str, tools: Tools) -> Found:
+        if bot not in text and invoke_start not in text:
+            return None
+        idx = text.find(bot)
+        if idx != -1:
+            normal = text[:idx].removesuffix("\n\n")
+            sections = re.findall(rf"<{block}>(.*?)</{block}>", text, re.DOTALL)
+        else:
+            normal, sections = before_dsml(text), [text[text.find(invoke_start) :]]
+        calls: list[Item] = []
+        try:
+            for section in sections:
+                for m in re.finditer(invoke_re, section, re.DOTALL):
+                    name = m.group("name").strip()
+                    if m.group("self_close"):
+                        body, complete = "", True
+                    else:
+                        body, complete = m.group("body"), bool(m.group("end"))
+                    if not complete:
+                        continue
+                    try:
+                        arguments = parameters(body)
+                    except ValueError:
+                        continue
+                    calls.extend(base_json({"name": name, "parameters": json.loads(arguments)}, tools))
+        except Exception:
+            pass  # SGLang keeps the calls found so far
+        return normal, calls
+
+    return parse
+
+
+deepseekv32 = _dsml("function_calls")
+
+
+# --- Kimi and Harmony --------------------------------------------------------------------------------
+
+_KIMI_CALL = re.compile(
+    r"<\|tool_call_begin\|>\s*(?P<tool_call_id>[^\s<|]+)\s*<\|tool_call_argument_begin\|>\s*"
+    r"(?P<function_arguments>\{.*?\})\s*<\|tool_call_end\|>",
+    re.DOTALL,
+)
+_KIMI_ID = re.compile(r"^(?:functions\.)?(?P<name>[\w.\-]+):(?P<index>\d+)$")
+
+
+def _kimi_infer(tools: Tools, arguments: str) -> str | None:
+    """KimiK2Detector._infer_tool_name: a bare counter id names the only tool, or the best-fitting one."""
+    if not tools.schemas:
+        return None
+    if len(tools.order) == 1:
+        return tools.order[0]
+    try:
+        keys = set(json.loads(arguments).keys())
+    except (json.JSONDecodeError, TypeError, AttributeError):
+        return None
+    best, score = None, -1
+    for name in tools.order:
+        props = set(schema_properties(tools.schemas[name] or {}).keys())
+        if props and len(keys & props) - len(keys - props) > score:
+            best, score = name, len(keys & props) - len(keys - props)
+    return best
+
+
+def kimi_k2(text: str, tools: Tools) -> Found:
+    """KimiK2Detector: ``<|tool_calls_section_begin|>`` sections; ids ``functions.NAME:N``; the
+    arguments are the model's text as SGLang keeps them."""
+    at = text.find("<|tool_calls_section_begin|>")
+    if at == -1:
+        return None
+    calls: list[Item] = []
+    for model_id, arguments in _KIMI_CALL.findall(text):
+        m = _KIMI_ID.match(model_id)
+        name = m["name"] if m else (_kimi_infer(tools, arguments) if re.fullmatch(r"\d+", model_id) else None)
+        if name is not None:
+            calls.append(Item(name, arguments, len(calls)))
+    return text[:at], calls
+
+
+_OSS_CALL = re.compile(
+    r"to=([a-zA-Z_][a-zA-Z0-9_.-]*)\s*<\|constrain\|>json<\|message\|>(.*?)(?:<\|call\|>|$)", re.DOTALL
+)
+
+
+def gpt_oss(text: str, tools: Tools) -> Found:
+    """GptOssDetector: Harmony ``commentary to=functions.NAME`` blocks; the answer is the other events."""
+    if "<|start|>assistant<|channel|>commentary" not in text:
+        return None
+    calls: list[Item] = []
+    answer: list[str] = []
+    for event in harmony.harmony_events(text):
+        if event.kind == "normal":
+            answer.append(event.content)
+        elif event.kind == "tool_call":
+            m = _OSS_CALL.search(event.raw or event.content)
+            if not m:
+                continue
+            name = m.group(1).split(".")[-1]
+            if not tools.declared(name):
+                continue
+            try:
+                arguments = json.loads(m.group(2)) if m.group(2).strip() else {}
+            except json.JSONDecodeError:
+                continue
+            calls.append(Item(name, dumps(arguments), len(calls)))
+    return " ".join(answer).strip(), calls

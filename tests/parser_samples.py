@@ -1,0 +1,216 @@
+"""Model outputs in every format SGLang 0.5.23 parses, for comparing our parsers with SGLang's.
+
+Texts marked "sglang test" are inputs taken from SGLang's own parser test suites
+(test/registered/function_call/*, test/srt/test_reasoning_parser.py in sgl-project/sglang); the
+others are written after the formats those suites exercise. tests/integration/test_parsers_vs_sglang.py
+runs every text through every parser name, ours and SGLang's, with and without the tools declared.
+"""
+
+from __future__ import annotations
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "location": {"type": "string"},
+                    "unit": {"type": "string", "enum": ["c", "f"]},
+                    "days": {"type": "integer"},
+                    "lat": {"type": "number"},
+                    "metric": {"type": "boolean"},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "opts": {"type": "object", "properties": {"a": {"type": "integer"}}},
+                },
+            },
+        },
+    },
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}},
+    {"type": "function", "function": {"name": "ping", "parameters": {}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}, "n": {"type": "integer"}}},
+        },
+    },
+    # sglang test (test_minimax_m2_detector.py): union, boolean, string, array, nested object schemas
+    {
+        "type": "function",
+        "function": {
+            "name": "the_tool",
+            "parameters": {
+                "type": "object",
+                "required": ["args"],
+                "properties": {"args": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "context_info",
+            "parameters": {"type": "object", "properties": {"metadata_only": {"type": "boolean"}}},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "test_func",
+            "parameters": {"type": "object", "properties": {"content": {"type": "string"}}},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "complex_func",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "data": {"anyOf": [{"type": "object", "properties": {"key": {"type": "string"}}}, {"type": "null"}]}
+                },
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "array_func",
+            "parameters": {"type": "object", "properties": {"items": {"type": "array"}}},
+        },
+    },
+]
+
+DS = "<｜tool▁calls▁begin｜>"
+DS_END = "<｜tool▁calls▁end｜>"
+DSC, DSS, DSE = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"
+DSML = "｜DSML｜"
+
+TOOL_TEXTS = [
+    # Qwen 2.5 / Hermes
+    'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    '<tool_call>\n{"name":"get_time","arguments":{}}\n</tool_call>\n<tool_call>\n{"name": "ping"}\n</tool_call>\nDone.',
+    '<tool_call>\n{"name": "get_weather", "parameters": {"city": "Oslo"}}\n</tool_call>',
+    '<tool_call>\n{"name": "unknown_fn", "arguments": {"x": 1}}\n</tool_call>',
+    '<tool_call>\n[{"name": "ping", "arguments": {}}, {"name": "get_time", "arguments": {}}]\n</tool_call>',
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": }\n</tool_call>',
+    '<tool_call>{"name": "search", "arguments": {"q": "ünïcode ✓"}}</tool_call>',
+    '<tool_call>{"name": "search", "arguments": {"q": "cut',
+    '<tool_call>\n"just a string"\n</tool_call>',
+    # InternLM
+    'Sure.<|action_start|> <|plugin|>\n{"name": "get_weather", "parameters": {"city": "Rome"}}<|action_end|>',
+    # Llama 3.2
+    '<|python_tag|>{"name": "get_weather", "arguments": {"city": "Paris"}}',
+    '{"name": "get_weather", "parameters": {"city": "Paris"}};{"name": "ping", "parameters": {}}',
+    "<|python_tag|>{'name': 'search', 'arguments': {'q': 'py dict'}}",
+    'Text first <|python_tag|>{"name": "ping", "arguments": {}} trailing',
+    # Mistral
+    '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "ping", "arguments": {}}]',
+    'Before [TOOL_CALLS] [{"name": "search", "arguments": {"q": "a]b"}}] after',
+    '[TOOL_CALLS]get_weather[ARGS]{"city": "Lyon"}[TOOL_CALLS]ping[ARGS]{}',
+    "[TOOL_CALLS] [broken",
+    # Pythonic
+    '[get_weather(city="Paris", days=3), ping()]',
+    'I will call: [search(q="x", n=2)] then stop.',
+    "<|python_start|>[get_weather(city='Nice', tags=['a', 'b'], opts={'a': 1})]<|python_end|>",
+    "[get_weather(city=some_var)]",
+    # Qwen3-Coder / step3p5 / nanbeige
+    "Checking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+    "<parameter=days>\n3\n</parameter>\n<parameter=metric>\ntrue\n</parameter>\n</function>\n</tool_call>",
+    "<tool_call>\n<function=get_weather>\n<parameter=lat>\n1.5\n</parameter>\n<parameter=tags>\n"
+    '["x", "y"]\n</parameter>\n<parameter=opts>\n{"a": 2}\n</parameter>\n<parameter=unit>\nnull\n</parameter>\n'
+    "</function>\n</tool_call>",
+    "<tool_call>\n<function=search>\n<parameter=q>\nmulti\nline\n</parameter>\n<parameter=n>\nten\n</parameter>\n"
+    "</function>\n</tool_call>\n<tool_call>\n<function=ping>\n</function>\n</tool_call>",
+    "<tool_call>\n<function=unknown_fn>\n<parameter=k>\n5\n</parameter>\n</function>\n</tool_call>",
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nunclosed",
+    # GLM-4.5 / GLM-4.6
+    "Let me look.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n"
+    "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>",
+    '<tool_call>search\n<arg_key>q</arg_key>\n<arg_value>"quoted"</arg_value>\n<arg_key>n</arg_key>\n'
+    "<arg_value>5</arg_value>\n</tool_call><tool_call>get_weather\n<arg_key>tags</arg_key>\n"
+    '<arg_value>["a"]</arg_value>\n<arg_key>lat</arg_key>\n<arg_value>"2.5"</arg_value>\n</tool_call>',
+    # GLM-4.7
+    "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Shanghai</arg_value><arg_key>days</arg_key>"
+    "<arg_value>4</arg_value></tool_call>",
+    "Before <tool_call>ping</tool_call> between <tool_call>get_weather<arg_key>metric</arg_key>"
+    "<arg_value>false</arg_value></tool_call> after",
+    # MiniMax-M2 (sglang test: test_minimax_m2_detector.py)
+    '<minimax:tool_call><invoke name="the_tool"><parameter name="args">hi</parameter></invoke></minimax:tool_call>',
+    '<minimax:tool_call><invoke name="the_tool"><parameter name="args">null</parameter></invoke></minimax:tool_call>',
+    '[Pasted ~4 lines]<minimax:tool_call><invoke name="context_info"><parameter name="metadata_only">false'
+    "</parameter></invoke>",
+    'Here is some text.<minimax:tool_call><invoke name="context_info"><parameter name="metadata_only">true'
+    "</parameter></invoke></minimax:tool_call>More text after.",
+    '<minimax:tool_call><invoke name="test_func"><parameter name="content">This text contains </parameter> in it'
+    "</parameter></invoke></minimax:tool_call>",
+    '<minimax:tool_call><invoke name="complex_func"><parameter name="data">{"key": "value"}</parameter></invoke>'
+    "</minimax:tool_call>",
+    '<minimax:tool_call><invoke name="array_func"><parameter name="items">[1, 2, 3, "four"]</parameter></invoke>'
+    "</minimax:tool_call>",
+    '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">\nParis\n</parameter>\n'
+    '<parameter name="days">3</parameter>\n<parameter name="lat">2.0</parameter>\n</invoke>\n'
+    '<invoke name="ping">\n</invoke>\n</minimax:tool_call>',
+    # DeepSeek V3 / V3.1 / V3.2
+    f"Let me check.{DS}{DSC}function{DSS}get_weather\n```json\n" + '{"city": "Paris"}\n```' + f"{DSE}{DS_END}",
+    f"{DS}{DSC}function{DSS}get_weather\n```json\n" + '{"city": "A"}\n```' + f"{DSE}\n{DSC}function{DSS}ping\n"
+    "```json\n{}\n```" + f"{DSE}{DS_END}",
+    f"{DS}{DSC}get_weather{DSS}" + '{"city": "Tokyo"}' + f"{DSE}{DSC}ping{DSS}" + "{}" + f"{DSE}{DS_END}",
+    f"Hi {DS}{DSC}broken{DSE}{DS_END}",
+    f'Answer.\n\n<{DSML}function_calls>\n<{DSML}invoke name="get_weather">\n<{DSML}parameter name="city" '
+    f'string="true">Hangzhou</{DSML}parameter>\n<{DSML}parameter name="days" string="false">3</{DSML}parameter>\n'
+    f"</{DSML}invoke>\n</{DSML}function_calls>",
+    f'<{DSML}function_calls>\n<{DSML}invoke name="search">\n' + '{"q": "json body"}' + f"\n</{DSML}invoke>\n"
+    f'<{DSML}invoke name="ping"/>\n</{DSML}function_calls>',
+    f'Text <{DSML}invoke name="get_weather">\n<{DSML}parameter name="city" string="true">X</{DSML}parameter>\n'
+    f"</{DSML}invoke>",
+    # Kimi-K2
+    "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+    '{"city": "Beijing"}<|tool_call_end|><|tool_calls_section_end|>',
+    "Let me. <|tool_calls_section_begin|><|tool_call_begin|>functions.search:3<|tool_call_argument_begin|>"
+    '{"q": "x"}<|tool_call_end|><|tool_call_begin|>0<|tool_call_argument_begin|>{"q": "y", "n": 1}'
+    "<|tool_call_end|><|tool_calls_section_end|>",
+    # gpt-oss (Harmony)
+    "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+    'to=functions.get_weather <|constrain|>json<|message|>{"location":"Tokyo"}<|call|>',
+    # Plain answers and near misses
+    "Just an answer with no calls.",
+    "",
+    "<tool_call>",
+    "I mention <tool_call> in prose.",
+]
+
+REASONING_TEXTS = [
+    "<think>plan</think>answer",
+    "plan</think>answer",
+    "<think>\nplan\n</think>\n\nanswer",
+    "<think><think>double</think>x",
+    "<think>cut off mid thought",
+    "thinking then <tool_call>\n{}\n</tool_call>",
+    "<think>r\n<tool_call>x",
+    "just an answer",
+    "◁think▷look◁/think▷a cat",
+    "[THINK]hmm[/THINK]answer",
+    "<mm:think>m3 thinks</mm:think>reply",
+    "</mm:think>stray close then reply",
+    "<|channel>thought\nG4 thinks<channel|>reply",
+    "<ifm|think>k2h</ifm|think>out",
+    "k2h reasoning <ifm|tool_call>x",
+    "<|inner_prefix|>apertus thinks<|tools_prefix|>[{}]<|tools_suffix|>more<|inner_suffix|>answer",
+    "pre<|inner_prefix|>unfinished",
+    "<|START_THINKING|>cohere thinks<|END_THINKING|><|START_TEXT|>answer<|END_TEXT|>",
+    "cohere thinks<|START_ACTION|>[{}]<|END_ACTION|>",
+    "<|START_TEXT|>only text",
+    "still thinking",
+    "<|content_thinking|>ink thinks<|end_message|><|content_text|>ink answers<|end_message|>",
+    "<|message_model|>hdr<|content_invoke_tool_json|>{}<|end_message|>",
+    "<|open|>think<|sep|>k3 thinks<|close|>think<|sep|><|open|>response<|sep|>k3 answers<|close|>response<|sep|>",
+    "k3 thinks<|open|>tools<|sep|>call<|close|>tools<|sep|>",
+    "skipped<|close|>response<|sep|><|close|>message<|sep|>",
+    "<tool_calls>hy</tool_calls>",
+    "\n</think>\n\ngranite",
+    "<think>only reasoning, no answer</think>",
+]
