@@ -167,6 +167,33 @@ TOOL_TEXTS = [
     f'<{DSML}invoke name="ping"/>\n</{DSML}function_calls>',
     f'Text <{DSML}invoke name="get_weather">\n<{DSML}parameter name="city" string="true">X</{DSML}parameter>\n'
     f"</{DSML}invoke>",
+    # DeepSeek V4 / V4.1
+    f'Sure.\n\n<{DSML}tool_calls>\n<{DSML}invoke name="get_weather">\n<{DSML}parameter name="city" string="true">'
+    f"Paris</{DSML}parameter>\n</{DSML}invoke>\n</{DSML}tool_calls>",
+    f'<{DSML} calls>\n<{DSML} invoke name="search">\n<{DSML} parameter name="n" string="false">4</{DSML} parameter>\n'
+    f"</{DSML} invoke>\n</{DSML} calls>",
+    # Ling3 (GLM-style)
+    "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>",
+    "<tool_call> ping </tool_call>",
+    # MiMo
+    "Ok<tool_call>\n<function=get_weather>\n<parameter=city>\nA &amp; B\n</parameter>\n<parameter=days>\n2\n"
+    "</parameter>\n</function>\n</tool_call>",
+    "<tool_call><function=unknown_fn><parameter=x>1</parameter></function></tool_call> tail",
+    # dots
+    '<dots_function_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</dots_function_call>',
+    'Text <dots_function_call>\n<invoke name="get_weather">\n<parameter name="days">3</parameter>\n'
+    "<parameter name='metric'>1</parameter>\n</invoke>\n</dots_function_call>",
+    "<dots_function_call>not json</dots_function_call>",
+    # Step-3
+    'Let me.<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="get_weather">'
+    '<steptml:parameter name="city">Paris</steptml:parameter><steptml:parameter name="days">3</steptml:parameter>'
+    "</steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>after",
+    # GigaChat 3 / 3.5
+    'Answer<|message_sep|>function call<|role_sep|>\n{"name": "get_weather", "arguments": {"city": "Kazan"}}',
+    '<|function_call|>{"name": "ping", "arguments": "not a dict"}',
+    'Hi\n<｜GCML｜tool_calls><｜GCML｜invoke name="get_weather"><｜GCML｜parameter name="city" string="true">Ufa'
+    '</｜GCML｜parameter><｜GCML｜parameter name="days" string="false">5</｜GCML｜parameter></｜GCML｜invoke>'
+    "</｜GCML｜tool_calls><|message_sep|>",
     # Kimi-K2
     "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
     '{"city": "Beijing"}<|tool_call_end|><|tool_calls_section_end|>',

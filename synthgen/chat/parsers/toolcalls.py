@@ -374,7 +374,10 @@ def _coerce45(value: Any, kind: str | None) -> Any:
 _GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>(?:\\n|\s)*<arg_value>(.*?)</arg_value>", re.DOTALL)
 
 
-def glm45(text: str, tools: Tools) -> Found:
+_GLM45_DETAIL = r"<tool_call>(.*?)(?:\\n|\n)(.*)</tool_call>"
+
+
+def glm45(text: str, tools: Tools, detail_re: str = _GLM45_DETAIL) -> Found:
     """Glm4MoeDetector: ``<tool_call>NAME\\n<arg_key>k</arg_key><arg_value>v</arg_value>...</tool_call>``."""
     if "<tool_call>" not in text:
         return None
@@ -382,7 +385,7 @@ def glm45(text: str, tools: Tools) -> Found:
     calls: list[Item] = []
     try:
         for block in re.findall(r"<tool_call>.*?</tool_call>", text, re.DOTALL):
-            detail = re.search(r"<tool_call>(.*?)(?:\\n|\n)(.*)</tool_call>", block, re.DOTALL)
+            detail = re.search(detail_re, block, re.DOTALL)
             if detail is None:
                 continue
             name = detail.group(1) or ""
@@ -634,9 +637,10 @@ def _reject_constant(value: str) -> None:
     raise ValueError(f"Invalid JSON constant: {value}")
 
 
-def _dsml(block_name: str) -> Any:
+def _dsml(block_name: str, invoke_name: str = "invoke", parameter_name: str = "parameter") -> Any:
+    """DeepSeekV32Detector and its subclasses, which rename the DSML tags."""
     dsml = "｜DSML｜"
-    block, invoke, parameter = f"{dsml}{block_name}", f"{dsml}invoke", f"{dsml}parameter"
+    block, invoke, parameter = f"{dsml}{block_name}", f"{dsml}{invoke_name}", f"{dsml}{parameter_name}"
     bot, invoke_start = f"<{block}>", f"<{invoke}"
     parameter_re = rf'<{parameter}\s+name="([^"]+)"\s+string="([^"]+)"\s*>(.*?)</{parameter}>'
     invoke_re = (
@@ -788,3 +792,286 @@ def gpt_oss(text: str, tools: Tools) -> Found:
                 continue
             calls.append(Item(name, dumps(arguments), len(calls)))
     return " ".join(answer).strip(), calls
+
+
+# --- More of SGLang's detectors ----------------------------------------------------------------------
+
+deepseekv4 = _dsml("tool_calls")  # DeepSeekV4Detector: DeepSeekV32Detector with a <｜DSML｜tool_calls> block
+
+
+deepseekv41 = _dsml(" calls", " invoke", " parameter")  # DeepSeekV41Detector: V3.2 with renamed tags
+
+
+def ling3(text: str, tools: Tools) -> Found:
+    """Ling3Detector: GLM-4.5's format, the name's newline optional before ``<arg_key>``/``</tool_call>``."""
+    return glm45(
+        text, tools, r"<tool_call>\s*(.*?)(?:(?:\\n|\n)\s*|(?=<arg_key>)|(?=</tool_call>))(<arg_key>.*?)?</tool_call>"
+    )
+
+
+def trinity(text: str, tools: Tools) -> Found:
+    """TrinityDetector: Qwen 2.5's format with any <think>/</think> removed first."""
+    return qwen25(text.replace("<think>", "").replace("</think>", ""), tools)
+
+
+def _mimo_value(value: str, param: str, name: str, tools: Tools) -> Any:
+    """mimo_detector._convert_param_value: html-unescaped, typed by the property's plain ``type``."""
+    import html
+
+    value = html.unescape(value)
+    if value.lower() == "null":
+        return None
+    kind: Any = "string"
+    if tools.schemas is not None and name in tools.schemas:
+        props = schema_properties(tools.schemas[name])
+        if param in props:
+            kind = props[param].get("type", "string")
+    if kind in ("string", "str", "text", "varchar", "char", "enum"):
+        return value
+    if kind.startswith(("int", "integer", "uint", "long", "short", "unsigned")):
+        try:
+            return int(value)
+        except (ValueError, TypeError):
+            return value
+    if kind.startswith(("num", "float")):
+        try:
+            number = float(value)
+            return number if number - int(number) != 0 else int(number)
+        except (ValueError, TypeError):
+            return value
+    if kind in ("boolean", "bool", "binary"):
+        return value.lower() == "true"
+    if kind in ("object", "array", "arr") or kind.startswith(("dict", "list")):
+        try:
+            return json.loads(value)
+        except (ValueError, TypeError):
+            pass
+    try:
+        return literal_eval(value)
+    except (ValueError, SyntaxError, TypeError):
+        return value
+
+
+def mimo(text: str, tools: Tools) -> Found:
+    """MiMoDetector: ``<tool_call><function=NAME><parameter=K>v</parameter></function></tool_call>``;
+    a call to an undeclared function stays in the answer."""
+    idx = text.find("<tool_call>")
+    if idx == -1:
+        return None
+    normal = text[:idx]
+    calls: list[Item] = []
+    last = idx
+    for m in re.finditer(r"<tool_call>(.*?)</tool_call>", text, re.DOTALL):
+        func = re.search(r"<function=([^>]+)>(.*?)</function>", m.group(1), re.DOTALL)
+        if func:
+            name = func.group(1).strip()
+            params = {
+                p.group(1).strip(): _mimo_value(p.group(2), p.group(1).strip(), name, tools)
+                for p in re.finditer(r"<parameter=([^>]+)>(.*?)</parameter>", func.group(2), re.DOTALL)
+            }
+            if not tools.declared(name):
+                normal += text[last : m.end()]
+                last = m.end()
+                continue
+            calls.extend(base_json({"name": name, "parameters": params}, tools))
+        last = m.end()
+    return normal, calls
+
+
+def _dots_name(value: str) -> str:
+    value = value.strip()
+    return value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'" else value
+
+
+def _dots_type(schema: Any, defs: dict[str, Any], depth: int = 0) -> Any:
+    if not isinstance(schema, dict) or depth > 10:
+        return None
+    if "type" in schema:
+        return schema["type"]
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return _dots_type(defs.get(ref.rsplit("/", 1)[-1]), defs, depth + 1)
+    for keyword in ("anyOf", "oneOf", "allOf"):
+        alternatives = schema.get(keyword)
+        if isinstance(alternatives, list):
+            for alternative in alternatives:
+                if isinstance(alternative, dict) and alternative.get("type") == "null":
+                    continue
+                resolved = _dots_type(alternative, defs, depth + 1)
+                if resolved is not None:
+                    return resolved
+    return None
+
+
+def _dots_value(value: str, kind: Any) -> Any:
+    if value.lower() == "null":
+        return None
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    kind = str(kind).lower()
+    if kind in ("string", "str", "text"):
+        return value
+    if kind in ("integer", "int"):
+        try:
+            return int(value)
+        except ValueError:
+            return value
+    if kind in ("number", "float"):
+        try:
+            number = float(value)
+            return int(number) if number.is_integer() else number
+        except ValueError:
+            return value
+    if kind in ("boolean", "bool"):
+        return value.lower() in ("true", "1")
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def dots(text: str, tools: Tools) -> Found:
+    """DotsToolDetector: ``<dots_function_call>`` blocks holding a JSON object or XML ``<invoke>``s."""
+    at = text.find("<dots_function_call>")
+    if at == -1:
+        return None
+    calls: list[Item] = []
+    for block in re.finditer(r"<dots_function_call>\s*(.*?)\s*</dots_function_call>", text, re.DOTALL):
+        content = block.group(1).strip()
+        try:
+            if content.startswith("<invoke"):
+                actions: list[Any] = []
+                for inv in re.finditer(
+                    r"<invoke\s+name\s*=\s*(?P<name>[^>]+)>(?P<body>.*?)</invoke>", content, re.DOTALL
+                ):
+                    name = _dots_name(inv.group("name"))
+                    schema = tools.schemas.get(name) if tools.schemas is not None else None
+                    props = schema_properties(schema) if isinstance(schema, dict) else {}
+                    defs = schema.get("$defs", {}) if isinstance(schema, dict) else {}
+                    defs = defs if isinstance(defs, dict) else {}
+                    arguments: dict[str, Any] = {}
+                    for p in re.finditer(
+                        r"<parameter\s+name\s*=\s*(?P<name>[^>]+)>(?P<value>.*?)</parameter>",
+                        inv.group("body"),
+                        re.DOTALL,
+                    ):
+                        key = _dots_name(p.group("name"))
+                        kind = (_dots_type(props[key], defs) or "string") if key in props else "string"
+                        arguments[key] = _dots_value(p.group("value").strip(), kind)
+                    actions.append({"name": name, "arguments": arguments})
+            else:
+                parsed = json.loads(content)
+                if not isinstance(parsed, dict):
+                    raise TypeError("dots JSON tool call must be an object")
+                actions = [parsed]
+            for action in actions:
+                calls.extend(base_json(action, tools))
+        except (ValueError, TypeError):
+            continue
+    return text[:at].strip(), calls
+
+
+def _step3_value(value: str) -> Any:
+    try:
+        try:
+            return json.loads(value)
+        except Exception:
+            return literal_eval(value)
+    except Exception:
+        return value
+
+
+def step3(text: str, tools: Tools) -> Found:
+    """Step3Detector: ``<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke ...>``."""
+    bot, eot = "<｜tool_calls_begin｜>", "<｜tool_calls_end｜>"
+    if bot not in text:
+        return None
+    try:
+        pre, rest = text.split(bot, 1)
+        if eot not in rest:
+            return text, []
+        section, post = rest.split(eot, 1)
+        calls: list[Item] = []
+        for m in re.finditer(r"<｜tool_call_begin｜>(.*?)<｜tool_call_end｜>", section, re.DOTALL):
+            content = m.group(1)
+            if "<｜tool_sep｜>" not in content:
+                continue
+            kind, invoke = content.split("<｜tool_sep｜>", 1)
+            if kind.strip() != "function":
+                continue
+            inv = re.search(r'<steptml:invoke name="([^"]+)">(.+?)</steptml:invoke>', invoke, re.DOTALL)
+            if not inv:
+                continue
+            name, params = inv.group(1), {}
+            for p in re.finditer(
+                r'<steptml:parameter name="([^"]+)">([^<]*)</steptml:parameter>', inv.group(2), re.DOTALL
+            ):
+                value = p.group(2).strip()
+                if tools.schemas is not None:
+                    props = schema_properties(tools.schemas[name] or {}) if name in tools.schemas else {}
+                    declared_type = props[p.group(1)].get("type", None) if p.group(1) in props else None
+                    params[p.group(1)] = _step3_value(value) if declared_type and declared_type != "string" else value
+                else:
+                    params[p.group(1)] = _step3_value(value)
+            calls.extend(base_json({"name": name, "arguments": params}, tools))
+        return pre + post, calls
+    except Exception:
+        return text, []
+
+
+def gigachat3(text: str, tools: Tools) -> Found:
+    """GigaChat3Detector: ``function call<|role_sep|>\\n{json}`` or ``<|function_call|>{json}``."""
+    if "function call<|role_sep|>\n" not in text and "<|function_call|>" not in text:
+        return None
+    output = text[: text.rfind("</s>")] if text.rstrip().endswith("</s>") else text
+    call: Any = None
+    m = re.search(r"(?:function call<\|role_sep\|>\n|<\|function_call\|>)(.*)", output, re.DOTALL)
+    if m:
+        try:
+            call = json.loads(m.group(1), strict=False)
+        except json.JSONDecodeError:
+            return output, []
+        if not (isinstance(call, dict) and "name" in call and "arguments" in call):
+            call = None
+        elif not isinstance(call["arguments"], dict):
+            call = None
+    c = re.search(r"^(.*?)(?:<\|message_sep\|>|<\|function_call\|>)", output, re.DOTALL)
+    content = c.group(1) if c else output
+    if not call:
+        return content, []
+    return content, base_json({"name": call["name"], "arguments": call["arguments"]}, tools)
+
+
+_GCML_INVOKE = re.compile(r"<｜GCML｜invoke\s+name=\"(?P<name>[^\"]*)\"\s*>(?P<body>.*?)</｜GCML｜invoke>", re.DOTALL)
+_GCML_PARAM = re.compile(
+    r"<｜GCML｜parameter\s+name=\"(?P<name>[^\"]*)\"\s+string=\"(?P<is_string>true|false)\"\s*>"
+    r"(?P<value>.*?)</｜GCML｜parameter>",
+    re.DOTALL,
+)
+
+
+def _gcml_strip(text: str) -> str:
+    return re.sub(r"(?:<\|message_sep\|>|</s>)+\s*$", "", text)
+
+
+def gigachat35(text: str, tools: Tools) -> Found:
+    """GigaChat35Detector: ``<｜GCML｜tool_calls><｜GCML｜invoke name="F"><｜GCML｜parameter ...>``."""
+    if "<｜GCML｜tool_calls>" not in text:
+        return None
+    leading, _, after = text.partition("<｜GCML｜tool_calls>")
+    body = after.partition("</｜GCML｜tool_calls>")[0]
+    actions = []
+    for m in _GCML_INVOKE.finditer(body):
+        args: dict[str, Any] = {}
+        for p in _GCML_PARAM.finditer(m.group("body")):
+            if p.group("is_string") == "true":
+                args[p.group("name")] = p.group("value")
+                continue
+            try:
+                args[p.group("name")] = json.loads(p.group("value"))
+            except ValueError:
+                args[p.group("name")] = p.group("value")
+        actions.append({"name": m.group("name"), "arguments": args})
+    if not actions:
+        return _gcml_strip(text), []
+    return _gcml_strip(leading).rstrip("\n"), base_json(actions, tools)
