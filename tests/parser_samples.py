@@ -194,6 +194,21 @@ TOOL_TEXTS = [
     'Hi\n<｜GCML｜tool_calls><｜GCML｜invoke name="get_weather"><｜GCML｜parameter name="city" string="true">Ufa'
     '</｜GCML｜parameter><｜GCML｜parameter name="days" string="false">5</｜GCML｜parameter></｜GCML｜invoke>'
     "</｜GCML｜tool_calls><|message_sep|>",
+    # Hunyuan
+    "Sure <tool_calls><tool_call>get_weather<tool_sep><arg_key>city</arg_key><arg_value>Shenzhen</arg_value>"
+    "<arg_key>days</arg_key><arg_value>3</arg_value><arg_key>metric</arg_key><arg_value>TRUE</arg_value>"
+    "</tool_call><tool_call>ping</tool_call></tool_calls>",
+    # Kimi-K3
+    "<|open|>response<|sep|>Checking<|close|>response<|sep|><|open|>tools<|sep|>"
+    '<|open|>call tool="get_weather"<|sep|><|open|>argument key="city" type="string"<|sep|>Paris'
+    '<|close|>argument<|sep|><|open|>argument key="days" type="integer"<|sep|>3<|close|>argument<|sep|>'
+    '<|close|>call<|sep|><|open|>call tool="ping"<|sep|><|close|>call<|sep|><|close|>tools<|sep|>',
+    # Apertus
+    'Hi <|tools_prefix|>[{"get_weather": {"city": "Bern"}}, {"ping": null}]<|tools_suffix|> bye',
+    '<|tools_prefix|>[{"get_weather": {"city": "Bern"}}]',
+    # Poolside v1
+    "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n"
+    "<arg_value>\n2\n</arg_value>\n</tool_call>",
     # Kimi-K2
     "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
     '{"city": "Beijing"}<|tool_call_end|><|tool_calls_section_end|>',

@@ -112,6 +112,10 @@ _tool("dots", _tc.dots, "XML arguments (schema-converted)", "`<dots_function_cal
 _tool("step3", _tc.step3, "XML arguments (schema-converted)", '`<｜tool_calls_begin｜>` `<steptml:invoke name="F">`')
 _tool("gigachat3", _tc.gigachat3, "JSON", "`function call<|role_sep|>\\n{json}` or `<|function_call|>{json}`")
 _tool("gigachat35", _tc.gigachat35, "XML arguments", '`<｜GCML｜tool_calls>` `<｜GCML｜invoke name="F">`')
+_tool("hunyuan", _tc.hunyuan, "XML arguments (schema-converted)", "`<tool_calls><tool_call>NAME<tool_sep><arg_key>…`")
+_tool("kimi_k3", _tc.kimi_k3, "Kimi", "XTML `<|open|>tools<|sep|>` `<|open|>call tool=…`, ids `NAME:N`")
+_tool("apertus2509", _tc.apertus2509, "JSON", '`<|tools_prefix|>[{"NAME": {…}}]<|tools_suffix|>`')
+_tool("poolside_v1", _tc.poolside_v1, "XML arguments (schema-converted)", "`<tool_call>NAME<arg_key>…<arg_value>…`")
 _tool("kimi_k2", _tc.kimi_k2, "Kimi", "`<|tool_calls_section_begin|>`, ids `functions.NAME:N`")
 _tool("gpt-oss", _tc.gpt_oss, "Harmony", "`commentary to=functions.NAME` blocks")
 

@@ -158,7 +158,7 @@ def _k3_strip_partial(text: str) -> str:
     return text
 
 
-def _k3_unwrap(text: str) -> str:
+def k3_unwrap(text: str) -> str:
     """kimik3_format.strip_response_wrappers."""
     at = text.find(_K3_RESPONSE_OPEN)
     if at != -1:
@@ -171,7 +171,7 @@ def _k3_unwrap(text: str) -> str:
 
 def _k3_clean(text: str) -> str:
     at = text.find(_K3_TOOLS_OPEN)
-    return _k3_unwrap(text[:at]) + text[at:] if at != -1 else _k3_unwrap(text)
+    return k3_unwrap(text[:at]) + text[at:] if at != -1 else k3_unwrap(text)
 
 
 def _kimi_k3(text: str, opened: bool) -> Split:

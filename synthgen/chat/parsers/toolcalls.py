@@ -1075,3 +1075,216 @@ def gigachat35(text: str, tools: Tools) -> Found:
     if not actions:
         return _gcml_strip(text), []
     return _gcml_strip(leading).rstrip("\n"), base_json(actions, tools)
+
+
+_HY_ALIASES = {
+    "str": "string",
+    "text": "string",
+    "varchar": "string",
+    "char": "string",
+    "enum": "string",
+    "bool": "boolean",
+    "binary": "boolean",
+    "int": "integer",
+    "float": "number",
+    "double": "number",
+    "list": "array",
+    "dict": "object",
+}
+
+
+def _hy_type(raw: Any) -> Any:
+    if raw in _HY_ALIASES:
+        return _HY_ALIASES[raw]
+    lower = raw.lower()
+    if lower.startswith(("int", "uint", "long", "short", "unsigned")):
+        return "integer"
+    if lower.startswith(("num", "float")):
+        return "number"
+    return raw
+
+
+def _hy_value(value: str, name: str, key: str, tools: Tools) -> Any:
+    """HunyuanDetector._parse_value: bool, int, number, JSON, string, by the declared types."""
+    schema: Any = {}
+    if tools.schemas is not None and name in tools.schemas and tools.schemas[name] is not None:
+        schema = schema_properties(tools.schemas[name]).get(key, {})
+    options = (
+        [schema]
+        if "type" in schema
+        else schema["anyOf"]
+        if "anyOf" in schema
+        else schema["oneOf"]
+        if "oneOf" in schema
+        else [{"type": "string"}]
+    )
+    types = {_hy_type(s.get("type", "string")) for s in options} - {"null"}
+    if "boolean" in types and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if "integer" in types:
+        try:
+            return int(value)
+        except (ValueError, TypeError):
+            pass
+    if "number" in types:
+        try:
+            return float(value) if "." in value or "e" in value or "E" in value else int(value)
+        except (ValueError, TypeError):
+            pass
+    if types - {"string", "boolean", "integer", "number"}:
+        try:
+            return json.loads(value)
+        except ValueError:
+            pass
+    if "string" in types:
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+_HY_CALL = re.compile(r"<tool_call>(.*?)(?:<tool_sep>|(?=<arg_key>|</tool_call>))(.*?)</tool_call>", re.DOTALL)
+_HY_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
+
+
+def hunyuan(text: str, tools: Tools) -> Found:
+    """HunyuanDetector (no tokenizer: the bare tags): ``<tool_calls><tool_call>NAME<tool_sep>`` then
+    ``<arg_key>``/``<arg_value>`` pairs; values typed by the schema."""
+    if "<tool_calls>" not in text:
+        return None
+    idx = text.find("<tool_calls>")
+    normal = text[:idx].strip() if idx > 0 else ""
+    calls: list[Item] = []
+    try:
+        for name, args in _HY_CALL.findall(text):
+            name = name.strip()
+            if not tools.declared(name):
+                continue
+            arguments = {k.strip(): _hy_value(v, name, k.strip(), tools) for k, v in _HY_ARG.findall(args)}
+            calls.append(Item(name, dumps(arguments), tools.index(name)))
+    except Exception:
+        return text, []
+    return normal, calls
+
+
+_K3_CALL = re.compile(
+    r"<\|open\|>call\s+(?P<attrs>(?:(?!<\|sep\|>).)*?)<\|sep\|>(?P<body>.*?)<\|close\|>call<\|sep\|>", re.DOTALL
+)
+_K3_ARG = re.compile(
+    r"<\|open\|>argument\s+(?P<attrs>(?:(?!<\|sep\|>).)*?)<\|sep\|>(?P<val>.*?)<\|close\|>argument<\|sep\|>", re.DOTALL
+)
+
+
+def _k3_attrs(attrs: str) -> dict[str, str]:
+    return {
+        m["k"]: m["v"].replace("&quot;", '"').replace("&amp;", "&")
+        for m in re.finditer(r'(?P<k>\w+)="(?P<v>[^"]*)"', attrs)
+    }
+
+
+def kimi_k3(text: str, tools: Tools) -> Found:
+    """KimiK3Detector: ``<|open|>tools<|sep|>`` holding ``<|open|>call tool="NAME"<|sep|>`` with typed
+    ``<|open|>argument key="K" type="T"<|sep|>`` values; ids ``NAME:N``; calls are not checked against the tools."""
+    from synthgen.chat.parsers.reasoning import k3_unwrap
+
+    at = text.find("<|open|>tools<|sep|>")
+    if at == -1:
+        return None
+    before = k3_unwrap(text[:at])
+    start = at + len("<|open|>tools<|sep|>")
+    close = text.find("<|close|>tools<|sep|>", start)
+    section = text[start:] if close == -1 else text[start:close]
+    calls: list[Item] = []
+    for m in _K3_CALL.finditer(section):
+        name = _k3_attrs(m["attrs"]).get("tool", "")
+        if not name:
+            continue
+        arguments: dict[str, Any] = {}
+        for arg in _K3_ARG.finditer(m["body"]):
+            attrs = _k3_attrs(arg["attrs"])
+            key, kind, raw = attrs.get("key", ""), attrs.get("type", "string"), arg["val"]
+            if kind == "string":
+                arguments[key] = raw
+            else:
+                try:
+                    arguments[key] = json.loads(raw)
+                except json.JSONDecodeError:
+                    arguments[key] = raw
+        calls.append(Item(name, dumps(arguments), len(calls)))
+    return before, calls
+
+
+def apertus2509(text: str, tools: Tools) -> Found:
+    """Apertus2509Detector: ``<|tools_prefix|>[{"NAME": {args}}, ...]<|tools_suffix|>`` blocks."""
+    bot, suffix = "<|tools_prefix|>[", "<|tools_suffix|>"
+    if bot not in text:
+        return None
+    calls: list[Item] = []
+    normal: list[str] = []
+    cursor = 0
+    while True:
+        start = text.find(bot, cursor)
+        if start == -1:
+            normal.append(text[cursor:])
+            break
+        normal.append(text[cursor:start])
+        part = text[start:]
+        try:
+            parsed, json_end = json.JSONDecoder().raw_decode(part, len(bot) - 1)
+        except json.JSONDecodeError:
+            normal.append(part)
+            break
+        items = parsed if isinstance(parsed, list) else [parsed]
+        suffix_at = part.find(suffix, json_end)
+        if suffix_at == -1:
+            normal.append(part)
+            break
+        offset = len(calls)
+        for item in items:
+            if not isinstance(item, dict) or not item:
+                continue
+            name = next(iter(item.keys()))
+            args = item.get(name)
+            if not tools.declared(name):
+                continue
+            calls.append(Item(name, dumps({} if args is None else args), offset + len(calls)))
+        cursor = start + suffix_at + len(suffix)
+    return "".join(normal).strip(), calls
+
+
+def _poolside_value(raw: str, schema: dict[str, Any], key: str) -> Any:
+    spec = schema.get(key)
+    kind = str(spec.get("type", "")).lower() if isinstance(spec, dict) else ""
+    if kind in ("string", "str", "text", "enum"):
+        return raw
+    for decoder in (json.loads,) if not kind else (json.loads, literal_eval):
+        try:
+            result = decoder(raw)
+            json.dumps(result)
+            return result
+        except (ValueError, SyntaxError, TypeError):
+            continue
+    return raw
+
+
+def poolside_v1(text: str, tools: Tools) -> Found:
+    """PoolsideV1Detector: ``<tool_call>NAME`` then ``<arg_key>``/``<arg_value>`` pairs."""
+    if "<tool_call>" not in text:
+        return None
+    first = text.find("<tool_call>")
+    calls: list[Item] = []
+    for body in re.findall(r"<tool_call>(.*?)</tool_call>", text, re.DOTALL):
+        hits = [h for h in (body.find("\n"), body.find("<arg_key>"), body.find("</tool_call>")) if h != -1]
+        name = (body[: min(hits)] if hits else body).strip()
+        if not name or not tools.declared(name):
+            continue
+        schema: dict[str, Any] = {}
+        if tools.schemas is not None and isinstance(tools.schemas.get(name), dict):
+            schema = schema_properties(tools.schemas[name])
+        args = {
+            k.strip(): _poolside_value(v.removeprefix("\n").removesuffix("\n"), schema, k.strip())
+            for k, v in re.findall(r"<arg_key>([^<]*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", body, re.DOTALL)
+        }
+        calls.append(Item(name, dumps(args), tools.index(name)))
+    return (text[:first] if first > 0 else ""), calls
