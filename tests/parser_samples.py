@@ -209,6 +209,13 @@ TOOL_TEXTS = [
     # Poolside v1
     "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n"
     "<arg_value>\n2\n</arg_value>\n</tool_call>",
+    # Gemma 4
+    'Let me.<|tool_call>call:get_weather{city:<|"|>Paris, FR<|"|>,days:3,metric:true,lat:1.5,'
+    'tags:[<|"|>a<|"|>,<|"|>b<|"|>],opts:{a:1}}<tool_call|><|tool_call>call:ping{}<tool_call|>',
+    '<|tool_call>call:search{q:<|"|>unclosed',
+    # Spark 2.5
+    "Hi <tool_call>search<arg_key>q</arg_key><arg_value>x y</arg_value><arg_key>n</arg_key><arg_value>3"
+    "</arg_value></tool_call> bye <tool_call></tool_call>",
     # Kimi-K2
     "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
     '{"city": "Beijing"}<|tool_call_end|><|tool_calls_section_end|>',

@@ -116,6 +116,10 @@ _tool("hunyuan", _tc.hunyuan, "XML arguments (schema-converted)", "`<tool_calls>
 _tool("kimi_k3", _tc.kimi_k3, "Kimi", "XTML `<|open|>tools<|sep|>` `<|open|>call tool=…`, ids `NAME:N`")
 _tool("apertus2509", _tc.apertus2509, "JSON", '`<|tools_prefix|>[{"NAME": {…}}]<|tools_suffix|>`')
 _tool("poolside_v1", _tc.poolside_v1, "XML arguments (schema-converted)", "`<tool_call>NAME<arg_key>…<arg_value>…`")
+_tool("gemma4", _tc.gemma4, "Gemma-4 calls", '`<|tool_call>call:NAME{key:<|"|>v<|"|>}<tool_call|>`')
+_tool(
+    "spark25", _tc.spark25, "XML arguments (schema-converted)", "`<tool_call>NAME<arg_key>…<arg_value>…`, compact JSON"
+)
 _tool("kimi_k2", _tc.kimi_k2, "Kimi", "`<|tool_calls_section_begin|>`, ids `functions.NAME:N`")
 _tool("gpt-oss", _tc.gpt_oss, "Harmony", "`commentary to=functions.NAME` blocks")
 
