@@ -37,6 +37,20 @@ TOOLS = [
             "parameters": {"type": "object", "properties": {"q": {"type": "string"}, "n": {"type": "integer"}}},
         },
     },
+    # a discriminated union: the type of "r" depends on "kind"
+    {
+        "type": "function",
+        "function": {
+            "name": "shape",
+            "parameters": {
+                "type": "object",
+                "oneOf": [
+                    {"properties": {"kind": {"const": "circle"}, "r": {"type": "number"}}},
+                    {"properties": {"kind": {"const": "label"}, "r": {"type": "string"}}},
+                ],
+            },
+        },
+    },
     # sglang test (test_minimax_m2_detector.py): union, boolean, string, array, nested object schemas
     {
         "type": "function",
@@ -138,6 +152,17 @@ TOOL_TEXTS = [
     "<arg_value>4</arg_value></tool_call>",
     "Before <tool_call>ping</tool_call> between <tool_call>get_weather<arg_key>metric</arg_key>"
     "<arg_value>false</arg_value></tool_call> after",
+    "<tool_call>the_tool<arg_key>args</arg_key><arg_value>5</arg_value></tool_call>",
+    '<tool_call>complex_func<arg_key>data</arg_key><arg_value>{"key": 1}</arg_value></tool_call>',
+    "<tool_call>the_tool\n<arg_key>args</arg_key>\n<arg_value>null</arg_value>\n</tool_call>",
+    # IQuest-Q1
+    'A<iquest_tool_call>get_weather<arg_key>city</arg_key><arg_value>"Rome"</arg_value><arg_key>days</arg_key>'
+    "<arg_value>2</arg_value></iquest_tool_call>B<iquest_tool_call>bad junk<arg_key></arg_key></iquest_tool_call>",
+    "<tool_call>shape<arg_key>kind</arg_key><arg_value>label</arg_value><arg_key>r</arg_key><arg_value>5"
+    "</arg_value></tool_call><tool_call>shape<arg_key>kind</arg_key><arg_value>circle</arg_value>"
+    "<arg_key>r</arg_key><arg_value>5</arg_value></tool_call>",
+    "<tool_call>shape\n<arg_key>kind</arg_key>\n<arg_value>label</arg_value>\n<arg_key>r</arg_key>\n"
+    "<arg_value>2.5</arg_value>\n</tool_call>",
     # MiniMax-M2 (sglang test: test_minimax_m2_detector.py)
     '<minimax:tool_call><invoke name="the_tool"><parameter name="args">hi</parameter></invoke></minimax:tool_call>',
     '<minimax:tool_call><invoke name="the_tool"><parameter name="args">null</parameter></invoke></minimax:tool_call>',

@@ -120,6 +120,7 @@ _tool("gemma4", _tc.gemma4, "Gemma-4 calls", '`<|tool_call>call:NAME{key:<|"|>v<
 _tool(
     "spark25", _tc.spark25, "XML arguments (schema-converted)", "`<tool_call>NAME<arg_key>…<arg_value>…`, compact JSON"
 )
+_tool("iquest_q1", _tc.iquest_q1, "XML arguments (schema-converted)", "GLM-4.7's inside `<iquest_tool_call>`")
 _tool("kimi_k2", _tc.kimi_k2, "Kimi", "`<|tool_calls_section_begin|>`, ids `functions.NAME:N`")
 _tool("gpt-oss", _tc.gpt_oss, "Harmony", "`commentary to=functions.NAME` blocks")
 

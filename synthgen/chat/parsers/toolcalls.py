@@ -423,8 +423,8 @@ def _coerce47(value: Any, kind: str | None) -> Any:
 
 def glm47(text: str, tools: Tools) -> Found:
     """Glm47MoeDetector: GLM-4.7's ``<tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value>...``
-    (no newline after the name); every text outside the calls is the answer. Schema types come from
-    the property's own ``type``/``enum`` (union schemas that need the other arguments are not resolved)."""
+    (no newline after the name); every text outside the calls is the answer; values typed by the schema,
+    unions resolved against the other arguments."""
     if "<tool_call>" not in text:
         return None
     parts: list[str] = []
@@ -443,55 +443,192 @@ def glm47(text: str, tools: Tools) -> Found:
             if detail is None:
                 continue
             name = detail.group(1) or ""
-            arguments: dict[str, Any] = {}
-            for key, raw in _GLM_ARG.findall(detail.group(2) or ""):
-                key = key.strip()
-                kind = _glm47_type(name, key, tools)
-                value, good = _glm_value(raw, kind or "string", _coerce47)
-                if kind == "string":
-                    arguments[key] = value if isinstance(value, str) else raw
-                else:
-                    arguments[key] = value if good else raw
+            pairs = _GLM_ARG.findall(detail.group(2) or "") if detail.group(2) else []
+            arguments = glm47_arguments(pairs, name, tools)
             calls.extend(base_json({"name": name, "parameters": arguments}, tools))
     except Exception:
         return text, []
     return normal, calls
 
 
-def _glm47_type(name: str, key: str, tools: Tools) -> str | None:
-    """glm47's get_argument_type for a property with a plain ``type``/``enum``."""
-    if tools.schemas is None or name not in tools.schemas:
-        return None
-    schema = tools.schemas[name]
-    prop = schema.get("properties", {}).get(key) if isinstance(schema, dict) else None
-    if not isinstance(prop, dict):
-        return None
-    constraints: list[set[str]] = []
-    kind = prop.get("type")
-    if isinstance(kind, str):
-        constraints.append({kind, "integer"} if kind == "number" else {kind})
-    elif isinstance(kind, list):
-        constraints.append(set(kind) | ({"integer"} if "number" in kind else set()))
-    values = [prop["const"]] if "const" in prop else prop.get("enum")
-    if isinstance(values, list):
-        constraints.append({_glm47_json_type(v) for v in values})
-    if not constraints:
-        return None
-    types = set.intersection(*constraints)
-    if types == {"number", "integer"}:
-        return "number"
-    return next(iter(types)) if len(types) == 1 else None
+_UNSET = object()
 
 
 def _glm47_json_type(value: object) -> str:
     if isinstance(value, float) and value.is_integer():
         return "integer"
-    if value is None:
-        return "null"
-    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array")):
-        if type(value) is kind:
-            return name
-    return "object"
+    kinds: dict[type, str] = {
+        type(None): "null",
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+    }
+    return kinds[type(value)]  # another type raises KeyError, as in SGLang
+
+
+def _glm47_equal(left: Any, right: Any) -> bool:
+    if _glm47_json_type(left) != _glm47_json_type(right):
+        return False
+    if isinstance(left, dict):
+        return left.keys() == right.keys() and all(_glm47_equal(v, right[k]) for k, v in left.items())
+    if isinstance(left, list):
+        return len(left) == len(right) and all(_glm47_equal(a, b) for a, b in zip(left, right, strict=False))
+    return bool(left == right)
+
+
+def _glm47_ref(root: Any, ref: str) -> Any:
+    target = root
+    for part in ref[2:].split("/") if ref != "#" else []:
+        part = part.replace("~1", "/").replace("~0", "~")
+        target = target[int(part)] if isinstance(target, list) else target[part]
+    return target
+
+
+def _glm47_discriminates(schema: Any, root: Any, arguments: dict[str, Any]) -> bool:
+    for name, value in arguments.items():
+        types = _glm47_types(schema, root, name, value=value)
+        if types is not None and _glm47_json_type(value) not in types:
+            return False
+    return True
+
+
+def _glm47_types(
+    schema: Any,
+    root: Any,
+    key: str | None = None,
+    seen: frozenset[int] = frozenset(),
+    arguments: dict[str, Any] | None = None,
+    value: Any = _UNSET,
+) -> set[str] | None:
+    """glm47_moe_detector._argument_types: the JSON types a property (or schema) allows, None if open."""
+    if not isinstance(schema, dict) or id(schema) in seen:
+        return None
+    seen = seen | {id(schema)}
+    constraints: list[set[str]] = []
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+        try:
+            types = _glm47_types(_glm47_ref(root, ref), root, key, seen, arguments, value)
+            if types is not None:
+                constraints.append(types)
+        except (KeyError, IndexError, TypeError, ValueError):
+            pass
+    if key is not None:
+        types = _glm47_types(schema.get("properties", {}).get(key), root, seen=seen, value=value)
+        if types is not None:
+            constraints.append(types)
+    else:
+        declared = schema.get("type")
+        if isinstance(declared, str):
+            constraints.append({declared, "integer"} if declared == "number" else {declared})
+        elif isinstance(declared, list):
+            constraints.append(set(declared) | ({"integer"} if "number" in declared else set()))
+        values = [schema["const"]] if "const" in schema else schema.get("enum")
+        if isinstance(values, list):
+            constraints.append({_glm47_json_type(a) for a in values if value is _UNSET or _glm47_equal(value, a)})
+    for keyword in ("anyOf", "oneOf"):
+        if isinstance(schema.get(keyword), list):
+            alternatives = [
+                _glm47_types(branch, root, key, seen, arguments, value)
+                for branch in schema[keyword]
+                if key is None or _glm47_discriminates(branch, root, arguments or {})
+            ]
+            if alternatives and all(t is not None for t in alternatives):
+                constraints.append(set().union(*[t for t in alternatives if t is not None]))
+    if isinstance(schema.get("allOf"), list):
+        for branch in schema["allOf"]:
+            types = _glm47_types(branch, root, key, seen, arguments, value)
+            if types is not None:
+                constraints.append(types)
+    return set.intersection(*constraints) if constraints else None
+
+
+def _glm47_schema(name: str, tools: Tools) -> tuple[bool, Any]:
+    if tools.schemas is None or name not in tools.schemas:
+        return False, None
+    return True, tools.schemas[name]
+
+
+def _glm47_arg_types(name: str, key: str, tools: Tools, arguments: Any = None, value: Any = _UNSET) -> set[str] | None:
+    found, schema = _glm47_schema(name, tools)
+    return _glm47_types(schema, schema, key, arguments=arguments, value=value) if found else None
+
+
+def _glm47_arg_type(name: str, key: str, tools: Tools, arguments: Any = None) -> str | None:
+    types = _glm47_arg_types(name, key, tools, arguments)
+    if types == {"number", "integer"}:
+        return "number"
+    return next(iter(types)) if types and len(types) == 1 else None
+
+
+def _glm47_needs_context(schema: Any) -> bool:
+    keys: set[str] = set()
+    seen: set[int] = set()
+    has_union = False
+
+    def visit(node: Any) -> None:
+        nonlocal has_union
+        if not isinstance(node, dict) or id(node) in seen:
+            return
+        seen.add(id(node))
+        keys.update(node.get("properties", {}))
+        ref = node.get("$ref")
+        if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+            try:
+                visit(_glm47_ref(schema, ref))
+            except (KeyError, IndexError, TypeError, ValueError):
+                pass
+        for keyword in ("anyOf", "oneOf", "allOf"):
+            branches = node.get(keyword)
+            if isinstance(branches, list):
+                has_union |= keyword != "allOf"
+                for branch in branches:
+                    visit(branch)
+
+    visit(schema)
+    for key in keys if has_union else ():
+        types = _glm47_types(schema, schema, key)
+        if types is None or (len(types) > 1 and types != {"number", "integer"}):
+            return True
+    return False
+
+
+def glm47_arguments(pairs: list[tuple[str, str]], name: str, tools: Tools) -> dict[str, Any]:
+    """Glm47MoeDetector._parse_argument_pairs."""
+    arguments: dict[str, Any] = {}
+    known: dict[str, Any] = {}
+    found, schema = _glm47_schema(name, tools)
+    if len(pairs) > 1 and found and _glm47_needs_context(schema):
+        for key, raw in pairs:
+            key = key.strip()
+            parsed = glm47_arguments([(key, raw)], name, tools)[key]
+            native = _glm47_arg_types(name, key, tools, value=raw)
+            if isinstance(parsed, str) or native is None or "string" not in native:
+                known[key] = parsed
+    for key, raw in pairs:
+        key = key.strip()
+        kind = _glm47_arg_type(name, key, tools, known)
+        value, good = _glm_value(raw, kind or "string", _coerce47)
+        if kind == "string":
+            arguments[key] = value if isinstance(value, str) else raw
+        elif kind is None:
+            allowed = _glm47_arg_types(name, key, tools, known, value)
+            native = _glm47_arg_types(name, key, tools, known, raw)
+            if (
+                allowed is not None
+                and _glm47_json_type(value) not in allowed
+                and native is not None
+                and "string" in native
+            ):
+                value = raw
+            arguments[key] = value if good else raw
+        else:
+            arguments[key] = value if good else raw
+        known[key] = arguments[key]
+    return arguments
 
 
 _MM_FUNCTION = re.compile(r"<invoke name=\"(.*?)</invoke>|<invoke name=\"(.*)$", re.DOTALL)
@@ -1507,4 +1644,38 @@ def spark25(text: str, tools: Tools) -> Found:
             if base_json({"name": name, "arguments": arguments}, tools):
                 calls.append(Item(name, json.dumps(arguments, ensure_ascii=False, separators=(",", ":")), len(calls)))
         cursor = end
+    return "".join(normal), calls
+
+
+def iquest_q1(text: str, tools: Tools) -> Found:
+    """IQuestQ1Detector: GLM-4.7's arguments inside ``<iquest_tool_call>...</iquest_tool_call>``; a
+    malformed block stays in the answer, string-typed values keep their raw text."""
+    bot, eot = "<iquest_tool_call>", "</iquest_tool_call>"
+    if bot not in text:
+        return None
+    calls: list[Item] = []
+    normal: list[str] = []
+    content_start = search = 0
+    while (start := text.find(bot, search)) >= 0:
+        begin = start + len(bot)
+        end = text.find(eot, begin)
+        if end < 0:
+            break
+        body = text[begin:end]
+        search = end + len(eot)
+        cursor = body.find("<arg_key>")
+        name = body[:cursor].strip() if cursor >= 0 else body.strip()
+        raw = body[cursor:] if cursor >= 0 else ""
+        pairs = _GLM_ARG.findall(raw)
+        if not name or _GLM_ARG.sub("", raw).strip() or any(not k.strip() for k, _ in pairs):
+            continue
+        arguments = glm47_arguments(pairs, name, tools)
+        for key, value in pairs:
+            if _glm47_arg_type(name, key.strip(), tools, arguments) == "string":
+                arguments[key.strip()] = value
+        for item in base_json({"name": name, "arguments": arguments}, tools):
+            calls.append(Item(item.name, item.arguments, len(calls)))
+        normal.append(text[content_start:start])
+        content_start = search
+    normal.append(text[content_start:])
     return "".join(normal), calls
