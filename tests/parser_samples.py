@@ -288,3 +288,278 @@ REASONING_TEXTS = [
     "\n</think>\n\ngranite",
     "<think>only reasoning, no answer</think>",
 ]
+
+
+# --- Inputs taken from SGLang's own parser tests (sgl-project/sglang,
+# test/registered/function_call/test_function_call_parser.py and test_minimax_m2_detector.py), run with
+# the union of the tools those tests declare. Streaming tests contribute their chunks joined. ---------
+
+SGLANG_TEST_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "location": {"type": "string"},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                    "city": {"type": "string"},
+                    "date": {"type": "string"},
+                },
+                "required": ["location"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string"},
+                    "topn": {"type": "integer", "default": 10},
+                    "source": {"type": "string", "enum": ["web", "news"], "default": "web"},
+                },
+                "required": ["query"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "make_next_step_decision",
+            "parameters": {
+                "type": "object",
+                "properties": {"decision": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["decision", "content"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_tourist_attractions",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_favorite_tourist_spot",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    },
+    {"type": "function", "function": {"name": "get_date", "parameters": {"type": "object", "properties": {}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_current_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "location": {"type": "string"},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                    "days": {"type": "integer"},
+                },
+                "required": ["location"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "sql_interpreter",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string"}, "dry_run": {"type": "boolean"}},
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "TodoWrite",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "todos": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {"content": {"type": "string"}, "status": {"type": "string"}},
+                            "required": ["content", "status"],
+                        },
+                    }
+                },
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "todo_write",
+            "parameters": {"type": "object", "properties": {"todos": {"type": "array"}}, "required": ["todos"]},
+        },
+    },
+    *TOOLS[4:9],  # the_tool, context_info, test_func, complex_func, array_func (test_minimax_m2_detector.py)
+]
+
+_DSML_XML = (
+    "I'll help you with information about San Francisco and get its favorite tourist spot for you.\n\n\n"
+    "        <｜DSML｜function_calls>\n\n"
+    '            <｜DSML｜invoke name="get_favorite_tourist_spot">\n\n'
+    '                <｜DSML｜parameter name="city" string="true">San Francisco</｜DSML｜parameter>\n\n'
+    "            </｜DSML｜invoke>\n\n"
+    '            <｜DSML｜invoke name="search">\n'
+    '                <｜DSML｜parameter name="query" string="true">WebNav benchmark</｜DSML｜parameter>\n'
+    '                <｜DSML｜parameter name="topn" string="false">10</｜DSML｜parameter>\n'
+    '                <｜DSML｜parameter name="source" string="true">web</｜DSML｜parameter>\n'
+    "            </｜DSML｜invoke>\n"
+    "        </｜DSML｜function_calls>\n        "
+)
+_DSML_JSON = (
+    "I'll help you with information about San Francisco and get its favorite tourist spot for you.\n\n"
+    "        <｜DSML｜function_calls>\n"
+    '            <｜DSML｜invoke name="get_favorite_tourist_spot">\n'
+    "            {\n"
+    '                "city": "San Francisco"\n'
+    "            }\n"
+    "        </｜DSML｜invoke>\n"
+    '            <｜DSML｜invoke name="search">\n'
+    "            {\n"
+    '                "query": "WebNav benchmark",\n'
+    '                "topn": 10,\n'
+    '                "source": "web"\n'
+    "            }\n"
+    "        </｜DSML｜invoke>\n"
+    "        </｜DSML｜function_calls>\n        "
+)
+_GLM_TODOS = (
+    '[{"id": "1", "task": "Check for hard-coded issues in the backend code", "status": "in_progress"}, '
+    '{"id": "2", "task": "Check for hard-coded issues in the frontend code", "status": "pending"}, '
+    '{"id": "3", "task": "Check for code violating the Single Responsibility Principle", "status": "pending"}, '
+    '{"id": "4", "task": "Generate a rectification proposal report", "status": "pending"}]'
+)
+
+SGLANG_TEST_TEXTS = [
+    # TestPythonicDetector
+    "This is just normal text without any tool calls.",
+    "Here's a tool call: [get_weather(location='New York', unit='celsius')]",
+    "This is some text before [get_weather(location='London')]",
+    "Let me check the weather: [get_weather(location='Paris')]",
+    "[search(query='python programming')]",
+    "[get_weather(location='Tokyo')] Here's the forecast:",
+    "[get_weather(location='Berlin')] and [search(query='restaurants')]",
+    "Let's try this: [",
+    "[get_weather(location='New York', unit='celsius', data=[1, 2, 3])]",
+    "[search(query='test', config={'options': [1, 2], 'nested': {'key': 'value'}})]",
+    "[get_weather(location='Paris', data=[10, 20]), search(query='test', filters=['a', 'b'])]",
+    "Here's a call: [get_weather(location='Tokyo', data=[1, 2, 3])]",
+    "Here's a call: <|python_start|>[get_weather(location='Tokyo', data=[1, 2, 3])]<|python_end|>",
+    "User wants to get the weather in Mars. <|python_start|>[get_weather(location='Mars', unit='celsius')]"
+    "<|python_end|> In this way we will get the weather in Mars.",
+    # TestMistralDetector
+    '[TOOL_CALLS] [{"name":"make_next_step_decision", "arguments":{"decision":"","content":"```\\nTOOL: Access a '
+    "weather API or service\\nOBSERVATION: Retrieve the current weather data for the top 5 populated cities in the "
+    "US\\nANSWER: The weather in the top 5 populated cities in the US is as follows: [City Name] - [Weather "
+    'Conditions] - [Temperature]\\n```"}}]',
+    '[TOOL_CALLS] [{"name":"make_next_step_decision", "arguments":{"decision":"TOOL", "content":"Use weather API"}}]',
+    'Here is some text before the tool call: [TOOL_CALLS] [{"name":"make_next_step_decision", '
+    '"arguments":{"decision":"ANSWER", "content":"The answer is 42"}}]',
+    '[TOOL_CALLS]make_next_step_decision[ARGS]{"decision":"TOOL", "content":"Use weather API"}',
+    # TestBaseFormatDetector (streamed chunks, joined)
+    '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_tourist_attractions", '
+    '"arguments": {"city": "London"}}</tool_call>',
+    '<tool_call>{"name": "get_weather", "arguments": {"city": "杭州"}}</tool_call>',
+    '<tool_call>{"name": "invalid_tool", ',
+    # TestLlama32Detector
+    '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+    '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}};{"name": "get_tourist_attractions", '
+    '"parameters": {"city": "Paris"}}',
+    '<|python_tag|>{"name": "get_weather", "parameters": {}}<|python_tag|>{"name": "get_tourist_attractions", '
+    '"parameters": {}}',
+    '{"name": "get_weather", "parameters": {}} Some follow-up text',
+    '{"name": "get_weather", "parameters": {{"name": "get_weather", "parameters": {}}',
+    "This is just plain explanation text.",
+    'Some intro. <|python_tag|>{"name": "get_weather", "parameters": {}}',
+    # TestKimiK2Detector
+    '<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": '
+    '"Paris"}<|tool_call_end|><|tool_calls_section_end|>',
+    '<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": '
+    '"Paris"}<|tool_call_end|><|tool_call_begin|>functions.get_tourist_attractions:1<|tool_call_argument_begin|>'
+    '{"city": "London"}<|tool_call_end|><|tool_calls_section_end|>',
+    'invalid_tool:0<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>',
+    '<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": '
+    '"Paris"',
+    # TestDeepSeekV3Detector (streamed chunks, joined)
+    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+    '{"city":"Shanghai"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>'
+    'get_tourist_attractions\n```json\n{"city": "Beijing"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    # TestDeepSeekV32Detector
+    _DSML_XML,
+    _DSML_JSON,
+    "<｜DSML｜function_calls>\n"
+    '            <｜DSML｜invoke name="get_favorite_tourist_spot">\n'
+    '                <｜DSML｜parameter name="city" string="true">San Francisco</｜DSML｜parameter>\n'
+    '                <｜DSML｜parameter name="another_city" string="true">London</｜DSML｜parameter>\n'
+    '                <｜DSML｜parameter name="topn" string="false">10</｜DSML｜parameter>\n'
+    '                <｜DSML｜parameter name="obj" string="false">{"name": "John", "age": 30}</｜DSML｜parameter>\n'
+    "            </｜DSML｜invoke>\n"
+    "        </｜DSML｜function_calls>",
+    "Let me get the current date for you.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke "
+    'name="get_date">\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+    '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_date">\n\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+    # TestQwen3CoderDetector
+    "This is plain text without any tool calls.",
+    "<tool_call>\n<function=get_current_weather>\n<parameter=location>Boston</parameter>\n<parameter=unit>celsius"
+    "</parameter>\n<parameter=days>3</parameter>\n</function>\n</tool_call>",
+    "Let me check the weather for you.\n\n<tool_call>\n<function=get_current_weather>\n<parameter=location>New York"
+    "</parameter>\n</function>\n</tool_call>",
+    "<tool_call>\n<function=get_current_weather>\n<parameter=location>New York</parameter>\n</function>\n</tool_call>"
+    "\n<tool_call>\n<function=sql_interpreter>\n<parameter=query>SELECT * FROM users</parameter>\n<parameter=dry_run>"
+    "True</parameter>\n</function>\n</tool_call>",
+    "<tool_call><function=get_current_weather><parameter=location>Boston</parameter><parameter=unit>celsius"
+    "</parameter></function></tool_call>",
+    "Let me help you.\n\n<tool_call><function=get_current_weather><parameter=location>Paris</parameter></function>"
+    "</tool_call>",
+    "<tool_call>\n<function=get_current_weather>\n<parameter=location>Tokyo</parameter>\n<parameter=days>5"
+    "</parameter>\n</function>\n</tool_call>",
+    "<tool_call>\n<function=sql_interpreter>\n<parameter=query>SELECT 1</parameter>\n<parameter=dry_run>True"
+    "</parameter>\n</function>\n</tool_call>",
+    '<tool_call>\n<function=TodoWrite>\n<parameter=todos>\n[\n  {"content": "Buy groceries", "status": "pending"},\n'
+    '  {"content": "Finish report", "status": "completed"}\n]\n</parameter>\n</function>\n</tool_call>',
+    "<tool_call>\n<function=get_current_weather>\n<parameter=location></parameter>\n</function>\n</tool_call>",
+    "<tool_call>\n<function=sql_interpreter>\n<parameter=query>SELECT * FROM users WHERE name = 'John \"Doe\"'"
+    "</parameter>\n</function>\n</tool_call>",
+    "<tool_call>\n<function=get_current_weather>\n<parameter=location>London",
+    "text <tool_call> more",
+    # TestGlm4MoeDetector
+    "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n<arg_key>date</arg_key>\n"
+    "<arg_value>2024-06-27</arg_value>\n</tool_call>",
+    "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n<arg_key>date</arg_key>\n"
+    "<arg_value>2024-06-27</arg_value>\n</tool_call><tool_call>get_weather\n<arg_key>city</arg_key>\n"
+    "<arg_value>Shanghai</arg_value>\n<arg_key>date</arg_key>\n<arg_value>2024-06-28</arg_value>\n</tool_call>",
+    "<tool_call>invalid_func\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n</tool_call>",
+    "<tool_call>todo_write\n<arg_key>todos</arg_key>\n<arg_value>" + _GLM_TODOS + "</arg_value>\n</tool_call>",
+    "<tool_call>todo_write\\n<arg_key>todos</arg_key>\\n<arg_value>"
+    + _GLM_TODOS.replace('"', '\\"')
+    + "</arg_value>\n</tool_call>",
+    "<tool_call>todo_write\n<arg_key>todos</arg_key>\n<arg_value>"
+    '[{"id": "1", "task": "Check file at C:\\\\Users\\\\test.txt", "status": "pending"}]</arg_value></tool_call>',
+    "<tool_call>todo_write\\n<arg_key>todos</arg_key>\\n<arg_value>"
+    '[{\\"id\\": \\"1\\", \\"task\\": \\"Check file at C:\\\\\\\\Users\\\\\\\\test.txt\\", '
+    '\\"status\\": \\"pending\\"}]'
+    "</arg_value></tool_call>",
+    "<tool_call>todo_write\n<arg_key>todos</arg_key>\n<arg_value>"
+    '[{"id": "1", "task": "Print \\\\n to see newline","status": "pending"}]</arg_value></tool_call>',
+    "<tool_call>\n",
+    # TestGlm47MoeDetector
+    "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Beijing</arg_value><arg_key>date</arg_key>"
+    "<arg_value>2024-06-27</arg_value></tool_call>",
+    "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Beijing</arg_value><arg_key>date</arg_key>"
+    "<arg_value>2024-06-27</arg_value></tool_call><tool_call>get_weather<arg_key>city</arg_key><arg_value>Shanghai"
+    "</arg_value><arg_key>date</arg_key><arg_value>2024-06-28</arg_value></tool_call>",
+    # test_minimax_m2_detector.py is in TOOL_TEXTS above (the MiniMax-M2 block)
+]

@@ -26,7 +26,7 @@ from synthgen.chat.parsers import (
     OutputParser,
 )
 from synthgen.server.demo import DemoPaths
-from tests.parser_samples import REASONING_TEXTS, TOOL_TEXTS, TOOLS
+from tests.parser_samples import REASONING_TEXTS, SGLANG_TEST_TEXTS, SGLANG_TEST_TOOLS, TOOL_TEXTS, TOOLS
 from tests.test_parsers import CASES
 
 pytestmark = pytest.mark.real_sglang
@@ -42,7 +42,7 @@ from sglang.srt.parser.reasoning_parser import BaseReasoningFormatDetector, Reas
 from sglang.srt.parser.reasoning_parser_names import REASONING_PARSER_NAMES
 
 job = json.load(sys.stdin)
-tools = [Tool(**tool) for tool in job["tools"]]
+toolsets = {name: [Tool(**tool) for tool in tools] for name, tools in job["toolsets"].items()}
 results = []
 for row in job["rows"]:
     text, reasoning = row["text"], ""
@@ -56,7 +56,7 @@ for row in job["rows"]:
     text = text or ""
     calls = []
     if row["tool_parser"]:
-        tool_parser = FunctionCallParser(tools, row["tool_parser"])
+        tool_parser = FunctionCallParser(toolsets[row["toolset"]], row["tool_parser"])
         if tool_parser.has_tool_call(text):  # serving_chat._process_tool_calls
             try:
                 parsed, items = tool_parser.parse_non_stream(text)
@@ -113,6 +113,7 @@ def _harmony_rows(count: int) -> list[dict]:
     return [
         {
             "name": f"harmony {i}",
+            "toolset": "samples",
             "reasoning_parser": "gpt-oss",
             "tool_parser": tool,
             "text": text,
@@ -125,11 +126,13 @@ def _harmony_rows(count: int) -> list[dict]:
 
 
 # SGLang's serving layer forces these (k2_horizon refuses anything else; iquest_q1 thinks unless told not to).
+TOOLSETS = {"samples": TOOLS, "sglang_tests": SGLANG_TEST_TOOLS}
 SERVING_FORCED = {"k2_horizon", "iquest_q1"}
 
 
-def _row(name, reasoning_parser, tool_parser, text, opened=False, history=0) -> dict:
+def _row(name, reasoning_parser, tool_parser, text, opened=False, history=0, toolset="samples") -> dict:
     return {
+        "toolset": toolset,
         "name": name,
         "reasoning_parser": reasoning_parser,
         "tool_parser": tool_parser,
@@ -151,6 +154,10 @@ def _rows() -> list[dict]:
             rows.append(_row(f"tool text {i} / {tool}", None, tool, text, history=i % 3))
             for cut in range(len(text) // 3, len(text), max(len(text) // 3, 1)):
                 rows.append(_row(f"tool text {i} / {tool} cut at {cut}", None, tool, text[:cut]))
+    # The inputs of SGLang's own parser tests, with the tools those tests declare, through every name.
+    for i, text in enumerate(SGLANG_TEST_TEXTS):
+        for tool in KNOWN_TOOL_CALL:
+            rows.append(_row(f"sglang test text {i} / {tool}", None, tool, text, toolset="sglang_tests"))
     # Every reasoning sample through every reasoning parser, the prompt opening it or not.
     for i, text in enumerate(REASONING_TEXTS + TOOL_TEXTS[:12]):
         for reasoning in KNOWN_REASONING:
@@ -178,7 +185,7 @@ def _rows() -> list[dict]:
 def sglang_answers(real_setup) -> tuple[list[dict], dict]:
     # real_setup installs the real server on first use (or fails/skips as the other real tests do).
     rows = _rows()
-    job = json.dumps({"rows": rows, "tools": TOOLS})
+    job = json.dumps({"rows": rows, "toolsets": TOOLSETS})
     done = subprocess.run(
         [str(SGLANG_PYTHON), "-c", SGLANG_SIDE], input=job, capture_output=True, text=True, timeout=600
     )
@@ -189,7 +196,11 @@ def sglang_answers(real_setup) -> tuple[list[dict], dict]:
 
 def _ours(row: dict) -> dict:
     out = OutputParser(row["reasoning_parser"], row["tool_parser"]).parse(
-        row["text"], row["opened"], call_id_prefix=row["name"], history_tool_calls=row["history"], tools=TOOLS
+        row["text"],
+        row["opened"],
+        call_id_prefix=row["name"],
+        history_tool_calls=row["history"],
+        tools=TOOLSETS[row["toolset"]],
     )
     calls = []
     for call in out.tool_calls:
