@@ -563,3 +563,66 @@ SGLANG_TEST_TEXTS = [
     "</arg_value><arg_key>date</arg_key><arg_value>2024-06-28</arg_value></tool_call>",
     # test_minimax_m2_detector.py is in TOOL_TEXTS above (the MiniMax-M2 block)
 ]
+
+SGLANG_TEST_TOOLS.append(
+    {
+        "type": "function",
+        "function": {
+            "name": "ReadFile",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+    }
+)
+
+_K2_READ = (
+    '<|tool_calls_section_begin|><|tool_call_begin|>functions.ReadFile:0<|tool_call_argument_begin|>{"path": '
+    '"/tmp/test.ts"}<|tool_call_end|><|tool_calls_section_end|>'
+)
+
+# test/registered/parser/test_reasoning_parser.py (streamed chunks joined); run through every reasoning name.
+SGLANG_REASONING_TEST_TEXTS = [
+    "This is normal text",
+    "<think>This is reasoning",
+    "<think>This is reasoning</think>This is normal",
+    "This should be reasoning",
+    "Hello world",
+    "<thi",
+    "<think>reasoning</think>normal",
+    "I need to think about this. The answer is 42.",
+    "I think this is the answer</think>The final answer is 42.",
+    "<think>I need to think about this.</think>The answer is 42.",
+    "<think>Let me think about this problem</think>The answer is 42.",
+    "Direct answer without thinking.",
+    "I need to think about this step by step.</think>The answer is 42.",
+    "◁think▷Let me consider this carefully◁/think▷The answer is 42.",
+    "Direct answer without thinking tokens.",
+    "◁think▷Startthinking...◁/think▷answer",
+    "<think>Let me think about this step by step</think>The answer is 42.",
+    "<think>I need to think<tool_call>tool call data",
+    "<think>thinking<tool_call>first tool<tool_call>second tool<tool_call>final tool",
+    "<think>This is incomplete",
+    "Just the answer without any reasoning.",
+    "More reasoning<tool_call>tool call",
+    "<think>thinking<tool_call>tool call",
+    "<think>reasoning<tool_call>tool args",
+    "I need to solve this step by step. First, I'll analyze the problem. The given equation is x + 2 = 5. To solve "
+    "for x, I subtract 2 from both sides: x = 5 - 2 = 3.</think>The answer is x = 3.",
+    "<think>Let me analyze this problem. I need to consider multiple factors.</think>Based on my analysis, the "
+    "solution is to use a different approach.",
+    "◁think▷Let me analyze this problem. I need to consider multiple factors.◁/think▷The answer is 42.",
+    "<think></think>Just the answer.",
+    "Let me solve this step by step. The equation is x + 2 = 5. Subtracting 2 from both sides gives x = 3.</think>"
+    "The solution is x = 3.",
+    "I need to analyze this problem carefully. Let me break it down.</think>The final answer is 42.",
+    "</answer",
+    "<this is text",
+    "<think>some reasoning</think>normal text",
+    "</random>",
+    "<think>",
+    "<think>Let me think about this<|tool_calls_section_begin|>tool data",
+    "<think>thinking...<|tool_calls_section_begin|>tool data",
+    "<think>Let me read the file.</think>" + _K2_READ,
+    "<think>Let me read the file." + _K2_READ,
+    "<think>Thinking..." + _K2_READ.replace("test.ts", "a.ts"),
+    _K2_READ,
+]

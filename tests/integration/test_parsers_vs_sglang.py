@@ -26,7 +26,14 @@ from synthgen.chat.parsers import (
     OutputParser,
 )
 from synthgen.server.demo import DemoPaths
-from tests.parser_samples import REASONING_TEXTS, SGLANG_TEST_TEXTS, SGLANG_TEST_TOOLS, TOOL_TEXTS, TOOLS
+from tests.parser_samples import (
+    REASONING_TEXTS,
+    SGLANG_REASONING_TEST_TEXTS,
+    SGLANG_TEST_TEXTS,
+    SGLANG_TEST_TOOLS,
+    TOOL_TEXTS,
+    TOOLS,
+)
 from tests.test_parsers import CASES
 
 pytestmark = pytest.mark.real_sglang
@@ -158,8 +165,14 @@ def _rows() -> list[dict]:
     for i, text in enumerate(SGLANG_TEST_TEXTS):
         for tool in KNOWN_TOOL_CALL:
             rows.append(_row(f"sglang test text {i} / {tool}", None, tool, text, toolset="sglang_tests"))
+    # SGLang's reasoning-parser test inputs, as the Kimi-K2 pipeline test chains them, with its tools.
+    for i, text in enumerate(SGLANG_REASONING_TEST_TEXTS):
+        for opened in (False, True):
+            rows.append(
+                _row(f"sglang reasoning test {i} k2 / {opened}", "kimi_k2", "kimi_k2", text, opened, 0, "sglang_tests")
+            )
     # Every reasoning sample through every reasoning parser, the prompt opening it or not.
-    for i, text in enumerate(REASONING_TEXTS + TOOL_TEXTS[:12]):
+    for i, text in enumerate(REASONING_TEXTS + TOOL_TEXTS[:12] + SGLANG_REASONING_TEST_TEXTS):
         for reasoning in KNOWN_REASONING:
             for opened in (False, True):
                 rows.append(_row(f"reasoning text {i} / {reasoning} / {opened}", reasoning, None, text, opened))
