@@ -241,6 +241,11 @@ TOOL_TEXTS = [
     # Spark 2.5
     "Hi <tool_call>search<arg_key>q</arg_key><arg_value>x y</arg_value><arg_key>n</arg_key><arg_value>3"
     "</arg_value></tool_call> bye <tool_call></tool_call>",
+    # Inkling
+    'Sure<|message_model|>hdr<|content_invoke_tool_json|>{"name": "get_weather", "args": {"city": "Oslo"}}'
+    "<|end_message|>then<|content_invoke_tool_text|>free text ✓<|end_message|>",
+    '<|content_invoke_tool_json|>{"name": "ping", "args": {}}<|end_message|><|content_invoke_tool_json|>{"name": ',
+    '<|content_invoke_tool_json|>{"name": "ping", "args": {"x": NaN}}<|end_message|>',
     # Kimi-K2
     "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
     '{"city": "Beijing"}<|tool_call_end|><|tool_calls_section_end|>',

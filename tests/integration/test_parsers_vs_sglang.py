@@ -186,6 +186,14 @@ def _rows() -> list[dict]:
         ("kimi_k2", "kimi_k2"),
         ("qwen3", "hermes"),
         ("mistral", "mistral"),
+        ("inkling", "inkling"),
+        ("kimi_k3", "kimi_k3"),
+        ("apertus2509", "apertus2509"),
+        ("hunyuan", "hunyuan"),
+        ("gemma4", "gemma4"),
+        ("deepseek-v4", "deepseekv4"),
+        ("iquest_q1", "iquest_q1"),
+        ("step3", "step3"),
     ]
     for i, text in enumerate(TOOL_TEXTS):
         for reasoning, tool in pairs:

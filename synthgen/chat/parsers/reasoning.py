@@ -267,7 +267,7 @@ def _cohere(text: str, opened: bool) -> Split:
 _INK_THINKING, _INK_TEXT = "<|content_thinking|>", "<|content_text|>"
 _INK_MODEL, _INK_END, _INK_END_SAMPLING = "<|message_model|>", "<|end_message|>", "<|content_model_end_sampling|>"
 _INK_TOOLS = ("<|content_invoke_tool_json|>", "<|content_invoke_tool_text|>")
-_INK_CONTROL = sorted(
+INKLING_CONTROL = sorted(
     {
         "<|endoftext|>",
         "<|message_user|>",
@@ -316,7 +316,7 @@ def _inkling(text: str, opened: bool) -> Split:
             reasoning.append(pending)
             pending = ""
 
-    for match in re.finditer("|".join(re.escape(t) for t in _INK_CONTROL), text):
+    for match in re.finditer("|".join(re.escape(t) for t in INKLING_CONTROL), text):
         saw = True
         emit(text[pos : match.start()])
         token, pos = match.group(0), match.end()

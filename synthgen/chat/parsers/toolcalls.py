@@ -1679,3 +1679,87 @@ def iquest_q1(text: str, tools: Tools) -> Found:
         content_start = search
     normal.append(text[content_start:])
     return "".join(normal), calls
+
+
+def _ink_clean(text: str) -> str:
+    from synthgen.chat.parsers.reasoning import INKLING_CONTROL
+
+    for token in INKLING_CONTROL:
+        text = text.replace(token, "")
+    return text
+
+
+def _ink_item(payload: Any, index: int) -> Item | None:
+    name, args = payload.get("name"), payload.get("args")
+    if not isinstance(name, str) or not isinstance(args, dict):
+        return None
+    return Item(name, dumps(args), index)  # undeclared tools are surfaced too
+
+
+def _reject_nonfinite(value: str) -> float:
+    raise ValueError(f"{value} is not a valid JSON number")
+
+
+def inkling(text: str, tools: Tools) -> Found:
+    """InklingDetector: ``<|content_invoke_tool_json|>{"name", "args"}<|end_message|>`` blocks (and text
+    invocations, a call with no name); a malformed turn falls back to its last JSON call."""
+    from synthgen.chat.parsers.reasoning import INKLING_CONTROL
+
+    bot, text_bot, eot, model = (
+        "<|content_invoke_tool_json|>",
+        "<|content_invoke_tool_text|>",
+        "<|end_message|>",
+        "<|message_model|>",
+    )
+    if bot not in text and text_bot not in text:
+        return None
+    calls: list[Item] = []
+    parts: list[str] = []
+    pos = 0
+    canonical = True
+    while pos < len(text):
+        json_at, text_at = text.find(bot, pos), text.find(text_bot, pos)
+        if json_at == -1 and text_at == -1:
+            parts.append(text[pos:])
+            break
+        is_json = text_at == -1 or (json_at != -1 and json_at <= text_at)
+        at, marker = (json_at, bot) if is_json else (text_at, text_bot)
+        prefix = text[pos:at]
+        header_at = prefix.rfind(model)
+        if header_at >= 0 and not any(t in prefix[header_at + len(model) :] for t in INKLING_CONTROL):
+            prefix = prefix[:header_at]
+        parts.append(prefix)
+        end = text.find(eot, at + len(marker))
+        if end == -1:
+            canonical = False
+            break
+        body = text[at + len(marker) : end]
+        if is_json:
+            try:
+                payload = json.loads(body.strip(), parse_constant=_reject_nonfinite)
+            except ValueError:
+                canonical = False
+                break
+            item = _ink_item(payload, len(calls)) if isinstance(payload, dict) else None
+            if item is None:
+                canonical = False
+                break
+            calls.append(item)
+        else:
+            calls.append(Item("", json.dumps({"text": _ink_clean(body)}), len(calls)))
+        pos = end + len(eot)
+    if canonical:
+        return _ink_clean("".join(parts)), calls
+    last = text.rfind(bot)
+    if last != -1:
+        end = text.find(eot, last + len(bot))
+        candidate = _ink_clean(text[last + len(bot) : end] if end != -1 else text[last + len(bot) :]).strip()
+        try:
+            payload = json.loads(candidate)
+        except ValueError:
+            payload = None
+        if isinstance(payload, dict) and payload.get("name"):
+            item = _ink_item(payload, 0)
+            if item is not None:
+                return "", [item]
+    return _ink_clean(text), []
