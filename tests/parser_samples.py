@@ -246,6 +246,11 @@ TOOL_TEXTS = [
     "<|end_message|>then<|content_invoke_tool_text|>free text ✓<|end_message|>",
     '<|content_invoke_tool_json|>{"name": "ping", "args": {}}<|end_message|><|content_invoke_tool_json|>{"name": ',
     '<|content_invoke_tool_json|>{"name": "ping", "args": {"x": NaN}}<|end_message|>',
+    # Cohere Command 4
+    'Ok<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}}, '
+    '{"tool_name": "ping", "parameters": {}}]<|END_ACTION|>',
+    '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "search", "parameters": {"q": "cut off he',
+    "<|START_ACTION|>not json<|END_ACTION|>",
     # Kimi-K2
     "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
     '{"city": "Beijing"}<|tool_call_end|><|tool_calls_section_end|>',

@@ -194,6 +194,7 @@ def _rows() -> list[dict]:
         ("deepseek-v4", "deepseekv4"),
         ("iquest_q1", "iquest_q1"),
         ("step3", "step3"),
+        ("cohere_command4", "cohere_command4"),
     ]
     for i, text in enumerate(TOOL_TEXTS):
         for reasoning, tool in pairs:

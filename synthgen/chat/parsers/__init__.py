@@ -122,6 +122,7 @@ _tool(
 )
 _tool("iquest_q1", _tc.iquest_q1, "XML arguments (schema-converted)", "GLM-4.7's inside `<iquest_tool_call>`")
 _tool("inkling", _tc.inkling, "JSON", '`<|content_invoke_tool_json|>{"name", "args"}<|end_message|>`')
+_tool("cohere_command4", _tc.cohere_command4, "JSON", "`<|START_ACTION|>[{tool_name, parameters}]<|END_ACTION|>`")
 _tool("kimi_k2", _tc.kimi_k2, "Kimi", "`<|tool_calls_section_begin|>`, ids `functions.NAME:N`")
 _tool("gpt-oss", _tc.gpt_oss, "Harmony", "`commentary to=functions.NAME` blocks")
 

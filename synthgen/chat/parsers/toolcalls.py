@@ -1763,3 +1763,55 @@ def inkling(text: str, tools: Tools) -> Found:
             if item is not None:
                 return "", [item]
     return _ink_clean(text), []
+
+
+def _partial_json(text: str) -> Any:
+    """sglang.srt.function_call.utils._partial_json_loads(text, Allow.ALL)[0]."""
+    import partial_json_parser
+    from partial_json_parser.core.options import Allow
+
+    try:
+        return partial_json_parser.loads(text, Allow.ALL)
+    except (json.JSONDecodeError, IndexError) as e:
+        if "Extra data" in getattr(e, "msg", str(e)) or "pop from empty list" in getattr(e, "msg", str(e)):
+            start = len(text) - len(text.lstrip(" \t\n\r"))
+            return json.JSONDecoder().raw_decode(text, start)[0]
+        raise
+    except AssertionError as e:
+        raise json.JSONDecodeError("partial_json_parser assertion (treat as incomplete)", text, 0) from e
+
+
+def cohere_command4(text: str, tools: Tools) -> Found:
+    """CohereCommand4Detector: ``<|START_ACTION|>[{"tool_name", "parameters"}, ...]<|END_ACTION|>``; a
+    cut-off action block is read as partial JSON."""
+    import orjson
+    from partial_json_parser.core.exceptions import MalformedJSON
+
+    idx = text.find("<|START_ACTION|>")
+    if idx == -1:
+        return None
+    normal = text[:idx]
+    start = idx + len("<|START_ACTION|>")
+    end = text.find("<|END_ACTION|>", start)
+    body = text[start:end] if end != -1 else text[start:]
+    try:
+        actions = orjson.loads(body)
+    except (orjson.JSONDecodeError, TypeError, ValueError):
+        try:
+            actions = _partial_json(body)
+        except (MalformedJSON, json.JSONDecodeError, ValueError):
+            return normal, []
+    if isinstance(actions, dict):
+        actions = [actions]
+    if not isinstance(actions, list):
+        actions = []
+    normalized: list[Any] = []
+    for act in actions:
+        if not isinstance(act, dict):
+            continue
+        act = dict(act)
+        if "name" not in act and "tool_name" in act:
+            act["name"] = act.pop("tool_name")
+        act.pop("tool_call_id", None)
+        normalized.append(act)
+    return normal, base_json(normalized, tools)
