@@ -251,6 +251,13 @@ TOOL_TEXTS = [
     '{"tool_name": "ping", "parameters": {}}]<|END_ACTION|>',
     '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "search", "parameters": {"q": "cut off he',
     "<|START_ACTION|>not json<|END_ACTION|>",
+    # K2 Horizon
+    "Ok <ifm|tool_call>get_weather<ifm|arg_key>city</ifm|arg_key><ifm|arg_value>Paris</ifm|arg_value>"
+    "<ifm|arg_key>days</ifm|arg_key><ifm|arg_value>3</ifm|arg_value><ifm|arg_key>x</ifm|arg_key>"
+    "<ifm|arg_type>string</ifm|arg_type><ifm|arg_value>5</ifm|arg_value></ifm|tool_call> done",
+    "<ifm|think>hm</ifm|think><ifm|tool_calls><ifm|tool_call>ping</ifm|tool_call>\n<ifm|tool_call>"
+    '{"name": "search", "arguments": {"q": "a", "n": "2"}}</ifm|tool_call></ifm|tool_calls>tail',
+    "<ifm|tool_call>get_weather junk<ifm|arg_key></ifm|arg_key></ifm|tool_call>",
     # Kimi-K2
     "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
     '{"city": "Beijing"}<|tool_call_end|><|tool_calls_section_end|>',

@@ -195,6 +195,7 @@ def _rows() -> list[dict]:
         ("iquest_q1", "iquest_q1"),
         ("step3", "step3"),
         ("cohere_command4", "cohere_command4"),
+        ("k2_horizon", "k2_horizon"),
     ]
     for i, text in enumerate(TOOL_TEXTS):
         for reasoning, tool in pairs:

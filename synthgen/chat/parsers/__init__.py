@@ -123,6 +123,12 @@ _tool(
 _tool("iquest_q1", _tc.iquest_q1, "XML arguments (schema-converted)", "GLM-4.7's inside `<iquest_tool_call>`")
 _tool("inkling", _tc.inkling, "JSON", '`<|content_invoke_tool_json|>{"name", "args"}<|end_message|>`')
 _tool("cohere_command4", _tc.cohere_command4, "JSON", "`<|START_ACTION|>[{tool_name, parameters}]<|END_ACTION|>`")
+_tool(
+    "k2_horizon",
+    _tc.k2_horizon,
+    "XML arguments (schema-converted)",
+    "`<ifm|tool_call>NAME<ifm|arg_key>…<ifm|arg_value>…`",
+)
 _tool("kimi_k2", _tc.kimi_k2, "Kimi", "`<|tool_calls_section_begin|>`, ids `functions.NAME:N`")
 _tool("gpt-oss", _tc.gpt_oss, "Harmony", "`commentary to=functions.NAME` blocks")
 
