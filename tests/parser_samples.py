@@ -258,6 +258,16 @@ TOOL_TEXTS = [
     "<ifm|think>hm</ifm|think><ifm|tool_calls><ifm|tool_call>ping</ifm|tool_call>\n<ifm|tool_call>"
     '{"name": "search", "arguments": {"q": "a", "n": "2"}}</ifm|tool_call></ifm|tool_calls>tail',
     "<ifm|tool_call>get_weather junk<ifm|arg_key></ifm|arg_key></ifm|tool_call>",
+    # MiniMax-M3
+    'Hi]<]minimax[>[<tool_call>]<]minimax[>[<invoke name="get_weather">]<]minimax[>[<city>Paris]<]minimax[>['
+    "</city>]<]minimax[>[<days>3]<]minimax[>[</days>]<]minimax[>[<tags>]<]minimax[>[<item>a]<]minimax[>[</item>"
+    "]<]minimax[>[<item>b]<]minimax[>[</item>]<]minimax[>[</tags>]<]minimax[>[<opts>]<]minimax[>[<a>1"
+    ']<]minimax[>[</a>]<]minimax[>[</opts>]<]minimax[>[</invoke>]<]minimax[>[<invoke name="ping">]<]minimax[>['
+    "</invoke>]<]minimax[>[</tool_call> bye",
+    ']<]minimax[>[<tool_call>\n]<]minimax[>[ <invoke name="the_tool">]<]minimax[>[<args>]<]minimax[>[</args>'
+    "]<]minimax[>[</invoke>]<]minimax[>[</tool_call>",
+    ']<]minimax[>[<tool_call>]<]minimax[>[<invoke name="search">]<]minimax[>[<q>x]<]minimax[>[</n>'
+    "]<]minimax[>[</invoke>]<]minimax[>[</tool_call>",
     # Kimi-K2
     "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
     '{"city": "Beijing"}<|tool_call_end|><|tool_calls_section_end|>',

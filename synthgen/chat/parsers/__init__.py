@@ -129,6 +129,12 @@ _tool(
     "XML arguments (schema-converted)",
     "`<ifm|tool_call>NAME<ifm|arg_key>…<ifm|arg_value>…`",
 )
+_tool(
+    "minimax-m3",
+    _tc.minimax_m3,
+    "XML arguments (schema-converted)",
+    '`]<]minimax[>[<tool_call>` `<invoke name="F">`, nested elements',
+)
 _tool("kimi_k2", _tc.kimi_k2, "Kimi", "`<|tool_calls_section_begin|>`, ids `functions.NAME:N`")
 _tool("gpt-oss", _tc.gpt_oss, "Harmony", "`commentary to=functions.NAME` blocks")
 
