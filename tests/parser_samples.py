@@ -268,6 +268,14 @@ TOOL_TEXTS = [
     "]<]minimax[>[</invoke>]<]minimax[>[</tool_call>",
     ']<]minimax[>[<tool_call>]<]minimax[>[<invoke name="search">]<]minimax[>[<q>x]<]minimax[>[</n>'
     "]<]minimax[>[</invoke>]<]minimax[>[</tool_call>",
+    # MiniCPM 5
+    'Sure <function name="get_weather"><param name="city">Paris</param><param name="days">3</param></function>'
+    ' and <function name="search"><arguments><param name="q"><![CDATA[a < b]]></param><param name="n">2</param>'
+    "</arguments></function>",
+    '<function name="get_weather"><param name="city">A & B</param></function>',
+    '<function name="the_tool"><param name="nope">1</param></function>',
+    '<function name="unknown_fn"><param name="x">1</param></function>',
+    '<function name="search"><param name="q">x</param><param name="q">y</param></function>',
     # Kimi-K2
     "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
     '{"city": "Beijing"}<|tool_call_end|><|tool_calls_section_end|>',

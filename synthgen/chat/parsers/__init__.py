@@ -135,6 +135,12 @@ _tool(
     "XML arguments (schema-converted)",
     '`]<]minimax[>[<tool_call>` `<invoke name="F">`, nested elements',
 )
+_tool(
+    "minicpm5",
+    _tc.minicpm5,
+    "XML arguments (schema-converted)",
+    '`<function name="F"><param name="K">…</param></function>`',
+)
 _tool("kimi_k2", _tc.kimi_k2, "Kimi", "`<|tool_calls_section_begin|>`, ids `functions.NAME:N`")
 _tool("gpt-oss", _tc.gpt_oss, "Harmony", "`commentary to=functions.NAME` blocks")
 

@@ -2195,3 +2195,122 @@ def minimax_m3(text: str, tools: Tools) -> Found:
         return "".join(parts), calls
     except Exception:
         return text, []
+
+
+def _cpm_value(text: str) -> Any:
+    try:
+        try:
+            return json.loads(text)
+        except (json.JSONDecodeError, TypeError):
+            return literal_eval(text)
+    except (ValueError, SyntaxError, TypeError):
+        return text
+
+
+def _cpm_type(name: str, key: str, tools: Tools) -> Any:
+    if tools.schemas is None or not isinstance(tools.schemas.get(name), dict):
+        return None
+    prop = schema_properties(tools.schemas[name]).get(key, {})
+    return prop.get("type") if isinstance(prop, dict) else None
+
+
+def _cpm_xml(
+    block: str, tools: Tools, allowed_by: dict[str, set[str]], args: dict[str, Any]
+) -> tuple[str | None, bool, bool]:
+    """The block read as XML: (function name, parsed, a parameter was invalid)."""
+    import xml.etree.ElementTree as ElementTree
+
+    if "<!DOCTYPE" in block or "<!ENTITY" in block:  # no entity expansion for model output
+        raise ValueError("DTDs are not read")
+    root = ElementTree.fromstring(block)
+    node = root if root.tag == "function" else root.find("function")
+    name = (node.attrib.get("name") or "").strip() if node is not None else None
+    allowed = allowed_by.get(name or "", set())
+    invalid = False
+    if node is not None:
+        params = list(node.findall("param"))
+        holder = node.find("arguments")
+        if holder is not None and not params:
+            params = list(holder.findall("param"))
+        seen: set[str] = set()
+        for param in params:
+            key = param.attrib.get("name")
+            if not key or (allowed and key not in allowed) or key in seen:
+                invalid = True
+                break
+            seen.add(key)
+            value = (param.text or "").strip()
+            args[key] = value if _cpm_type(name or "", key, tools) == "string" else _cpm_value(value)
+        if invalid:
+            args.clear()
+    return name, bool(name), invalid
+
+
+def minicpm5(text: str, tools: Tools) -> Found:
+    """MiniCPM5Detector: ``<function name="F"><param name="K">v</param></function>`` read as XML (then by
+    regex when that fails); only declared functions with valid, complete parameters become calls."""
+    if "<function" not in text:
+        return None
+    declared = set(tools.order) if tools.schemas is not None else set()
+    allowed_by = {n: set(schema_properties(tools.schemas[n] or {}).keys()) for n in declared} if tools.schemas else {}
+    required_by: dict[str, set[str]] = {}
+    for n in declared:
+        schema = tools.schemas[n] if tools.schemas is not None else None
+        required = schema.get("required", []) if isinstance(schema, dict) else []
+        try:
+            required_by[n] = set(required)
+        except TypeError:
+            required_by[n] = set()
+    parts: list[str] = []
+    calls: list[Item] = []
+    try:
+        last = 0
+        for m in re.finditer(r"<function.*?</function>", text, re.DOTALL):
+            if m.start() > last:
+                parts.append(text[last : m.start()])
+            block = m.group(0)
+            name: str | None = None
+            args: dict[str, Any] = {}
+            ok = invalid = False
+            try:
+                name, ok, invalid = _cpm_xml(block, tools, allowed_by, args)
+            except Exception:
+                ok = False
+            if not ok:
+                try:
+                    head = re.search(r"<function\s+name=['\"]([^'\"]+)['\"][^>]*>", block)
+                    if head:
+                        name = (head.group(1) or "").strip()
+                    invalid = re.search(r"<param(?![^>]*\bname=)[^>]*>", block, re.DOTALL) is not None
+                    seen: set[str] = set()
+                    allowed = allowed_by.get(name or "", set())
+                    for pm in re.finditer(r"<param\s+name=['\"]([^'\"]+)['\"]>([\s\S]*?)</param>", block, re.DOTALL):
+                        key = pm.group(1).strip()
+                        if (allowed and key not in allowed) or key in seen:
+                            invalid = True
+                            break
+                        seen.add(key)
+                        value = pm.group(2) or ""
+                        if value.startswith("<![CDATA[") and value.endswith("]]>"):
+                            value = value[len("<![CDATA[") : -len("]]>")]
+                        value = value.strip()
+                        args[key] = value if _cpm_type(name or "", key, tools) == "string" else _cpm_value(value)
+                    if invalid:
+                        args.clear()
+                    ok = bool(name)
+                except Exception:
+                    ok = False
+            if not name or name not in declared or invalid:
+                ok = False
+            elif required_by.get(name) and not required_by[name].issubset(args.keys()):
+                ok = False
+            if ok and name is not None:
+                calls.extend(base_json({"name": name, "parameters": args}, tools))
+            else:
+                parts.append(block)
+            last = m.end()
+        if last < len(text):
+            parts.append(text[last:])
+        return "".join(parts), calls
+    except Exception:
+        return text, []
