@@ -426,3 +426,20 @@ def test_tool_calls_with_the_prompts_tools_follow_sglangs_detectors(parser, text
     out = OutputParser(None, parser).parse(text, False, call_id_prefix="p", tools=TOOLS)
     assert out.content == content
     assert [(c["function"]["name"], c["function"]["arguments"]) for c in out.tool_calls] == calls
+
+
+def test_kimi_k3_ids_are_name_and_index_counting_earlier_turns():
+    text = (
+        '<|open|>tools<|sep|><|open|>call tool="ping"<|sep|><|close|>call<|sep|><|open|>call tool="search"<|sep|>'
+        '<|open|>argument key="n" type="integer"<|sep|>2<|close|>argument<|sep|><|close|>call<|sep|>'
+    )
+    calls = OutputParser(None, "kimi_k3").parse(text, False, history_tool_calls=3, tools=TOOLS).tool_calls
+    assert [(c["id"], c["function"]["arguments"]) for c in calls] == [("ping:3", "{}"), ("search:4", '{"n": 2}')]
+
+
+def test_a_failing_detector_leaves_the_whole_answer_and_no_calls():
+    # MiniMax-M3 raises on a mismatched closing tag; SGLang's serving layer then keeps the text as it was.
+    text = ']<]minimax[>[<tool_call>]<]minimax[>[<invoke name="search">]<]minimax[>[<q>x]<]minimax[>[</n>'
+    text += "]<]minimax[>[</invoke>]<]minimax[>[</tool_call>"
+    out = OutputParser(None, "minimax-m3").parse(text, False, tools=TOOLS)
+    assert (out.content, out.tool_calls) == (text, [])

@@ -148,10 +148,12 @@ _tool("gpt-oss", _tc.gpt_oss, "Harmony", "`commentary to=functions.NAME` blocks"
 NOT_REPRODUCED: dict[tuple[str, str], str] = {
     ("reasoning", "response_template"): "SGLang derives it from the chat template's response grammar at start-up",
     ("reasoning", "beam"): "a response-template profile (SGLang's template grammar engine)",
-    ("reasoning", "muse"): "Muse Glimmer's recipient channels are not reproduced yet",
+    ("reasoning", "muse"): "Muse Glimmer's one-shot parse runs its streaming channel state machine; not reproduced yet",
     ("tool-call", "response_template"): "SGLang derives it from the chat template's response grammar at start-up",
     ("tool-call", "beam"): "a response-template profile (SGLang's template grammar engine)",
-    ("tool-call", "muse"): "Muse Glimmer's recipient channels are not reproduced yet",
+    ("tool-call", "muse"): "Muse Glimmer's one-shot parse runs its streaming channel state machine; not reproduced yet",
+    ("tool-call", "lfm2"): "LFM2's Python-call reader repairs malformed calls with ~900 lines of heuristics; "
+    "not reproduced yet",
 }
 for _name in SGLANG_TOOL_CALL:
     if _name not in _TOOL_FAMILIES and ("tool-call", _name) not in NOT_REPRODUCED:
