@@ -276,6 +276,13 @@ TOOL_TEXTS = [
     '<function name="the_tool"><param name="nope">1</param></function>',
     '<function name="unknown_fn"><param name="x">1</param></function>',
     '<function name="search"><param name="q">x</param><param name="q">y</param></function>',
+    # Muse Glimmer
+    " to=self<|message|>Let me look.<|eom|><|start|>assistant to=functions.get_weather<|message|>"
+    '<atem:function_calls><atem:invoke name="get_weather"><atem:parameter name="city">Paris</atem:parameter>'
+    '<atem:parameter name="days">3</atem:parameter></atem:invoke></atem:function_calls><|eom|>'
+    "<|start|>assistant to=user<|message|>Done.<|eot|>",
+    ' to=user<|message|>I would call <atem:invoke name="ping"></atem:invoke> here<|eot|>',
+    ' to=functions.search<|message|><atem:invoke name="functions.search"><atem:parameter name="q">cut',
     # Kimi-K2
     "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
     '{"city": "Beijing"}<|tool_call_end|><|tool_calls_section_end|>',
@@ -320,6 +327,9 @@ REASONING_TEXTS = [
     "k3 thinks<|open|>tools<|sep|>call<|close|>tools<|sep|>",
     "skipped<|close|>response<|sep|><|close|>message<|sep|>",
     "<tool_calls>hy</tool_calls>",
+    " to=self<|message|>muse thinks<|eom|><|start|>assistant to=user<|message|>muse answers<|eot|>",
+    " to=self<|message|>a<|eom|><|start|>assistant to=self<|message|>b<|eom|> to=commentary<|message|>c",
+    " to=self<|message|>cut off",
     "\n</think>\n\ngranite",
     "<think>only reasoning, no answer</think>",
 ]

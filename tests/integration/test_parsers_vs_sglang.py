@@ -196,11 +196,13 @@ def _rows() -> list[dict]:
         ("step3", "step3"),
         ("cohere_command4", "cohere_command4"),
         ("k2_horizon", "k2_horizon"),
+        ("muse", "muse"),
     ]
     for i, text in enumerate(TOOL_TEXTS):
         for reasoning, tool in pairs:
             rows.append(_row(f"chain {i} / {reasoning}+{tool}", reasoning, tool, "<think>hm</think>" + text))
             rows.append(_row(f"chain {i} / {reasoning}+{tool} opened", reasoning, tool, "hm\n" + text, True))
+            rows.append(_row(f"chain {i} / {reasoning}+{tool} bare", reasoning, tool, text))
     return rows + _harmony_rows(400)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from synthgen.chat.parsers import calls as _calls
+from synthgen.chat.parsers import muse as _muse
 from synthgen.chat.parsers import reasoning as _reasoning
 from synthgen.chat.parsers import toolcalls as _tc
 from synthgen.chat.parsers.calls import Tools
@@ -141,6 +142,7 @@ _tool(
     "XML arguments (schema-converted)",
     '`<function name="F"><param name="K">…</param></function>`',
 )
+_tool("muse", _muse.tool_calls, "Muse channels", '`to=functions.F<|message|><atem:invoke name="F">…<|eom|>`')
 _tool("kimi_k2", _tc.kimi_k2, "Kimi", "`<|tool_calls_section_begin|>`, ids `functions.NAME:N`")
 _tool("gpt-oss", _tc.gpt_oss, "Harmony", "`commentary to=functions.NAME` blocks")
 
@@ -148,10 +150,8 @@ _tool("gpt-oss", _tc.gpt_oss, "Harmony", "`commentary to=functions.NAME` blocks"
 NOT_REPRODUCED: dict[tuple[str, str], str] = {
     ("reasoning", "response_template"): "SGLang derives it from the chat template's response grammar at start-up",
     ("reasoning", "beam"): "a response-template profile (SGLang's template grammar engine)",
-    ("reasoning", "muse"): "Muse Glimmer's one-shot parse runs its streaming channel state machine; not reproduced yet",
     ("tool-call", "response_template"): "SGLang derives it from the chat template's response grammar at start-up",
     ("tool-call", "beam"): "a response-template profile (SGLang's template grammar engine)",
-    ("tool-call", "muse"): "Muse Glimmer's one-shot parse runs its streaming channel state machine; not reproduced yet",
     ("tool-call", "lfm2"): "LFM2's Python-call reader repairs malformed calls with ~900 lines of heuristics; "
     "not reproduced yet",
 }
@@ -159,7 +159,8 @@ for _name in SGLANG_TOOL_CALL:
     if _name not in _TOOL_FAMILIES and ("tool-call", _name) not in NOT_REPRODUCED:
         NOT_REPRODUCED[("tool-call", _name)] = "its detector is not reproduced yet"
 
-_REASONING_NAMES = {*_reasoning.THINK_RULES, *_reasoning.SPECIAL}
+_MUSE = "muse"
+_REASONING_NAMES = {*_reasoning.THINK_RULES, *_reasoning.SPECIAL, _MUSE}
 KNOWN_REASONING: tuple[str, ...] = tuple(sorted(n for n in SGLANG_REASONING if n in _REASONING_NAMES))
 KNOWN_TOOL_CALL: tuple[str, ...] = tuple(sorted(n for n in SGLANG_TOOL_CALL if n in _TOOL_FAMILIES))
 
@@ -235,7 +236,10 @@ class OutputParser:
     def opens_reasoning(self, prompt: str) -> bool:
         return prompt_opens_reasoning(prompt, self.reasoning, self.think_start)
 
-    def split(self, text: str, prompt_opens_reasoning: bool) -> Split:
+    def split(self, text: str, prompt_opens_reasoning: bool, tool_parsing: bool = False) -> Split:
+        """``tool_parsing``: a tool-call parser reads the answer next (Muse then keeps channel framing)."""
+        if self.reasoning == _MUSE:
+            return _muse.split(text, prompt_opens_reasoning, tool_parsing)
         if self.reasoning is None:
             return split_reasoning(text, prompt_opens_reasoning, self.think_start, self.think_end)
         if self.reasoning in _reasoning.SPECIAL:
@@ -252,7 +256,7 @@ class OutputParser:
     ) -> ParsedOutput:
         """``history_tool_calls``: tool calls in the conversation before this turn (Kimi ids count on);
         ``tools``: the request's OpenAI tool list (None: every function counts as declared)."""
-        split = self.split(text, prompt_opens_reasoning)
+        split = self.split(text, prompt_opens_reasoning, self.tool_call is not None)
         content, calls = split.content, list[dict[str, Any]]()
         if self.tool_call is not None:
             try:
@@ -286,7 +290,9 @@ def parser_table() -> str:
     """The docs' parser table (docs/parsers.md), generated from the registries above."""
     rows = ["| kind | name | family | what it splits |", "| --- | --- | --- | --- |"]
     for name in SGLANG_REASONING:
-        if name in _reasoning.SPECIAL:
+        if name == _MUSE:
+            rows.append(_row("reasoning", f"`{name}`", "own rule", "recipient channels: `to=self` is reasoning"))
+        elif name in _reasoning.SPECIAL:
             rows.append(_row("reasoning", f"`{name}`", "own rule", _reasoning.SPECIAL[name][1]))
         elif name in _reasoning.THINK_RULES:
             rows.append(_row("reasoning", f"`{name}`", "think tags", _reasoning.describe(_reasoning.THINK_RULES[name])))
