@@ -330,6 +330,8 @@ REASONING_TEXTS = [
     " to=self<|message|>muse thinks<|eom|><|start|>assistant to=user<|message|>muse answers<|eot|>",
     " to=self<|message|>a<|eom|><|start|>assistant to=self<|message|>b<|eom|> to=commentary<|message|>c",
     " to=self<|message|>cut off",
+    ' to=self<|message|>t<|eom|><|start|>assistant to=functions.f<|message|><atem:invoke name="f"></atem:invoke>'
+    "<|eom|><|start|>assistant to=user<|message|>a<|eot|>",
     "\n</think>\n\ngranite",
     "<think>only reasoning, no answer</think>",
 ]

@@ -66,3 +66,13 @@ NAMED = [
 def test_named_detectors_split_as_sglangs_do(parser, text, opened, reasoning, content):
     split = OutputParser(parser, None).split(text, opened)
     assert (split.reasoning, split.content) == (reasoning, content)
+
+
+def test_muse_keeps_channel_framing_only_when_a_tool_parser_reads_the_answer():
+    text = ' to=self<|message|>t<|eom|><|start|>assistant to=functions.f<|message|><atem:invoke name="f">'
+    text += "</atem:invoke><|eom|><|start|>assistant to=user<|message|>a<|eot|>"
+    plain = OutputParser("muse", None).split(text, False)
+    framed = OutputParser("muse", None).split(text, False, tool_parsing=True)
+    assert plain.reasoning == framed.reasoning == "t"
+    assert framed.content.endswith("<|start|>assistant to=user<|message|>a<|eot|>")
+    assert plain.content.endswith("</atem:invoke><|eom|>a")  # the answer channel unwrapped

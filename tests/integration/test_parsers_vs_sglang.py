@@ -198,6 +198,8 @@ def _rows() -> list[dict]:
         ("k2_horizon", "k2_horizon"),
         ("muse", "muse"),
     ]
+    for i, text in enumerate(REASONING_TEXTS):  # reasoning texts with a tool parser behind (Muse keeps framing)
+        rows.append(_row(f"reasoning text {i} / muse+muse", "muse", "muse", text))
     for i, text in enumerate(TOOL_TEXTS):
         for reasoning, tool in pairs:
             rows.append(_row(f"chain {i} / {reasoning}+{tool}", reasoning, tool, "<think>hm</think>" + text))
