@@ -355,7 +355,9 @@ def test_a_template_that_never_finishes_or_outputs_30_mb_is_a_skip_and_the_run_g
     ws.dataset("short", "d", [{"id": "bad", "prompt": f"{trigger} me"}, {"id": "good", "prompt": "fine"}])
     (ws.root / "t.jinja").write_text(template)
     result = run_cli(ws, "--server-url", sim.url, "--chat-template", "t.jinja", *FAST)
-    assert result.returncode == 1, result.stderr
+    # Exit 0: no rerun of the same command renders that prompt otherwise (docs/command-line.md).
+    assert result.returncode == 0, result.stderr
+    assert f"1 prompts skipped ({kind}), a rerun will not change that" in result.stderr
     assert [r["id"] for r in ws.results("d")] == ["good"]
     (error,) = ws.errors("d")
     assert (error["id"], error["status"], error["error_type"]) == ("bad", "skipped", kind)
