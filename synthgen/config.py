@@ -112,8 +112,8 @@ class RunConfig:
         if self.max_samples is not None and self.max_samples < 0:
             raise UsageError(f"--max-samples must be 0 or more, got {self.max_samples}")
         for flag, value in {"--server-wait": self.server_wait, "--drain-timeout": self.drain_timeout}.items():
-            if value < 0:
-                raise UsageError(f"{flag} must be 0 or more, got {value}")
+            if not (value >= 0 and math.isfinite(value)):  # nan compares false to everything
+                raise UsageError(f"{flag} must be a number of seconds, 0 or more, got {value}")
         if self.sample not in SAMPLE_MODES:
             raise UsageError(f"--sample must be one of {', '.join(SAMPLE_MODES)}")
         if self.temperature is not None and not (self.temperature >= 0 and math.isfinite(self.temperature)):

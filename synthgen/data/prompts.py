@@ -205,17 +205,24 @@ def parse_line(line: bytes) -> tuple[str, Conversation] | None:
     return rid, conversation
 
 
-def prompts_of(rid: str, conversation: Conversation, mode: str) -> list[tuple[str, list[dict[str, Any]], str]]:
-    """(prompt id, messages, prompt hash) of every prompt one line makes in a regeneration mode."""
+def prompts_of(rid: str, conversation: Conversation, mode: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(prompt id, messages) of every prompt one line makes in a regeneration mode."""
     if mode == "each":
         prompts = [(each_id(rid, k), history) for k, history in conversation.each_prompts()]
         if conversation.messages[-1]["role"] != "assistant":  # the unanswered last turn is a prompt too
             prompts.append((each_id(rid, len(conversation.assistant_positions())), conversation.messages))
-        return [(pid, history, prompt_hash(history, conversation.tools)) for pid, history in prompts]
-    digest = conversation_hash(conversation)
+        return prompts
     if mode == "all":
-        return [(rid, conversation.messages, digest)]
-    return [(rid, conversation.last_prompt(), digest)]
+        return [(rid, conversation.messages)]
+    return [(rid, conversation.last_prompt())]
+
+
+def digest_of(messages: list[dict[str, Any]], conversation: Conversation, mode: str) -> str:
+    """The hash of a prompt ``prompts_of`` made: of its messages, except that a conversation's own id
+    (``last``, ``all``) has ``conversation_hash`` in every mode (for ``last`` the same value)."""
+    if mode == "all":
+        return conversation_hash(conversation)
+    return prompt_hash(messages, conversation.tools)
 
 
 def answers(entry: DoneEntry, digest: str, conversation: Conversation) -> bool:
@@ -276,14 +283,18 @@ def scan_dataset(
             continue
         records.add(rid)
         index.dropped_empty_system += conversation.dropped_empty_system
-        for prompt_id, _messages, digest in prompts_of(rid, conversation, mode):
+        for prompt_id, messages in prompts_of(rid, conversation, mode):
             seen[prompt_id] = (start, lineno)
             index.ids.append(prompt_id)
             if len(line) > LONG_LINE:
                 index.long_lines[prompt_id] = len(line)
-            if prompt_id in track:
-                index.hashes[prompt_id] = digest
             entry = done.get(prompt_id) if done else None
+            tracked = prompt_id in track
+            if entry is None and not tracked:
+                continue  # the hash is computed only where it is compared
+            digest = digest_of(messages, conversation, mode)
+            if tracked:
+                index.hashes[prompt_id] = digest
             if entry is not None and not answers(entry, digest, conversation):
                 index.changed.append(prompt_id)
     return index
@@ -298,7 +309,7 @@ def build_prompt(index: DatasetIndex, prompt_id: str, line: bytes, lineno: int) 
         raise InputFileError(path, lineno, f"changed while the run was reading it ({exc})") from None
     if parsed is not None:
         rid, conversation = parsed
-        for pid, messages, digest in prompts_of(rid, conversation, index.mode):
+        for pid, messages in prompts_of(rid, conversation, index.mode):
             if pid == prompt_id:
                 return Prompt(
                     prompt_id,
@@ -306,7 +317,7 @@ def build_prompt(index: DatasetIndex, prompt_id: str, line: bytes, lineno: int) 
                     tuple(messages),
                     lineno,
                     conversation.tools,
-                    digest,
+                    digest_of(messages, conversation, index.mode),
                     conversation if index.mode == "all" else None,
                 )
     raise InputFileError(path, lineno, "changed while the run was reading it; rerun to rescan")

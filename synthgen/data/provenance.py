@@ -52,8 +52,9 @@ class Settings:
         return hashlib.sha256(orjson.dumps(asdict(self), option=orjson.OPT_SORT_KEYS)).hexdigest()[:12]
 
     def differences(self, recorded: dict[str, Any]) -> list[str]:
-        """``flag old -> new`` for every setting that is not what ``recorded`` says."""
-        return differences(recorded, asdict(self))
+        """``flag old -> new`` for every setting that is not what ``recorded`` says. settings.jsonl
+        holds the settings with credentials hidden (see ``record``), so they are compared hidden too."""
+        return differences(recorded, asdict(self)) or ["a hidden credential value"]
 
 
 # Where each setting comes from, as a refusal names it: the flag to change, or the server.
@@ -160,7 +161,7 @@ def check_flags(recorded: dict[str, dict[str, Any]], flags: dict[str, Any]) -> N
     (name -> recorded settings; only the keys a record holds are compared). One error names them all."""
     mismatches = {}
     for name, settings in recorded.items():
-        diff = differences(settings, {k: v for k, v in flags.items() if k in settings})
+        diff = differences(settings, redact_value({k: v for k, v in flags.items() if k in settings}))
         if diff:
             mismatches[name] = "; ".join(diff)
     if mismatches:

@@ -28,6 +28,7 @@ import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -280,7 +281,7 @@ class DatasetStore:
         else:
             self._write_raw(self.results_path.with_name(RESULTS + ".torn"), fragment + b"\n")
             try:
-                fd = open_output(self.results_path, os.O_WRONLY)  # never truncate through a link
+                fd = open_output(self.results_path, os.O_WRONLY)  # never through a link
                 try:
                     os.ftruncate(fd, start)
                 finally:
@@ -437,8 +438,24 @@ class DatasetStore:
             WRITE_POOL.release((self, path))
         self._written.clear()
         if self._locked is not None:
+            self._mark_free()  # before the release: the next run's pid must not be overwritten
             self._locked.release(self.dataset)
             self._locked = None
+
+    def _mark_free(self) -> None:
+        """.lock of a finished run says so, instead of keeping a pid that looks like a live lock."""
+        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        try:
+            fd = os.open(self.lock_path, os.O_WRONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            return  # only a note for people; the lock itself is in .locks
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"free: the run with pid {os.getpid()} ended at {stamp}\n".encode(), 0)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)
