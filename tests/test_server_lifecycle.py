@@ -106,3 +106,21 @@ def test_start_up_status_shows_the_servers_progress_not_its_warnings():
     )
     assert progress_line(log) == "[2026-01-01 00:00:05] Load weight begin. avail mem=12.00 GB"
     assert progress_line("===== synthgen ...: starting server: x\nCannot detect CUDA architecture.\n") == ""
+
+
+def test_the_launch_record_never_holds_a_key_from_the_command(tmp_path):
+    import sys
+
+    from synthgen.server.launcher import ServerProcess, read_record
+
+    record = tmp_path / "launched_server.json"
+    command = [sys.executable, "-c", "import time; time.sleep(600)", "--api-key", "s3cret-value"]
+    server = ServerProcess(command, tmp_path / "server.log", record_path=record)
+    server.start()
+    try:
+        shown = read_record(record)
+        assert shown is not None and shown.pid == server.pid and shown.alive()
+        assert "s3cret-value" not in record.read_text()
+    finally:
+        server.stop(grace=5)
+    assert not record.exists()  # stopped: forgotten

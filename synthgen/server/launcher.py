@@ -324,7 +324,7 @@ class ServerProcess:
             raise ServerLaunchError(f"could not start {self.name} ({self.argv[0]}): {exc.strerror or exc}") from exc
         self._stopping = False
         if self.record_path is not None:
-            write_record(self.record_path, self._proc.pid, shlex.join(self.argv), self.name)
+            write_record(self.record_path, self._proc.pid, redact(shlex.join(self.argv)), self.name)
 
     def _exec_argv(self) -> list[str]:
         """The argv to start: the command itself, or on Linux the command behind the PDEATHSIG shim.
