@@ -345,13 +345,20 @@ def test_torch_comes_from_the_pytorch_cpu_index_only_when_the_configured_indexes
     assert demo.torch_pip_options(configured_has_it=False) == ["--extra-index-url", demo.PYTORCH_CPU_INDEX]
 
 
-def test_demo_command_on_a_set_up_cache_installs_nothing_and_carries_its_environment(tmp_path):
-    paths = fake_cache(tmp_path, "exit 0\n")
-    (paths.tiny).mkdir(parents=True)
-    (paths.tiny / "config.json").write_text("{}")
+def installed_cache(tmp_path: Path, python_script: str) -> demo.DemoPaths:
+    """A fake cache whose install is done (stamp and shim), the tiny model not built."""
+    paths = fake_cache(tmp_path, python_script)
     (paths.shim / "sgl_kernel").mkdir(parents=True)
     (paths.shim / "sgl_kernel" / "__init__.py").write_text("")
     paths.stamp.write_text(json.dumps({"spec_hash": demo.spec_hash()}))
+    return paths
+
+
+def test_demo_command_on_a_set_up_cache_installs_nothing_and_carries_its_environment(tmp_path):
+    paths = installed_cache(tmp_path, "exit 0\n")
+    (paths.tiny).mkdir(parents=True)
+    (paths.tiny / "config.json").write_text("{}")
+    (paths.tiny / "recipe.json").write_text(json.dumps({"tiny_hash": demo.tiny_hash()}))
     said: list[str] = []
 
     argv = demo.demo_command(30123, say=said.append, paths=paths)
@@ -369,6 +376,33 @@ def test_demo_command_on_a_set_up_cache_installs_nothing_and_carries_its_environ
         "--port",
         "30123",
     ]
+
+
+# The fake python records its arguments; run as the model build (demo_model.py OUT), it writes OUT/config.json.
+FAKE_BUILD = (
+    'echo "$@" >> "$(dirname "$0")/calls"\n'
+    'case "$1" in *demo_model.py) mkdir -p "$2" && echo {} > "$2/config.json";; esac\n'
+)
+
+
+def test_a_changed_model_recipe_rebuilds_only_the_model_with_a_line_saying_how_long_it_took(tmp_path, monkeypatch):
+    paths = installed_cache(tmp_path, FAKE_BUILD)
+    calls = paths.python.parent / "calls"
+    said: list[str] = []
+
+    assert demo.setup(paths, said.append) is True
+    assert calls.read_text().split() == [str(demo.BUILD_TINY), str(paths.tiny) + ".partial"]  # no pip, no venv
+    assert said[0] == "building the tiny model 1/1 ..." and re.fullmatch(r"tiny model: done in \d+ s", said[1])
+    assert len(said) == 2 and demo.is_setup(paths) and paths.tiny.name == f"tiny-v{demo.TINY_VERSION}"
+    assert demo.setup(paths, said.append) is False and len(said) == 2  # built: nothing to do
+
+    recipe = tmp_path / "demo_model.py"
+    recipe.write_text("# another recipe\n")
+    monkeypatch.setattr(demo, "TINY_SOURCES", (recipe,))
+    assert not demo.is_setup(paths) and demo.is_installed(paths)
+    assert demo.demo_command(30123, say=said.append, paths=paths)[0] == "env"
+    assert said[2] == "demo server: building the tiny model 1/1 ..." and len(said) == 4  # not "first use: installing"
+    assert demo.is_setup(paths) and len(calls.read_text().splitlines()) == 2
 
 
 def test_an_install_that_cannot_get_torch_fails_with_one_line_naming_the_step_and_the_fix(tmp_path):

@@ -3,8 +3,9 @@
 This module owns installing that server and building its model (into the project's cache,
 .cache/real-sglang/ in the checkout, or $SYNTHGEN_CACHE/real-sglang), and the commands that start
 it and sglang-router. It is the genuine SGLang HTTP layer, tokenizer manager, scheduler, radix
-cache and detokenizer running a randomly initialised model (scripts/demo_model.py): only
-the API behaviour means anything, not the speed or the text. scripts/real_sglang.py is the
+cache and detokenizer running a tiny hand-set model (demo_model.py) that answers every prompt with a
+`<think>` block, a short answer and its end-of-turn token: only the API behaviour and the shape
+of the rows mean anything, not the speed or the text. scripts/real_sglang.py is the
 command line over it, used by the integration tests. Standard library only, so any python3 runs it.
 
     argv = demo_command(30000, say=print)   # installs on first use (minutes, ~2.5 GB), then instant
@@ -14,8 +15,9 @@ Cache layout (gitignored):
 
     venv/         python venv: CPU torch, sglang (no deps), its CPU-usable deps, sglang-router
     shim/         import-only stand-in for the `sgl_kernel` package (see SHIM_SOURCE)
-    tiny/         the tiny Qwen2 model + tokenizer (context 2048, vocabulary 2048)
-    setup.json    stamp: hash of the pinned spec; setup is skipped while it matches
+    tiny-v2/      the tiny Qwen2 model + tokenizer (context 2048, vocabulary 2048), built in seconds;
+                  its recipe.json holds the hash of its recipe (TINY_SOURCES): rebuilt alone when that changes
+    install.json  stamp: hash of the pinned install spec; the install is skipped while it matches
     run/PID.json  one per process started by scripts/real_sglang.py; its `stop` only kills those
     logs/, tmp/, pip-cache/, hf/, xdg/   logs, TMPDIR and caches of the processes started here
 
@@ -44,6 +46,13 @@ from synthgen.server.launcher import short_tail
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_TINY = Path(__file__).with_name("demo_model.py")  # run by the demo venv's python, never imported
+# The tiny model's recipe: the build script and the tokenizer recipe it imports. Editing either
+# rebuilds the model alone (seconds), not the install.
+TINY_SOURCES = (BUILD_TINY, Path(__file__).with_name("bpe.py"))
+# The recipe's version names the model's folder (tiny-v2/), so checkouts with another recipe (an
+# older commit, another worktree) sharing one cache each keep their own model instead of rebuilding
+# each other's. Bump it when the model's behaviour changes in a way tests or users see.
+TINY_VERSION = 2
 CACHE_ENV = "SYNTHGEN_CACHE"  # the project's cache root; the demo server lives in its real-sglang/
 SKIP_REAL_ENV = "SYNTHGEN_SKIP_REAL"
 # Where the pinned CPU torch comes from when the configured package indexes do not have it.
@@ -71,8 +80,8 @@ MIRROR_FIX = (
 )
 
 # ---------------------------------------------------------------------------------------------
-# The pinned spec. Changing anything here (or the shim, the patch or demo_model.py)
-# changes the stamp hash, and the next `setup` redoes the steps.
+# The pinned spec. Changing anything here (or the shim or the patch) changes the stamp hash, and
+# the next `setup` redoes the steps; a change of the tiny model's recipe rebuilds only the model.
 # ---------------------------------------------------------------------------------------------
 
 # The CPU build: from the configured package indexes where they have it (this machine: a local
@@ -261,11 +270,13 @@ class DemoPaths:
 
     @property
     def tiny(self) -> Path:
-        return self.cache / "tiny"
+        return self.cache / f"tiny-v{TINY_VERSION}"
 
     @property
     def stamp(self) -> Path:
-        return self.cache / "setup.json"
+        # Not setup.json: that stamp (of versions before TINY_VERSION) also hashed the model's
+        # recipe, and an older checkout on the same cache would take this one's as its own.
+        return self.cache / "install.json"
 
     @property
     def run(self) -> Path:
@@ -320,24 +331,43 @@ def spec_hash() -> str:
         "constraints": CONSTRAINTS,
         "shim": SHIM_SOURCE,
         "tv_patch": [TV_PATTERN.pattern, TV_REPLACEMENT],
-        "build_tiny": BUILD_TINY.read_text(encoding="utf-8"),
         "import_check": IMPORT_CHECK,
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
-def is_setup(paths: DemoPaths) -> bool:
-    """True when setup completed for the current pinned spec (cheap: reads a stamp)."""
+def tiny_hash() -> str:
+    """The tiny model's recipe: TINY_VERSION and the text of TINY_SOURCES."""
+    recipe = {"version": TINY_VERSION, "sources": {p.name: p.read_text(encoding="utf-8") for p in TINY_SOURCES}}
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
+
+
+def _stamp_matches(path: Path, key: str, expected: str) -> bool:
     try:
-        stamp = json.loads(paths.stamp.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return bool(json.loads(path.read_text(encoding="utf-8")).get(key) == expected)
+    except (OSError, ValueError, AttributeError):
         return False
+
+
+def is_installed(paths: DemoPaths) -> bool:
+    """True when the install (venv, shim) completed for the current pinned spec (cheap: reads a stamp)."""
     return (
-        stamp.get("spec_hash") == spec_hash()
+        _stamp_matches(paths.stamp, "spec_hash", spec_hash())
         and paths.python.exists()
-        and (paths.tiny / "config.json").exists()
         and (paths.shim / "sgl_kernel" / "__init__.py").exists()
     )
+
+
+def is_tiny_built(paths: DemoPaths) -> bool:
+    """True when the tiny model was built from the current recipe."""
+    return (paths.tiny / "config.json").exists() and _stamp_matches(
+        paths.tiny / "recipe.json", "tiny_hash", tiny_hash()
+    )
+
+
+def is_setup(paths: DemoPaths) -> bool:
+    """True when setup completed for the current pinned spec and model recipe (cheap: reads stamps)."""
+    return is_installed(paths) and is_tiny_built(paths)
 
 
 def setup(paths: DemoPaths, say: Say = _quiet, force: bool = False) -> bool:
@@ -353,8 +383,14 @@ def setup(paths: DemoPaths, say: Say = _quiet, force: bool = False) -> bool:
             paths.stamp.unlink(missing_ok=True)
         if is_setup(paths):
             return False
-        preflight(paths)
-        _install(paths, say)
+        if is_installed(paths):  # only the model's recipe changed: seconds, under 1 MB
+            steps = _Steps(paths, say, total=1)
+            t = steps.begin("building the tiny model")
+            _build_tiny(paths, steps, child_env(paths))
+            steps.end("tiny model", t)
+        else:
+            preflight(paths)
+            _install(paths, say)
         return True
 
 
@@ -363,12 +399,12 @@ class _Steps:
 
     TOTAL = 3 + len(PIP_STEPS)  # venv, the pip steps, tiny model, import check
 
-    def __init__(self, paths: DemoPaths, say: Say):
-        self.paths, self.say, self.done = paths, say, 0
+    def __init__(self, paths: DemoPaths, say: Say, total: int = TOTAL):
+        self.paths, self.say, self.done, self.total = paths, say, 0, total
 
     def begin(self, doing: str) -> float:
         self.done += 1
-        self.say(f"{doing} {self.done}/{self.TOTAL} ...")
+        self.say(f"{doing} {self.done}/{self.total} ...")
         return time.monotonic()
 
     def run(self, what: str, cmd: list[str], env: dict[str, str], check: bool = True) -> int:
@@ -526,9 +562,10 @@ def _write_shim(paths: DemoPaths) -> None:
 
 def _build_tiny(paths: DemoPaths, steps: _Steps, env: dict[str, str]) -> None:
     # Built next to its final place and renamed, so a killed build never looks complete.
-    partial = paths.cache / "tiny.partial"
+    partial = paths.tiny.with_name(paths.tiny.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     steps.run("tiny model", [str(paths.python), str(BUILD_TINY), str(partial)], env)
+    (partial / "recipe.json").write_text(json.dumps({"tiny_hash": tiny_hash()}) + "\n", encoding="utf-8")
     shutil.rmtree(paths.tiny, ignore_errors=True)
     partial.rename(paths.tiny)
 
@@ -588,7 +625,7 @@ def demo_command(port: int, say: Say = _quiet, paths: DemoPaths | None = None) -
     def progress(message: str) -> None:
         say(f"demo server: {message}")
 
-    if not is_setup(paths):
+    if not is_installed(paths):  # not when only the tiny model is rebuilt (setup says so)
         preflight(paths)
         progress(
             f"first use: installing SGLang 0.5.23 (CPU) and a tiny model into {paths.cache} (minutes, ~3 GB; "

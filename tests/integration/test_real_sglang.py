@@ -1,6 +1,7 @@
 """run_inference.py as a user runs it, against the real SGLang 0.5.23 server on this CPU.
 
-The tiny model (context 2048, vocabulary 2048) answers with random tokens, so its text means
+The tiny model (context 2048, vocabulary 2048; synthgen/server/demo_model.py) answers every prompt
+with a `<think>` block, a short answer and its EOS, in about 20-50 tokens, so its text means
 nothing; what is checked is that every row carries the server's own answer and that the
 runner's rules about lengths, vocabulary, resume and outages hold against the real thing.
 Most tests share one server (`real_server`); only the restart test starts its own.
@@ -24,6 +25,10 @@ CONTEXT = 2048
 # SGLang's scheduler refuses inputs of context - 6 tokens or more (max_req_input_len, /server_info).
 MAX_REQ_INPUT_LEN = 2042
 EOS_ID = 2  # <|im_end|>
+EXPORT = realserver.REPO / "export_training.py"
+# demo_model.py's greedy answer to every prompt.
+GREEDY_REASONING = "A user has a message for me, so I should look at it first; then write one line:"
+GREEDY_CONTENT = "The result is here."
 
 
 def chat_ids(tokenizer, content: str) -> list[int]:
@@ -281,3 +286,53 @@ def test_the_server_stopped_and_restarted_mid_run_and_the_run_carries_on(ws: Wor
     ws.assert_exactly_once("d", ids)
     assert ws.errors("d") == []
     assert restarted.generate_requests(mark) >= len(ids) - done_before
+
+
+def two_turn_conversations(n: int) -> list[dict]:
+    return [
+        {
+            "id": f"conv-{i}",
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": f"Question {i}, part one."},
+                {"role": "assistant", "content": "An answer from another model."},
+                {"role": "user", "content": f"Question {i}, part two."},
+            ],
+        }
+        for i in range(n)
+    ]
+
+
+def test_the_demo_model_ends_every_turn_with_reasoning_and_an_answer_so_every_row_exports(
+    ws: Workspace, real_server, real_tokenizer
+):
+    # What the quickstart shows. Greedy: one fixed answer for any prompt. Without --temperature the
+    # server samples at its default (temperature 1): varied answers, which end the same way (the chance
+    # that one runs past 256 tokens is below 1e-18, demo_model.py asserts it when it builds).
+    ws.dataset("short", "greedy", 4)
+    ids = ws.dataset("short", "conv", two_turn_conversations(12))
+    common = ("--server-url", real_server.url, "--max-tokens", "256", "--concurrency", "8")
+    greedy = ws.run(*common, "--dataset", "greedy", "--temperature", "0")
+    assert greedy.returncode == 0, greedy.stderr
+    for row in ws.results("greedy"):
+        assert (row["reasoning_content"], row["content"]) == (GREEDY_REASONING, GREEDY_CONTENT), row
+        assert row["output_ids"][-1] == EOS_ID and row["finish_reason"] == "stop"
+        assert row["output_text"] == f"<think>{GREEDY_REASONING}</think>{GREEDY_CONTENT}"  # without the stop token
+
+    sampled = ws.run(*common, "--dataset", "conv", "--regenerate", "all")
+    assert sampled.returncode == 0, sampled.stderr
+    rows = ws.assert_exactly_once("conv", ids)
+    assert "temperature" not in rows[0]["sampling_params"]
+    for row in rows:
+        assert [t["finish_reason"] for t in row["turns"]] == ["stop", "stop"] and row["stopped_early"] is None, row
+        for turn in row["turns"]:
+            assert turn["reasoning_content"] and turn["content"] and turn["reasoning_complete"], turn
+            assert "<think>" not in turn["content"] + turn["reasoning_content"], turn
+    assert len({row["content"] for row in rows}) > 1  # sampled, not the greedy answer each time
+
+    export = ws.run("--out", "train.jsonl", script=EXPORT)
+    assert export.returncode == 0, export.stderr
+    assert "greedy: 4 of 4 rows" in export.stderr and "conv: 12 of 12 rows" in export.stderr, export.stderr
+    # The generated ids are what the tokenizer makes of the generated text (without the stop token).
+    for turn in [t for row in rows for t in row["turns"]]:
+        assert real_tokenizer(turn["output_text"], add_special_tokens=False)["input_ids"] == turn["output_ids"][:-1]
