@@ -51,8 +51,8 @@ from synthgen.server.launcher import (
 )
 
 DEMO = "demo"
-# The demo's tiny random model rarely ends a text before its 2048-token context; on two CPU cores
-# the quickstart's 14 prompts then take minutes, with this cap under a minute.
+# The demo's tiny model ends its turns within about 50 tokens; the cap keeps a sampled answer that
+# wanders (a chance of about 1e-19 per answer) from running to its 2048-token context on two CPU cores.
 DEMO_MAX_TOKENS = 256
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 WATCH_INTERVAL = 1.0
@@ -220,8 +220,8 @@ class Supervisor:
         self.message(f"{self.server.name} ready in {took:.0f} s")
         if self._demo and cfg.max_tokens == DEMO_MAX_TOKENS:
             self.message(
-                f"demo server: at most {DEMO_MAX_TOKENS} tokens per answer (its tiny model writes noise "
-                "up to its 2048-token context); pass --max-tokens N to change that"
+                f"demo server: at most {DEMO_MAX_TOKENS} tokens per answer (its tiny model's turns end within "
+                "about 50); pass --max-tokens N to change that"
             )
         self._watcher = asyncio.create_task(self._watch())
 
