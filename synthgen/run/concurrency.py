@@ -53,7 +53,9 @@ a second: 16 -> 28 -> 43 -> 62 -> 86 -> 116 at one step per quarter second.
 
 Fallback: with no load report (an older server, a router whose workers are unreachable, a
 failed poll) the target stays where it is: 64 (today's fixed default) or ``initial`` if the
-server never reported, and ``LoadMonitor`` says so once through its message callback.
+server never reported, and ``LoadMonitor`` says so once through its message callback. The first
+poll (``LoadMonitor.first_poll``) waits at most ``FIRST_POLL_TIMEOUT`` (2 s): a load endpoint that
+answers slowly starts the run at the fallback, and the target moves once a report comes.
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ DEFAULT_MAX_CONCURRENCY = 1024
 FALLBACK_CONCURRENCY = 64
 DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_WARN_AFTER = 60.0
+# The first load poll sizes the start, but a load endpoint that answers slowly (or a router's
+# workers that do) must not hold back the first request: after this long the run starts at the
+# fallback target and the polls go on beside the requests.
+FIRST_POLL_TIMEOUT = 2.0
 LOADS_PATH = "/v1/loads"
 ROUTER_WORKERS_PATH = "/workers"
 
@@ -402,6 +408,13 @@ class LoadMonitor:
             await self.poll_once()
             growing = self.steer and self.controller.state == "starved"
             await asyncio.sleep(self.interval / 4 if growing else self.interval)
+
+    async def first_poll(self, timeout: float = FIRST_POLL_TIMEOUT) -> ServerLoad | None:
+        """``poll_once`` bounded by ``timeout``: None (the target unchanged) when no answer came in time."""
+        try:
+            return await asyncio.wait_for(self.poll_once(), timeout)
+        except asyncio.TimeoutError:
+            return None
 
     async def poll_once(self) -> ServerLoad | None:
         """Read the load once, update the target and the warnings; returns the load (or None)."""

@@ -292,7 +292,9 @@ class Pool:
 
     async def execute(self) -> None:
         self.progress.start(self.total)
-        await self.monitor.poll_once()  # the first target from the server's own load, before anything is sent
+        # The first target from the server's own load, before anything is sent; bounded, so a slow
+        # load endpoint costs the start at most FIRST_POLL_TIMEOUT.
+        await self.monitor.first_poll()
         self.ahead.set_target(max(PREPARED_AHEAD_MIN, self.limit.target))
         producer = asyncio.create_task(self.produce())
         dispatcher = asyncio.create_task(self.dispatch())

@@ -13,6 +13,7 @@ httpx exceptions and HTTP statuses are translated here, and only here, into:
 from __future__ import annotations
 
 import uuid
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,6 +178,29 @@ def _count(meta: dict[str, Any], key: str, status: int) -> int | None:
     return value
 
 
+def origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    """Scheme, host and port, the default port spelled out: what "the same server" means for a key."""
+    default = {"http": 80, "https": 443}.get(url.scheme)
+    return url.scheme, url.host, url.port or default
+
+
+class OriginBearer(httpx.Auth):
+    """``Authorization: Bearer KEY`` on requests to the server URL's origin only.
+
+    The load monitor also asks URLs the server names (a router's workers at ``/workers``); a
+    key sent there would go to whatever host a router, or anything answering at its address,
+    lists. Those requests go without it."""
+
+    def __init__(self, api_key: str, base_url: str):
+        self._header = f"Bearer {api_key}"
+        self._origin = origin(httpx.URL(base_url))
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        if origin(request.url) == self._origin:
+            request.headers["Authorization"] = self._header
+        yield request
+
+
 class SGLangClient:
     """One AsyncClient for the whole run, sized for ``concurrency`` long generations."""
 
@@ -191,13 +215,12 @@ class SGLangClient:
     ):
         self.base_url = base_url.rstrip("/")
         self.shown_url = redact_url(self.base_url)  # for messages: a password in the URL is never printed
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # httpx's defaults (5 s read timeout, 100 connections) would time out every long
         # generation and queue requests beyond 100; the runner's semaphore bounds in-flight
         # work, so the pool only needs a little headroom for health checks.
         self.http = httpx.AsyncClient(
             base_url=self.base_url,
-            headers=headers,
+            auth=OriginBearer(api_key, self.base_url) if api_key else None,
             timeout=httpx.Timeout(connect=connect_timeout, read=request_timeout, write=60.0, pool=None),
             limits=httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4),
             trust_env=False,  # an http_proxy meant for the internet must not swallow a local server
