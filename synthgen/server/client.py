@@ -13,7 +13,7 @@ httpx exceptions and HTTP statuses are translated here, and only here, into:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Generator
+from collections.abc import AsyncIterator, Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -201,6 +201,70 @@ class OriginBearer(httpx.Auth):
         yield request
 
 
+# Connections per httpcore pool. httpcore's pool walks all its connections and requests on every
+# request it starts or ends (encode/httpcore#1035), so one pool of 1,024 connections costs the event
+# loop ~20 ms of CPU per request; pools of 32 cost what one pool costs at 32 in flight
+# (bench/bench_client_scale.py, docs/benchmarks.md).
+CONNECTIONS_PER_POOL = 32
+
+
+class SpreadTransport(httpx.AsyncBaseTransport):
+    """httpx's own transport (httpcore), as several pools of at most ``per_pool`` connections.
+
+    Each request goes to the pool with the fewest requests open (sent and not yet read), so none
+    holds more than ``per_pool`` while the caller keeps at most ``connections`` in flight. Errors,
+    timeouts and keep-alive are httpx's own, exactly as with one pool."""
+
+    def __init__(self, connections: int, per_pool: int = CONNECTIONS_PER_POOL, **options: Any):
+        count = max(1, -(-connections // per_pool))
+        limits = httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool)
+        # One TLS context for all (each costs ~30 ms to build).
+        options.setdefault("verify", httpx.create_ssl_context())
+        self._pools = [httpx.AsyncHTTPTransport(limits=limits, **options) for _ in range(count)]
+        self._open = [0] * count  # requests open per pool
+
+    @property
+    def pools(self) -> int:
+        return len(self._pools)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        index = self._open.index(min(self._open))
+        self._open[index] += 1
+        try:
+            response = await self._pools[index].handle_async_request(request)
+        except BaseException:
+            self._open[index] -= 1
+            raise
+        response.stream = _Released(response.stream, lambda: self._closed(index))
+        return response
+
+    def _closed(self, index: int) -> None:
+        self._open[index] -= 1
+
+    async def aclose(self) -> None:
+        for pool in self._pools:
+            await pool.aclose()
+
+
+class _Released(httpx.AsyncByteStream):
+    """A response body that calls ``on_close`` once, when httpx closes it (read or abandoned)."""
+
+    def __init__(self, stream: httpx.SyncByteStream | httpx.AsyncByteStream, on_close: Callable[[], None]):
+        assert isinstance(stream, httpx.AsyncByteStream)
+        self._stream, self._on_close = stream, on_close
+        self._closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._on_close()
+        await self._stream.aclose()
+
+
 class SGLangClient:
     """One AsyncClient for the whole run, sized for ``concurrency`` long generations."""
 
@@ -224,7 +288,8 @@ class SGLangClient:
             timeout=httpx.Timeout(connect=connect_timeout, read=request_timeout, write=60.0, pool=None),
             limits=httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4),
             trust_env=False,  # an http_proxy meant for the internet must not swallow a local server
-            transport=transport,  # tests drive the runner in-process through httpx.MockTransport
+            # Tests drive the runner in-process through httpx.MockTransport.
+            transport=transport or SpreadTransport(concurrency + 4),
         )
 
     async def aclose(self) -> None:
