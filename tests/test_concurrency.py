@@ -10,7 +10,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 import httpx
+import orjson
 import pytest
+from tokenizers import Tokenizer
 
 from synthgen.config import RunConfig
 from synthgen.run.concurrency import (
@@ -18,6 +20,7 @@ from synthgen.run.concurrency import (
     InFlightLimit,
     LoadMonitor,
     ServerLoad,
+    interleave,
     parse_loads,
     router_worker_urls,
 )
@@ -653,3 +656,58 @@ def test_a_load_endpoint_that_does_not_answer_does_not_hold_back_the_first_reque
 
     assert asyncio.run(main()) == 0
     assert events[0] == "generate"
+
+
+# ------------------------------------------------------------------------------ the send order
+def test_interleave_spreads_every_dataset_over_the_run_longest_first():
+    assert list(interleave([2, 6])) == [0, 1, 1, 1, 0, 1, 1, 1]
+    assert list(interleave([3, 0, 3])) == [0, 2, 0, 2, 0, 2]  # an empty dataset takes no turn
+    order = list(interleave([5, 17, 40]))
+    assert [order.count(i) for i in range(3)] == [5, 17, 40]
+    half = order[: len(order) // 2]
+    assert [half.count(i) for i in range(3)] == [3, 9, 19]  # each dataset about half-sent half-way
+
+
+def test_a_run_sends_its_datasets_mixed_from_the_first_request_on(tmp_path, tokenizers):
+    tok = tokenizers["chatml"]
+    tokenizer = Tokenizer.from_file(str(tok / "tokenizer.json"))
+    sent: list[str] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/generate":
+            text = tokenizer.decode(orjson.loads(request.content)["input_ids"])
+            sent.append(text.split("question ", 1)[1].split("-", 1)[0])  # the dataset's name
+            meta = {"id": "x", "finish_reason": {"type": "stop", "matched": 1}, "prompt_tokens": 3,
+                    "completion_tokens": 1, "cached_tokens": 0}  # fmt: skip
+            return httpx.Response(200, json={"text": "<think>r</think>a", "output_ids": [1], "meta_info": meta})
+        if path == "/model_info":
+            return httpx.Response(200, json={"model_path": str(tok), "tokenizer_path": str(tok)})
+        if path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 4096}]})
+        if path in ("/server_info", "/health"):
+            return httpx.Response(200, json={})
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    folder = tmp_path / "prompts" / "p"
+    folder.mkdir(parents=True)
+    for name, count in (("aa", 2), ("bb", 6)):
+        lines = [orjson.dumps({"id": f"{name}{i}", "prompt": f"question {name}-{i}"}) for i in range(count)]
+        (folder / f"{name}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    cfg = RunConfig(
+        partition="p",
+        prompts_dir=tmp_path / "prompts",
+        output_dir=tmp_path / "out",
+        server_url="http://sglang.test",
+        concurrency=1,
+    ).validate()
+
+    async def main() -> int:
+        client = SGLangClient(cfg.server_url, None, 1, 30.0, transport=httpx.MockTransport(server))
+        try:
+            return await Runner(cfg, io.StringIO(), tty=False, client=client).run()
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main()) == 0
+    assert sent == ["aa", "bb", "bb", "bb", "aa", "bb", "bb", "bb"]

@@ -61,10 +61,11 @@ answers slowly starts the run at the fallback, and the target moves once a repor
 from __future__ import annotations
 
 import asyncio
+import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -167,6 +168,27 @@ def router_worker_urls(body: object) -> list[str]:
         if isinstance(url, str) and url.startswith(("http://", "https://")) and worker.get("worker_type") != "prefill":
             urls.append(url.rstrip("/"))
     return urls
+
+
+# ------------------------------------------------------------------------------ the send order
+def interleave(counts: list[int]) -> Iterator[int]:
+    """The dataset index of each prompt in send order, for datasets of ``counts`` prompts, given
+    longest expected answers first: every dataset is spread evenly over the whole run (its k-th
+    of n prompts at k / n of the way), ties going to the earlier dataset, so the run opens with
+    the longest dataset's first prompt and the others mixed in.
+
+    Why: a KV-bound server running long answers has room for short ones beside them. Sent one
+    dataset after the other, the client first holds a few long requests, then must grow its
+    target several-fold when the short dataset starts (and a run can end on long answers); a
+    steady mix keeps the server's running set, and so the target, the same from start to end.
+    """
+    heap = [(0.0, index, 0) for index, count in enumerate(counts) if count > 0]
+    heapq.heapify(heap)
+    while heap:
+        _, index, k = heapq.heappop(heap)
+        yield index
+        if k + 1 < counts[index]:
+            heapq.heappush(heap, ((k + 1) / counts[index], index, k + 1))
 
 
 # ------------------------------------------------------------------------------ the limit

@@ -40,7 +40,7 @@ from synthgen.errors import (
     UsageError,
 )
 from synthgen.fmt import fmt_duration
-from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor
+from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor, interleave
 from synthgen.run.dataset_run import DatasetRun, WorkItem, now_iso, open_dataset
 from synthgen.run.model import load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
@@ -317,12 +317,19 @@ class Pool:
 
     # ------------------------------------------------------------------ feeding the pool
     async def produce(self) -> None:
+        """Prepare the prompts of every dataset, mixed (``concurrency.interleave``: the datasets in
+        ``longest_first`` order, each spread over the whole run), and queue them for sending."""
         loop = asyncio.get_running_loop()
+        runs = self.runner.runs
+        pending = [iter(run.selection.pending) for run in runs]
+        left = [len(run.selection.pending) for run in runs]
         try:
-            for run in self.runner.runs:
-                for prompt_id in run.selection.pending:
-                    if self.stopping.is_set() or run.closed:
-                        break
+            for index in interleave(list(left)):
+                run, prompt_id = runs[index], next(pending[index])
+                if self.stopping.is_set():
+                    break
+                left[index] -= 1
+                if not run.closed:
                     await self.ahead.acquire()
                     item = await loop.run_in_executor(self._executor, self.preparer.prepare, run, prompt_id)
                     if isinstance(item, Skip):
@@ -332,7 +339,8 @@ class Pool:
                     else:
                         self._sendable += 1
                         self.queue.put_nowait(item)
-                self.preparer.done_with(run)
+                if left[index] == 0:
+                    self.preparer.done_with(run)
         finally:
             self.queue.put_nowait(None)
 
