@@ -13,8 +13,10 @@ Figures per run: the client's CPU per completed prompt (the CLI child's rusage, 
 sends), the simulator's CPU per prompt (its /proc stat), the server's peak in flight, the wall
 from the first request received to the last answer, the server-bound ideal and the verdict:
 ``server-bound`` when the wall is within 15% of the ideal plus a second, else ``client-bound``
-(or ``sim-bound`` when the simulator used more CPU than the client). The load average goes next to
-every row: on a shared machine read the CPU columns, they hardly move with load.
+when the client's CPU was at least 75% of the wall (one core is all one asyncio process has),
+else ``sim-bound`` when the simulator used more CPU than the client, else ``machine-bound`` (the
+wall went to other load). The load average goes next to every row: on a shared machine read the
+CPU columns, they hardly move with load.
 
     python -m bench.bench_client_scale                                  # cli, 32 128 512 1024
     python -m bench.bench_client_scale --driver client --transport httpcore spread aiohttp
@@ -42,6 +44,20 @@ from bench.simproc import RUN, Simulator, build_tokenizer, cli_env
 
 PARTITION = "scale"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# cProfile of the event-loop thread in CPU time (its default clock is the wall's, which on a shared
+# machine charges other processes' time to whatever call was waiting): python -c PROFILE OUT SCRIPT ARGS...
+PROFILE = """
+import cProfile, os, runpy, sys, time
+out, sys.argv = sys.argv[1], sys.argv[2:]
+sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
+profiler = cProfile.Profile(time.thread_time)
+profiler.enable()
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    profiler.disable()
+    profiler.dump_stats(out)
+"""
 
 
 @dataclass
@@ -59,10 +75,17 @@ class Row:
     load: float = 0.0
 
     @property
+    def client_busy(self) -> float:
+        """The client's CPU over the wall: near 1, one core is all it can have."""
+        return self.client_cpu_ms * self.done / 1000 / self.wall_s if self.wall_s else 0.0
+
+    @property
     def verdict(self) -> str:
         if self.wall_s <= 1.15 * self.ideal_s + 1.0:
             return "server-bound"
-        return "sim-bound" if self.sim_cpu_ms > self.client_cpu_ms else "client-bound"
+        if self.client_busy >= 0.75:
+            return "client-bound"
+        return "sim-bound" if self.sim_cpu_ms > self.client_cpu_ms else "machine-bound"
 
 
 def proc_cpu(pid: int) -> float:
@@ -125,7 +148,9 @@ def run_child(command: list[str], cwd: Path) -> tuple[float, str]:
     return usage.ru_utime + usage.ru_stime, tail
 
 
-async def drive_client(url: str, requests: list[list[int]], in_flight: int, max_tokens: int, transport: str) -> int:
+async def drive_client(
+    url: str, requests: list[list[int]], in_flight: int, max_tokens: int, transport: str, per_pool: int | None
+) -> int:
     """Keep ``in_flight`` requests going through SGLangClient with the given transport; answers received."""
     import httpx
 
@@ -133,7 +158,7 @@ async def drive_client(url: str, requests: list[list[int]], in_flight: int, max_
 
     chosen: httpx.AsyncBaseTransport | None
     if transport == "spread":
-        chosen = SpreadTransport(in_flight + 4)
+        chosen = SpreadTransport(in_flight + 4, per_pool) if per_pool else SpreadTransport(in_flight + 4)
     elif transport == "httpcore":
         limits = httpx.Limits(max_connections=in_flight + 4, max_keepalive_connections=in_flight + 4)
         chosen = httpx.AsyncHTTPTransport(limits=limits)
@@ -166,7 +191,7 @@ def run_one(args: argparse.Namespace, tok_dir: Path, tokenizer: Tokenizer, in_fl
     prompts = args.prompts or max(args.min_prompts, args.rounds * in_flight)
     row = Row(args.driver, transport if args.driver == "client" else "spread", in_flight, prompts)
     length = args.answer_tokens
-    answer = args.answer_seconds or max(2.0, in_flight * args.budget_ms / 1000)
+    answer = args.answer_seconds or max(0.5, in_flight * args.budget_ms / 1000)
     sim_args = ["--output-len-dist", f"fixed:{length}", "--token-delay", str(answer / length)]
     rounds = math.ceil(prompts / in_flight)
     row.ideal_s = rounds * answer
@@ -182,7 +207,7 @@ def run_one(args: argparse.Namespace, tok_dir: Path, tokenizer: Tokenizer, in_fl
             sim.client.post("/sim/reset")
             sim_before = proc_cpu(sim.pid)
             if args.profile:
-                command = [command[0], "-m", "cProfile", "-o", args.profile, *command[1:]]
+                command = [command[0], "-c", PROFILE, args.profile, *command[1:]]
             cpu, _ = run_child(command, ws)
             cpu -= start_cpu
             with open(ws / "outputs" / "scale" / "raw_responses.jsonl", "rb") as fh:
@@ -192,7 +217,7 @@ def run_one(args: argparse.Namespace, tok_dir: Path, tokenizer: Tokenizer, in_fl
                 tokenizer.encode(f"<|im_start|>user\n{t}<|im_end|>\n<|im_start|>assistant\n").ids for t in items
             ]
             started = time.process_time()
-            row.done = asyncio.run(drive_client(sim.url, requests, in_flight, length + 8, transport))
+            row.done = asyncio.run(drive_client(sim.url, requests, in_flight, length + 8, transport, args.per_pool))
             cpu = time.process_time() - started
         stats = sim.stats()
         sim_cpu = proc_cpu(sim.pid) - sim_before
@@ -207,7 +232,7 @@ def run_one(args: argparse.Namespace, tok_dir: Path, tokenizer: Tokenizer, in_fl
 def report(rows: list[Row]) -> str:
     lines = [
         "driver  transport  in flight  prompts   done  peak  client CPU ms/prompt  vs 32  sim CPU ms/prompt  "
-        "wall s  server s  verdict       load"
+        "wall s  server s  client busy  verdict        load"
     ]
     base = {(r.driver, r.transport): r.client_cpu_ms for r in rows if r.in_flight == min(x.in_flight for x in rows)}
     for r in rows:
@@ -215,7 +240,7 @@ def report(rows: list[Row]) -> str:
         lines.append(
             f"{r.driver:<7} {r.transport:<9} {r.in_flight:9d} {r.prompts:8d} {r.done:6d} {r.peak_in_flight:5d}  "
             f"{r.client_cpu_ms:20.1f}  {ratio:5.2f}  {r.sim_cpu_ms:17.1f}  {r.wall_s:6.1f}  {r.ideal_s:8.1f}  "
-            f"{r.verdict:<12} {r.load:5.1f}"
+            f"{r.client_busy:11.2f}  {r.verdict:<13} {r.load:5.1f}"
         )
     return "\n".join(lines)
 
@@ -230,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--driver", choices=("cli", "client"), default="cli", help="run_inference.py, or SGLangClient alone")
     add("--transport", nargs="+", default=["spread"], help="client driver: spread httpcore aiohttp (default spread)")
     add("--in-flight", nargs="+", type=int, default=[32, 128, 512, 1024], help="default: 32 128 512 1024")
+    add("--per-pool", type=int, help="client driver, spread: connections per pool (default: the client's)")
     add("--rounds", type=int, default=2, help="prompts = rounds x in flight, at least --min-prompts (default 2)")
     add("--min-prompts", type=int, default=1024, help="default 1024")
     add("--prompts", type=int, help="the same number of prompts at every in-flight count")
@@ -238,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--answer-seconds",
         type=float,
-        help="server time per answer (default: in flight x --budget-ms, at least 2 s: 20.5 s at 1,024)",
+        help="server time per answer (default: in flight x --budget-ms, at least 0.5 s: 20.5 s at 1,024)",
     )
     add(
         "--budget-ms",
@@ -247,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="client CPU per prompt at which a core just keeps up with the default answers (default 20)",
     )
     add("--repeat", type=int, default=1, help="runs per configuration (default 1)")
-    add("--profile", help="cli driver: cProfile the CLI into this file (last run wins)")
+    add("--profile", help="cli driver: cProfile the CLI's main thread (CPU time) into this file (last run wins)")
     return parser
 
 
@@ -260,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
         print(
             f"driver {args.driver}; answers {args.answer_tokens} tokens in "
-            f"{args.answer_seconds or f'max(2, in flight x {args.budget_ms:g} ms)'} s; "
+            f"{args.answer_seconds or f'max(0.5, in flight x {args.budget_ms:g} ms)'} s; "
             f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}",
             flush=True,
         )

@@ -61,6 +61,7 @@ answers slowly starts the run at the fallback, and the target moves once a repor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import math
 import time
@@ -229,9 +230,15 @@ class InFlightLimit:
         self._held_back = False
         return held
 
-    async def acquire(self) -> None:
+    def try_acquire(self) -> bool:
+        """Take a slot if one is free now, without waiting."""
         if self.in_use < self._target and not self._waiters:
             self._take()
+            return True
+        return False
+
+    async def acquire(self) -> None:
+        if self.try_acquire():
             return
         self._held_back = True
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -243,8 +250,9 @@ class InFlightLimit:
                 self.release()  # the slot was handed over just as we were cancelled
             raise
         finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
+            if not waiter.done() or waiter.cancelled():  # a waiter given its slot is out of the deque already
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
 
     def release(self) -> None:
         if self.in_use <= 0:

@@ -201,11 +201,11 @@ class OriginBearer(httpx.Auth):
         yield request
 
 
-# Connections per httpcore pool. httpcore's pool walks all its connections and requests on every
-# request it starts or ends (encode/httpcore#1035), so one pool of 1,024 connections costs the event
-# loop ~20 ms of CPU per request; pools of 32 cost what one pool costs at 32 in flight
-# (bench/bench_client_scale.py, docs/benchmarks.md).
-CONNECTIONS_PER_POOL = 32
+# Connections per httpcore pool. httpcore's pool walks all its connections (a poll of each socket
+# among them) and requests on every request it starts or ends (encode/httpcore#1035): one pool of
+# 1,024 connections costs ~20 ms of event-loop CPU per request, pools of 8 about 2 ms at any
+# count (bench/bench_client_scale.py; bench/README.md has the figures).
+CONNECTIONS_PER_POOL = 8
 
 
 class SpreadTransport(httpx.AsyncBaseTransport):
@@ -235,7 +235,10 @@ class SpreadTransport(httpx.AsyncBaseTransport):
         except BaseException:
             self._open[index] -= 1
             raise
-        response.stream = _Released(response.stream, lambda: self._closed(index))
+        if response.is_closed:  # a body read already (a transport that answered in full)
+            self._closed(index)
+        else:
+            response.stream = _Released(response.stream, lambda: self._closed(index))
         return response
 
     def _closed(self, index: int) -> None:
