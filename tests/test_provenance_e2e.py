@@ -134,8 +134,8 @@ def test_a_changed_temperature_refuses_in_one_line_and_mixed_settings_record_bot
     refused = ws.run("--server-url", sim.url, "--temperature", "0.5", *COMMON)
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.strip().splitlines()[-1] == (
-        "run_inference.py: error: settings differ from the rows already written (d: sampling_params {} -> "
-        '{"temperature":0.5}); rerun with the same flags, use another --output-dir, or pass '
+        "run_inference.py: error: settings differ from the rows already written (d: --temperature (unset) -> "
+        "0.5); rerun with the same flags, use another --output-dir, or pass "
         "--allow-mixed-settings to record the new settings for the rows this run writes"
     )
     assert len(ws.results("d")) == 2 and len(settings_sets(ws, "d")) == 1

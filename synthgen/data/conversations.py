@@ -148,6 +148,20 @@ def prompt_hash(
     return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
+def conversation_hash(conversation: Conversation) -> str:
+    """The prompt hash of a conversation's own id (modes ``last`` and ``all``), the same in both modes:
+    what either mode's rows depend on, the conversation before its trailing assistant turns, and
+    its tools. (A change of mode is a change of settings, found by ``provenance``, not of prompts.)
+    It is the hash ``last`` rows have always carried."""
+    return prompt_hash(conversation.last_prompt(), conversation.tools)
+
+
+def legacy_all_hash(conversation: Conversation) -> str:
+    """The hash rows of ``--regenerate all`` carried before it was mode-independent: the whole
+    conversation. Old folders' rows are still matched against it."""
+    return prompt_hash(conversation.messages, conversation.tools)
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

@@ -11,17 +11,20 @@ Messages may carry OpenAI-style tool calls, tool results and earlier reasoning, 
 carry ``tools`` (see ``conversations``). Which prompts a line makes depends on the regeneration
 mode: ``last`` (the conversation cut back before its trailing assistant turns, id ``<id>``),
 ``each`` (one prompt per assistant turn k, id ``<id>#<k>``) or ``all`` (the whole conversation,
-regenerated turn by turn, id ``<id>``). A missing id becomes a stable hash of the messages.
+regenerated turn by turn, id ``<id>``). A missing id becomes a stable hash of the messages. A
+prompt's hash does not depend on the mode: ``last`` and ``all`` give a conversation's own id the
+same hash (``conversations.conversation_hash``); a change of mode is a change of settings.
 
 Files are streamed twice: ``scan_dataset`` validates every line and keeps only prompt ids and
 byte offsets (so a bad line stops the run before any request), and ``PromptReader`` reads the
 chosen prompts lazily. The scan also compares the prompts that earlier runs answered with what
-the file holds now (``DatasetIndex.changed``).
+the file holds now (``DatasetIndex.changed``). Duplicates are found by the record's id: the
+first line with an id wins, whatever prompts the mode makes of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -31,8 +34,10 @@ import orjson
 from synthgen.data.conversations import (
     Conversation,
     ConversationError,
+    conversation_hash,
     conversation_id,
     each_id,
+    legacy_all_hash,
     parse_record,
     prompt_hash,
 )
@@ -73,6 +78,7 @@ class DatasetIndex:
     lines: int = 0
     mode: str = "last"
     changed: list[str] = field(default_factory=list)  # done prompts whose text is no longer what was answered
+    hashes: dict[str, str] = field(default_factory=dict)  # prompt id -> hash, for the ids the scan was asked to track
     long_lines: dict[str, int] = field(default_factory=dict)  # prompt id -> bytes, for lines over LONG_LINE
     dropped_empty_system: int = 0
     duplicates: int = 0
@@ -195,16 +201,26 @@ def parse_line(line: bytes) -> tuple[str, Conversation] | None:
     return rid, conversation
 
 
-def prompts_of(rid: str, conversation: Conversation, mode: str) -> list[tuple[str, list[dict[str, Any]]]]:
-    """(prompt id, messages) of every prompt one line makes in a regeneration mode."""
+def prompts_of(rid: str, conversation: Conversation, mode: str) -> list[tuple[str, list[dict[str, Any]], str]]:
+    """(prompt id, messages, prompt hash) of every prompt one line makes in a regeneration mode."""
     if mode == "each":
         prompts = [(each_id(rid, k), history) for k, history in conversation.each_prompts()]
         if conversation.messages[-1]["role"] != "assistant":  # the unanswered last turn is a prompt too
             prompts.append((each_id(rid, len(conversation.assistant_positions())), conversation.messages))
-        return prompts
+        return [(pid, history, prompt_hash(history, conversation.tools)) for pid, history in prompts]
+    digest = conversation_hash(conversation)
     if mode == "all":
-        return [(rid, conversation.messages)]
-    return [(rid, conversation.last_prompt())]
+        return [(rid, conversation.messages, digest)]
+    return [(rid, conversation.last_prompt(), digest)]
+
+
+def answers(entry: DoneEntry, digest: str, conversation: Conversation) -> bool:
+    """Whether a done row was made for the prompt (of hash ``digest``) the line makes now. A row
+    without a hash (written before hashes existed) is taken as it is; a row of ``--regenerate all``
+    written before the hash was mode-independent carries the hash of the whole conversation."""
+    if entry.prompt_hash is None or entry.prompt_hash == digest:
+        return True
+    return entry.regenerate == "all" and entry.prompt_hash == legacy_all_hash(conversation)
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
@@ -216,14 +232,21 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 
 def scan_dataset(
-    source: DatasetSource, skip_bad_lines: bool = False, mode: str = "last", done: Mapping[str, DoneEntry] | None = None
+    source: DatasetSource,
+    skip_bad_lines: bool = False,
+    mode: str = "last",
+    done: Mapping[str, DoneEntry] | None = None,
+    track: Container[str] = (),
 ) -> DatasetIndex:
-    """Validate every line; keep the unique prompt ids in file order (first occurrence wins).
+    """Validate every line; keep the unique prompt ids in file order (the first line of a record
+    id wins).
 
     ``done``: the rows earlier runs left; a done prompt whose hash differs from what the line
-    makes now is listed in ``changed``."""
+    makes now is listed in ``changed``. ``track``: prompt ids whose current hash is kept in
+    ``hashes`` (the partial turns of ``--regenerate all`` are checked against it)."""
     index = DatasetIndex(source, mode=mode)
     seen = index.offsets
+    records: set[str] = set()  # record ids: a mode may make no prompt of a record's first turn
     offset = 0
     for lineno, line in _lines(source.path):
         index.lines = lineno
@@ -241,21 +264,20 @@ def scan_dataset(
         if parsed is None:
             continue
         rid, conversation = parsed
-        if (each_id(rid, 0) if mode == "each" else rid) in seen:
+        if rid in records:
             index.duplicates += 1
             continue
+        records.add(rid)
         index.dropped_empty_system += conversation.dropped_empty_system
-        for prompt_id, messages in prompts_of(rid, conversation, mode):
+        for prompt_id, _messages, digest in prompts_of(rid, conversation, mode):
             seen[prompt_id] = (start, lineno)
             index.ids.append(prompt_id)
             if len(line) > LONG_LINE:
                 index.long_lines[prompt_id] = len(line)
+            if prompt_id in track:
+                index.hashes[prompt_id] = digest
             entry = done.get(prompt_id) if done else None
-            if (
-                entry is not None
-                and entry.prompt_hash is not None
-                and entry.prompt_hash != prompt_hash(messages, conversation.tools)
-            ):
+            if entry is not None and not answers(entry, digest, conversation):
                 index.changed.append(prompt_id)
     return index
 
@@ -269,7 +291,7 @@ def build_prompt(index: DatasetIndex, prompt_id: str, line: bytes, lineno: int) 
         raise InputFileError(path, lineno, f"changed while the run was reading it ({exc})") from None
     if parsed is not None:
         rid, conversation = parsed
-        for pid, messages in prompts_of(rid, conversation, index.mode):
+        for pid, messages, digest in prompts_of(rid, conversation, index.mode):
             if pid == prompt_id:
                 return Prompt(
                     prompt_id,
@@ -277,7 +299,7 @@ def build_prompt(index: DatasetIndex, prompt_id: str, line: bytes, lineno: int) 
                     tuple(messages),
                     lineno,
                     conversation.tools,
-                    prompt_hash(messages, conversation.tools),
+                    digest,
                     conversation if index.mode == "all" else None,
                 )
     raise InputFileError(path, lineno, "changed while the run was reading it; rerun to rescan")

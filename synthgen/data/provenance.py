@@ -3,17 +3,21 @@
     outputs/<dataset>/settings.jsonl   one line per settings set: {"id", "recorded_at", "settings"}
 
 Every result row carries the ``settings`` id of the set it was made with. A rerun whose settings
-differ from the latest set refuses (exit 2) with one line naming each difference and the fix,
-unless ``--allow-mixed-settings``, which records the new set for the rows it writes. A folder
-written before this existed has rows without ``settings``; they stay readable, and the first
-run records its settings for the rows that follow.
+differ from the latest set refuses (exit 2) with one line naming each difference by its flag and
+the fix, unless ``--allow-mixed-settings``, which records the new set for the rows it writes. The
+settings the flags decide alone (``FLAG_SETTINGS``: --regenerate, --max-tokens, sampling,
+--chat-template-kwargs) are checked first (``check_flags``), before the server is asked and before
+any prompt is compared, for every dataset folder, whether or not anything is pending; the rest
+once the server has answered (``check_folders``), which records a new set only when every folder
+passed. A folder written before this existed has rows without ``settings``; they stay readable,
+and the first run records its settings for the rows that follow.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -46,16 +50,48 @@ class Settings:
         return hashlib.sha256(orjson.dumps(asdict(self), option=orjson.OPT_SORT_KEYS)).hexdigest()[:12]
 
     def differences(self, recorded: dict[str, Any]) -> list[str]:
-        """``name: old -> new`` for every setting that is not what ``recorded`` says."""
-        out = []
-        for f in fields(self):
-            old, new = recorded.get(f.name), getattr(self, f.name)
-            if old != new:
-                out.append(f"{f.name} {_shown(old)} -> {_shown(new)}")
-        return out
+        """``flag old -> new`` for every setting that is not what ``recorded`` says."""
+        return differences(recorded, asdict(self))
+
+
+# Where each setting comes from, as a refusal names it: the flag to change, or the server.
+SOURCES = {
+    "model": "the server's model",
+    "weight_version": "the server's weight version",
+    "tokenizer": "the tokenizer (--tokenizer)",
+    "chat_template_sha256": "the chat template's sha256 (--chat-template)",
+    "chat_template_kwargs": "--chat-template-kwargs",
+    "reasoning_parser": "--reasoning-parser",
+    "tool_call_parser": "--tool-call-parser",
+    "max_tokens": "--max-tokens",
+    "regenerate": "--regenerate",
+}
+SAMPLING_FLAGS = {"temperature": "--temperature", "top_p": "--top-p", "top_k": "--top-k"}
+# The settings a run's own flags decide: known before the server is asked, so checked first.
+FLAG_SETTINGS = ("regenerate", "max_tokens", "sampling_params", "chat_template_kwargs")
+
+
+def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``flag old -> new`` for every setting of ``current`` that ``recorded`` holds otherwise; the
+    sampling parameters one by one, by their flags."""
+    out = []
+    for name, new in current.items():
+        old = recorded.get(name)
+        if old == new:
+            continue
+        if name == "sampling_params" and isinstance(old, dict) and isinstance(new, dict):
+            for key in sorted(old.keys() | new.keys()):
+                if old.get(key) != new.get(key):
+                    flag = SAMPLING_FLAGS.get(key, f"sampling parameter {key}")
+                    out.append(f"{flag} {_shown(old.get(key))} -> {_shown(new.get(key))}")
+            continue
+        out.append(f"{SOURCES.get(name, name)} {_shown(old)} -> {_shown(new)}")
+    return out
 
 
 def _shown(value: Any) -> str:
+    if value is None:
+        return "(unset)"
     text = orjson.dumps(value).decode() if not isinstance(value, str) else value
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -77,15 +113,10 @@ def recorded_sets(folder: Path) -> list[dict[str, Any]]:
     return sets
 
 
-def check(folder: Path, settings: Settings, allow_mixed: bool) -> str | None:
-    """None when ``settings`` may write here (recording it first if it is new), else the reason it may not."""
+def latest(folder: Path) -> dict[str, Any] | None:
+    """The settings of the latest set recorded in a dataset folder, None when none is."""
     sets = recorded_sets(folder)
-    if sets and sets[-1]["id"] == settings.id:
-        return None
-    if sets and not allow_mixed:
-        return "; ".join(settings.differences(sets[-1]["settings"]))
-    record(folder, settings)
-    return None
+    return sets[-1]["settings"] if sets else None
 
 
 def record(folder: Path, settings: Settings) -> None:
@@ -118,12 +149,37 @@ def refuse(mismatches: dict[str, str]) -> UsageError:
     )
 
 
-def check_folders(folders: dict[str, Path], settings: Settings, allow_mixed: bool) -> None:
-    """``check`` for every dataset folder (name -> folder) a run writes; one error naming them all."""
+def check_flags(recorded: dict[str, dict[str, Any]], flags: dict[str, Any]) -> None:
+    """The first check of a rerun, before the server is asked and before any prompt is compared:
+    the settings the run's flags decide (``FLAG_SETTINGS``) against what each dataset recorded
+    (name -> recorded settings; only the keys a record holds are compared). One error names them all."""
     mismatches = {}
-    for name, folder in folders.items():
-        diff = check(folder, settings, allow_mixed)
-        if diff is not None:
-            mismatches[name] = diff
+    for name, settings in recorded.items():
+        diff = differences(settings, {k: v for k, v in flags.items() if k in settings})
+        if diff:
+            mismatches[name] = "; ".join(diff)
     if mismatches:
         raise refuse(mismatches)
+
+
+def check_folders(folders: dict[str, Path], settings: Settings, allow_mixed: bool) -> None:
+    """Every dataset folder (name -> folder) a run writes either holds ``settings`` as its latest
+    set, or has none (or ``allow_mixed``): then ``settings`` is recorded, once all are checked,
+    so a refusal records nothing. One error names every folder that differs."""
+    mismatches = {}
+    new = []
+    for name, folder in folders.items():
+        sets = recorded_sets(folder)
+        if sets and sets[-1]["id"] == settings.id:
+            continue
+        if sets and not allow_mixed:
+            old = sets[-1]
+            mismatches[name] = "; ".join(settings.differences(old["settings"])) or (
+                f"settings set {old['id']} -> {settings.id}"
+            )
+            continue
+        new.append(folder)
+    if mismatches:
+        raise refuse(mismatches)
+    for folder in new:
+        record(folder, settings)

@@ -255,6 +255,7 @@ class DoneEntry:
     prompt_hash: str | None
     measured: bool = True  # the row's completion_tokens is a real count (a budget may average it)
     truncated: bool = False  # finish_reason "length": cut at max tokens
+    regenerate: str | None = None  # the row's mode (None: a row written before modes existed, i.e. last)
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> DoneEntry | None:
@@ -264,7 +265,7 @@ class DoneEntry:
             return None
         tokens = row.get("completion_tokens")
         count = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None
-        source, digest = row.get("source"), row.get("prompt_hash")
+        source, digest, mode = row.get("source"), row.get("prompt_hash"), row.get("regenerate")
         return cls(
             rid,
             count or 0,
@@ -272,6 +273,7 @@ class DoneEntry:
             digest if isinstance(digest, str) else None,
             count is not None,
             row.get("finish_reason") == "length",
+            mode if isinstance(mode, str) else None,
         )
 
 

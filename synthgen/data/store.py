@@ -6,10 +6,12 @@
     outputs/.locks                          the locks themselves: one byte-range lock per dataset
 
 Every record is one ``os.write`` of a whole line on an O_APPEND descriptor, made from the
-event-loop thread, so a kill leaves at most one torn last line. ``recover`` finds it before
-anything is appended: a complete record missing only its newline gets the newline, a
-fragment is moved to ``raw_responses.jsonl.torn`` and cut off. A failed write is cut back
-to where it began, so an error never leaves half a line behind.
+event-loop thread, so a kill leaves at most one torn last line. ``scan`` finds it and
+``repair`` fixes it before anything is appended (``recover`` does both): a complete record
+missing only its newline gets the newline, a fragment is moved to ``raw_responses.jsonl.torn``
+and cut off. A run scans first and repairs only once it has decided to write, so a run that
+refuses changes nothing. A failed write is cut back to where it began, so an error never
+leaves half a line behind.
 
 Descriptors are few whatever the number of datasets: the append descriptors of all datasets
 share a small LRU pool (``WRITE_POOL``), and the locks of all datasets of an output folder sit
@@ -98,6 +100,31 @@ class ResumeState:
     bad_lines: list[int] = field(default_factory=list)  # unreadable lines other than the last
     repaired: str | None = None  # what recover() did (or, without repair, would do) to the last line
     bom: bool = False  # the file starts with a UTF-8 byte order mark (passed over, left in place)
+    # The repair the last line needs, until ``DatasetStore.repair`` makes it: (offset, the line, complete).
+    tail: tuple[int, bytes, bool] | None = field(default=None, repr=False)
+
+    def without(self, ids: set[str]) -> ResumeState:
+        """This state once the rows of ``ids`` are moved out of the results file."""
+        entries = {rid: e for rid, e in self.entries.items() if rid not in ids}
+        return ResumeState(
+            done=self.done - ids,
+            entries=entries,
+            completion_tokens=sum(e.completion_tokens for e in entries.values()),
+            duplicate_rows=self.duplicate_rows,
+            bad_lines=self.bad_lines,
+            repaired=self.repaired,
+            bom=self.bom,
+            tail=self.tail,
+        )
+
+
+def _repair_note(fragment: bytes, complete: bool, tense: str) -> str:
+    """What the repair of a last line does, in a tense: would (a dry run), will (planned), did."""
+    if complete:
+        verb = {"would": "would add", "will": "will add", "did": "added"}[tense]
+        return f"{verb} the missing newline after the last record"
+    verb = {"would": "would move", "will": "will move", "did": "moved"}[tense]
+    return f"{verb} a torn last line ({len(fragment)} bytes) to {RESULTS}.torn"
 
 
 class _LockTable:
@@ -237,6 +264,31 @@ class DatasetStore:
     def recover(self, repair: bool = True) -> ResumeState:
         """Scan completed ids; with ``repair``, fix a torn last line before any append (without,
         ``repaired`` says what a run would do)."""
+        state = self.scan("would")
+        if repair:
+            self.repair(state)
+        return state
+
+    def repair(self, state: ResumeState) -> None:
+        """Make the repair ``scan`` found the last line needs (if any): before anything is appended."""
+        if state.tail is None:
+            return
+        start, fragment, complete = state.tail
+        if complete:
+            self._write_raw(self.results_path, b"\n")
+        else:
+            self._write_raw(self.results_path.with_name(RESULTS + ".torn"), fragment + b"\n")
+            try:
+                os.truncate(self.results_path, start)
+            except OSError as exc:
+                problem = f"cannot repair the torn last line ({exc.strerror})"
+                raise StoreWriteError(f"{self.results_path}: {problem}") from exc
+        state.tail = None
+        state.repaired = _repair_note(fragment, complete, "did")
+
+    def scan(self, tense: str = "will") -> ResumeState:
+        """Read-only: the completed ids, and in ``tail`` the repair the last line needs (``repaired``
+        says it in ``tense``: would, will)."""
         state = ResumeState()
         try:
             fh = open(self.results_path, "rb")
@@ -268,22 +320,11 @@ class DatasetStore:
         if tail is None:
             return state
         start, fragment = tail
-        if _done_entry(fragment) is not None:
-            # The whole record made it; only the newline is missing.
+        complete = _done_entry(fragment) is not None
+        if complete:  # the whole record made it; only the newline is missing
             self._count(state, fragment, lineno)
-            state.repaired = f"{'added' if repair else 'would add'} the missing newline after the last record"
-            if repair:
-                self._write_raw(self.results_path, b"\n")
-        else:
-            verb = "moved" if repair else "would move"
-            state.repaired = f"{verb} a torn last line ({len(fragment)} bytes) to {RESULTS}.torn"
-            if repair:
-                self._write_raw(self.results_path.with_name(RESULTS + ".torn"), fragment + b"\n")
-                try:
-                    os.truncate(self.results_path, start)
-                except OSError as exc:
-                    problem = f"cannot repair the torn last line ({exc.strerror})"
-                    raise StoreWriteError(f"{self.results_path}: {problem}") from exc
+        state.tail = (start, fragment, complete)
+        state.repaired = _repair_note(fragment, complete, tense)
         return state
 
     @staticmethod
@@ -395,15 +436,51 @@ class DatasetStore:
             self._locked = None
 
 
+@dataclass(frozen=True, slots=True)
+class PartialTurn:
+    """One line of partial_turns.jsonl: a finished turn of an unfinished conversation, and what it
+    was made for (the conversation's prompt hash and the settings id); a line without them (written
+    before they were kept) is made for nothing this run can check, so it is never continued."""
+
+    id: str
+    turn: int
+    data: dict[str, Any]
+    prompt_hash: str | None = None
+    settings: str | None = None
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> PartialTurn | None:
+        rid, k, data = row.get("id"), row.get("turn"), row.get("data")
+        if not isinstance(rid, str) or not isinstance(k, int) or isinstance(k, bool) or not isinstance(data, dict):
+            return None
+        digest, settings = row.get("prompt_hash"), row.get("settings")
+        return cls(
+            rid,
+            k,
+            data,
+            digest if isinstance(digest, str) else None,
+            settings if isinstance(settings, str) else None,
+        )
+
+    def to_json(self) -> bytes:
+        row = {"id": self.id, "turn": self.turn, "data": self.data}
+        row |= {"prompt_hash": self.prompt_hash, "settings": self.settings}
+        return orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
+
+
 class PartialTurns:
     """Finished turns of conversations that are not finished yet (``--regenerate all``).
 
-        outputs/<dataset>/partial_turns.jsonl   {"id", "turn": k, "data": <Turn>} per generated turn
+        outputs/<dataset>/partial_turns.jsonl
+            {"id", "turn": k, "data": <Turn>, "prompt_hash", "settings"} per generated turn
 
     A conversation's row reaches raw_responses.jsonl only when its last turn is done; until then
-    its turns wait here, so a killed run loses at most the turns in flight. ``open`` keeps the
-    turns of conversations that are not done (contiguous from turn 0), drops the rest with an
-    atomic rewrite, and returns them; a torn last line is dropped like any unreadable line.
+    its turns wait here, so a killed run loses at most the turns in flight. A run continues a
+    conversation only from turns made for the prompt its line makes now and under the run's
+    settings (``usable``: contiguous from turn 0); ``open`` rewrites the file with those alone
+    (atomically), and ``compact`` at the end of a run drops the turns of conversations whose row
+    is written, so none is left to be taken up by a later run. A torn last line is dropped like
+    any unreadable line.
     """
 
     NAME = "partial_turns.jsonl"
@@ -411,36 +488,66 @@ class PartialTurns:
     def __init__(self, folder: Path):
         self.path = Path(folder) / self.NAME
 
-    def read(self, done: set[str]) -> dict[str, list[dict[str, Any]]]:
-        turns: dict[str, list[dict[str, Any]]] = {}
-        for row in iter_rows(self.path):
-            rid, k, data = row.get("id"), row.get("turn"), row.get("data")
-            if not isinstance(rid, str) or rid in done or not isinstance(data, dict):
+    def load(self) -> list[PartialTurn]:
+        """Read-only: every readable line, in file order."""
+        try:
+            rows = [turn for row in iter_rows(self.path) if (turn := PartialTurn.from_dict(row)) is not None]
+        except OSError as exc:
+            raise StoreWriteError(f"{self.path}: cannot read ({exc.strerror})") from exc
+        return rows
+
+    @staticmethod
+    def usable(
+        rows: list[PartialTurn], done: set[str], hashes: dict[str, str], settings: str | None
+    ) -> dict[str, list[PartialTurn]]:
+        """The turns a run may continue from, by conversation: not done, made for the prompt of hash
+        ``hashes[id]`` and (unless ``settings`` is None: not known, a dry run) under ``settings``,
+        contiguous from turn 0."""
+        turns: dict[str, list[PartialTurn]] = {}
+        for row in rows:
+            if row.id in done or row.prompt_hash is None or row.prompt_hash != hashes.get(row.id):
                 continue
-            have = turns.setdefault(rid, [])
-            if k == len(have):  # a turn out of order (or repeated) is not ours to trust
-                have.append(data)
-        return turns
+            if settings is not None and row.settings != settings:
+                continue
+            have = turns.setdefault(row.id, [])
+            if row.turn == len(have):  # a turn out of order (or repeated) is not ours to trust
+                have.append(row)
+        return {rid: have for rid, have in turns.items() if have}
 
-    def open(self, done: set[str]) -> dict[str, list[dict[str, Any]]]:
-        turns = self.read(done)
+    def open(self, keep: dict[str, list[PartialTurn]]) -> None:
+        """Before the run appends: the file holds ``keep`` alone (a torn last line goes too)."""
         if self.path.exists():
-            tmp = self.path.with_suffix(".jsonl.tmp")
-            try:
-                with open(tmp, "wb") as fh:
-                    for rid, datas in turns.items():
-                        for k, data in enumerate(datas):
-                            row = {"id": rid, "turn": k, "data": data}
-                            fh.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, self.path)
-            except OSError as exc:
-                raise StoreWriteError(f"{self.path}: cannot rewrite ({exc.strerror})") from exc
-        return turns
+            self._rewrite([turn for turns in keep.values() for turn in turns])
 
-    def append(self, rid: str, k: int, data: dict[str, Any]) -> None:
-        line = orjson.dumps({"id": rid, "turn": k, "data": data}, option=orjson.OPT_APPEND_NEWLINE)
+    def compact(self, done: set[str]) -> None:
+        """At the end of a run: the turns of conversations whose row is written go (the file too,
+        once nothing is left)."""
+        WRITE_POOL.release((self, self.path))  # an append descriptor would point at the replaced file
+        rows = self.load()
+        kept = [row for row in rows if row.id not in done]
+        if len(kept) != len(rows):
+            self._rewrite(kept)
+
+    def _rewrite(self, rows: list[PartialTurn]) -> None:
+        WRITE_POOL.release((self, self.path))
+        try:
+            if not rows:
+                self.path.unlink(missing_ok=True)
+                return
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            with open(tmp, "wb") as fh:
+                for row in rows:
+                    fh.write(row.to_json())
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            raise limit_error(exc, self.path) or StoreWriteError(
+                f"{self.path}: cannot rewrite ({exc.strerror})"
+            ) from exc
+
+    def append(self, turn: PartialTurn) -> None:
+        line = turn.to_json()
         try:
             with WRITE_POOL.use((self, self.path), self._open) as fd:  # shared with the result files: few descriptors
                 start = os.fstat(fd).st_size

@@ -1,8 +1,11 @@
 """One dataset's run: its input index, what earlier runs left, the prompts this run takes, the
 result store, the one set of counts, and the token-budget gate.
 
-    open_dataset()        scan + validate the prompt file, lock the output folder, read what is
-                          done, select this run's prompts, tidy errors.jsonl
+    claim_dataset()       lock the output folder, read what is done (nothing is written)
+    open_dataset()        scan + validate the prompt file, decide about changed prompts, select
+                          this run's prompts (still nothing is written)
+    DatasetRun.begin      once the whole run has decided to go: repair a torn line, move changed
+                          rows aside, tidy partial_turns.jsonl; a run that refuses changes nothing
     DatasetRun.record_result / record_error
                           the only places a finished prompt is written and counted
     DatasetRun.admit      the --max-tokens-per-dataset gate
@@ -20,10 +23,11 @@ from typing import Any
 
 from synthgen.chat.parsers import OutputParser
 from synthgen.config import RunConfig
+from synthgen.data import provenance
 from synthgen.data.prompts import DatasetIndex, DatasetSource, Prompt, scan_dataset
 from synthgen.data.records import ErrorRecord, RowContext, Turn, build_result
 from synthgen.data.selection import Selection, select
-from synthgen.data.store import DatasetStore, PartialTurns, ResumeState, move_rows
+from synthgen.data.store import DatasetStore, PartialTurn, PartialTurns, ResumeState, move_rows
 from synthgen.errors import UsageError
 from synthgen.run.progress import DatasetStats, Progress
 from synthgen.server.client import Generation
@@ -118,9 +122,12 @@ class DatasetRun:
     counts: DatasetStats
     progress: Progress
     budget: TokenBudget | None = None
-    partial: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # regenerate=all: turns of unfinished rows
+    partial: dict[str, list[PartialTurn]] = field(default_factory=dict)  # regenerate=all: turns to continue from
     partial_store: PartialTurns | None = None
+    partial_rows: list[PartialTurn] = field(default_factory=list)  # regenerate=all: what partial_turns.jsonl held
+    moving: list[str] = field(default_factory=list)  # --changed-prompts regenerate: rows begin() moves aside
     settings: str | None = None  # the settings id rows of this run carry
+    begun: bool = False  # begin() ran: the run writes this dataset's files
     in_flight: int = 0
     closed: bool = False  # no new requests (token budget reached)
     _ended: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
@@ -213,9 +220,13 @@ class DatasetRun:
         self.progress.finished(turn.completion_tokens)
 
     def record_turn(self, item: WorkItem, turn: Turn) -> None:
-        """regenerate=all: a finished turn of an unfinished conversation, kept for the next run too."""
+        """regenerate=all: a finished turn of an unfinished conversation, kept for the next run too,
+        with what it was made for (the prompt's hash, the settings)."""
         assert self.partial_store is not None
-        self.partial_store.append(item.prompt.id, len(item.turns), turn.to_dict())
+        prompt = item.prompt
+        self.partial_store.append(
+            PartialTurn(prompt.id, len(item.turns), turn.to_dict(), prompt.prompt_hash, self.settings)
+        )
         self._count_turn(turn)  # the token budget counts every turn
         self.progress.turn_finished(turn.completion_tokens)
 
@@ -258,6 +269,9 @@ class DatasetRun:
             extra.append(f"unreadable result lines {resume.bad_lines[:5]}")
         if resume.duplicate_rows:
             extra.append(f"{resume.duplicate_rows} duplicate result rows")
+        if ix.changed:
+            how = "to generate again (old rows to changed_rows.jsonl)" if self.moving else "kept"
+            extra.append(f"{len(ix.changed)} changed prompts {how}")
         lines = [
             f"  {self.name} ({ix.source.partition}): {sel.available:,} prompts, {cap}, "
             f"{sel.already_done:,} already done, {len(sel.pending):,} to run"
@@ -266,41 +280,93 @@ class DatasetRun:
         lines += [f"    skipped {bad}" for bad in ix.first_bad]
         return lines
 
+    # --- writing -------------------------------------------------------------------------------
+    def begin(self, progress: Progress) -> None:
+        """The run goes ahead (every check passed, the server answered): make what the plan decided
+        before the first append. Until now nothing of the dataset folder was written but its lock."""
+        store = self.store
+        assert store is not None and not self.begun
+        self.begun = True
+        if self.resume.tail is not None:
+            store.repair(self.resume)
+            progress.message(f"{self.name}: {self.resume.repaired}")
+        if self.moving:
+            moved = move_rows(store.results_path, set(self.moving))
+            progress.message(f"{self.name}: moved {moved:,} rows of changed prompts to changed_rows.jsonl")
+        if self.index.mode == "all":
+            partial = PartialTurns(store.dir)
+            self.partial = PartialTurns.usable(self.partial_rows, self.resume.done, self.index.hashes, self.settings)
+            partial.open(self.partial)
+            self.partial_store = partial
+            self.partial_rows = []
+            self.counts.tokens_before = self.resume.completion_tokens + partial_tokens(self.partial)
+
     def close(self) -> None:
-        if self.store is not None:
-            # Only now: a run that stopped before sending anything must leave errors.jsonl as it was.
-            self.store.compact_errors(self.resume.done)
-            self.store.close()
         if self.partial_store is not None:
             self.partial_store.close()
+            if self.begun:
+                self.partial_store.compact(self.resume.done)
+        if self.store is not None:
+            if self.begun:
+                # Only a run that went ahead tidies errors.jsonl: one that refused or stopped before
+                # sending anything leaves it as it was.
+                self.store.compact_errors(self.resume.done)
+            self.store.close()
 
 
 def source_label(source: DatasetSource) -> str:
     return f"{source.partition}/{source.path.name}"
 
 
-def open_dataset(source: DatasetSource, cfg: RunConfig, progress: Progress) -> DatasetRun:
-    """Lock, resume, scan and select one dataset (nothing is locked or repaired in a dry run).
+def partial_tokens(partial: dict[str, list[PartialTurn]]) -> int:
+    return sum(t.data.get("completion_tokens") or 0 for turns in partial.values() for t in turns)
 
-    Done rows must belong to this prompt file: a row recorded from another file refuses the run,
-    and a prompt whose text changed since its row was written is handled by --changed-prompts."""
+
+def claim_dataset(source: DatasetSource, cfg: RunConfig) -> tuple[DatasetStore, ResumeState]:
+    """Lock the dataset's folder (not in a dry run) and read what earlier runs left; nothing is
+    written (a torn last line is repaired by ``DatasetRun.begin``). Done rows must belong to this
+    prompt file: a row recorded from another file refuses the run."""
     store = DatasetStore(cfg.output_dir, source.name)
     if cfg.dry_run:
         resume = store.recover(repair=False)
-    else:
-        store.lock()
+        check_source(store, source, resume)
+        return store, resume
+    store.lock()
+    try:
         store.check_writable()
-        resume = store.recover(repair=True)
-    check_source(store, source, resume)
-    index = scan_dataset(source, cfg.skip_bad_lines, cfg.regenerate, resume.entries)
-    if index.changed:
-        resume = handle_changed(store, source, index.changed, cfg, resume)
-    writer = None if cfg.dry_run else store
+        resume = store.scan("will")
+        check_source(store, source, resume)
+    except BaseException:
+        store.close()
+        raise
+    return store, resume
+
+
+def recorded_settings(store: DatasetStore, resume: ResumeState) -> dict[str, Any] | None:
+    """What the dataset's rows were made with: the latest set of settings.jsonl; for rows from before
+    it existed, their mode (rows without one were made with --regenerate last)."""
+    latest = provenance.latest(store.dir)
+    if latest is not None:
+        return latest
+    modes = {entry.regenerate or "last" for entry in resume.entries.values()}
+    return {"regenerate": modes.pop()} if len(modes) == 1 else None
+
+
+def open_dataset(
+    source: DatasetSource, cfg: RunConfig, progress: Progress, store: DatasetStore, resume: ResumeState
+) -> DatasetRun:
+    """Scan and select one dataset claimed by ``claim_dataset``; a prompt whose text changed since its
+    row was written is handled by --changed-prompts. Decides only: ``DatasetRun.begin`` writes."""
+    partial_rows = PartialTurns(store.dir).load() if cfg.regenerate == "all" else []
+    index = scan_dataset(
+        source, cfg.skip_bad_lines, cfg.regenerate, resume.entries, track={row.id for row in partial_rows}
+    )
+    moving = changed_to_move(source, index.changed, cfg)
+    if moving:
+        resume = resume.without(set(moving))
     selection = select(
         index.ids, resume.done, cfg.cap_for(source.name), cfg.sample, cfg.seed, grouped=cfg.regenerate == "each"
     )
-    if writer is not None:
-        writer.compact_errors(resume.done)
     counts = DatasetStats(
         source.name,
         target=selection.target,
@@ -312,12 +378,13 @@ def open_dataset(source: DatasetSource, cfg: RunConfig, progress: Progress) -> D
     budget = None
     if cfg.max_tokens_per_dataset is not None:
         budget = TokenBudget(cfg.max_tokens_per_dataset, cfg.max_tokens)
-    run = DatasetRun(index, selection, resume, writer, counts, progress, budget)
+    run = DatasetRun(index, selection, resume, None if cfg.dry_run else store, counts, progress, budget)
+    run.moving = moving  # a dry run never begins: nothing moves
     if cfg.regenerate == "all":
-        partial = PartialTurns(store.dir)
-        run.partial = partial.read(resume.done) if cfg.dry_run else partial.open(resume.done)
-        run.partial_store = None if cfg.dry_run else partial
-        counts.tokens_before += sum(t.get("completion_tokens") or 0 for turns in run.partial.values() for t in turns)
+        run.partial_rows = partial_rows
+        # The settings are not known before the server is asked: begin() checks them too.
+        run.partial = PartialTurns.usable(partial_rows, resume.done, index.hashes, None)
+        counts.tokens_before += partial_tokens(run.partial)
     return run
 
 
@@ -332,9 +399,11 @@ def check_source(store: DatasetStore, source: DatasetSource, resume: ResumeState
         )
 
 
-def handle_changed(
-    store: DatasetStore, source: DatasetSource, changed: list[str], cfg: RunConfig, resume: ResumeState
-) -> ResumeState:
+def changed_to_move(source: DatasetSource, changed: list[str], cfg: RunConfig) -> list[str]:
+    """The done prompts whose rows go to changed_rows.jsonl (to be generated again): none with
+    --changed-prompts keep, all with regenerate; refuse (the default) refuses the run."""
+    if not changed:
+        return []
     first = ", ".join(changed[:3])
     what = f"{len(changed):,} done prompts of {source.path} changed since their rows were written (first: {first})"
     if cfg.changed_prompts == "refuse":
@@ -342,7 +411,4 @@ def handle_changed(
             f"{what}; pass --changed-prompts keep (keep the old rows) or --changed-prompts regenerate (move them "
             "to changed_rows.jsonl and generate again), or use another --output-dir"
         )
-    if cfg.changed_prompts == "keep" or cfg.dry_run:
-        return resume
-    move_rows(store.results_path, set(changed))
-    return store.recover(repair=True)
+    return [] if cfg.changed_prompts == "keep" else changed

@@ -6,6 +6,7 @@ settings they amount to (recorded beside the rows by ``provenance``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from synthgen.chat import templating
 from synthgen.chat.parsers import KNOWN_REASONING, KNOWN_TOOL_CALL, OutputParser
@@ -52,16 +53,24 @@ def choose_parser(kind: str, chosen: str | None, served: str | None, notes: list
     return None
 
 
+def flag_settings(cfg: RunConfig) -> dict[str, Any]:
+    """The settings the run's flags decide alone (``provenance.FLAG_SETTINGS``): checked before the
+    server is asked."""
+    return {
+        "chat_template_kwargs": cfg.chat_template_kwargs,
+        "sampling_params": cfg.sampling_params(),
+        "max_tokens": cfg.max_tokens,
+        "regenerate": cfg.regenerate,
+    }
+
+
 def run_settings(cfg: RunConfig, ctx: ServerContext, model: Model) -> Settings:
     return Settings(
         model=ctx.model,
         weight_version=ctx.weight_version,
         tokenizer=ctx.tokenizer_path,
         chat_template_sha256=model.renderer.template_hash,
-        chat_template_kwargs=cfg.chat_template_kwargs,
         reasoning_parser=model.parser.reasoning,
         tool_call_parser=model.parser.tool_call,
-        sampling_params=cfg.sampling_params(),
-        max_tokens=cfg.max_tokens,
-        regenerate=cfg.regenerate,
+        **flag_settings(cfg),
     )

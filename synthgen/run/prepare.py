@@ -57,7 +57,9 @@ class Preparer:
         blocker = prompt.conversation.all_blocker()
         if blocker:
             return Skip(prompt.id, "cannot_regenerate", f"--regenerate all: {blocker}")
-        done = [Turn.from_dict(t) for t in run.partial.get(prompt.id, [])]
+        done = [Turn.from_dict(t.data) for t in run.partial.get(prompt.id, [])]
+        if len(done) >= len(prompt.conversation.all_positions()):
+            done = []  # more turns than the conversation has now (its trailing replies changed): start again
         return self.next_turn(run, prompt, done)
 
     def next_turn(self, run: DatasetRun, prompt: Prompt, turns: list[Turn]) -> WorkItem | Skip:

@@ -27,8 +27,10 @@ from typing import Any, TextIO
 
 from synthgen.config import RunConfig
 from synthgen.data import provenance
+from synthgen.data.prompts import DatasetSource
 from synthgen.data.prompts import discover as discover_datasets
 from synthgen.data.records import Turn
+from synthgen.data.store import DatasetStore, ResumeState
 from synthgen.errors import (
     EXIT_FAILURES,
     EXIT_OK,
@@ -41,8 +43,8 @@ from synthgen.errors import (
 )
 from synthgen.fmt import fmt_duration
 from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor, interleave
-from synthgen.run.dataset_run import DatasetRun, WorkItem, now_iso, open_dataset
-from synthgen.run.model import load_model, run_settings
+from synthgen.run.dataset_run import DatasetRun, WorkItem, claim_dataset, now_iso, open_dataset, recorded_settings
+from synthgen.run.model import flag_settings, load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
 from synthgen.run.progress import Progress, summary_table
 from synthgen.server.client import Generation, Rejected, SGLangClient, Transient, build_payload, new_rid
@@ -130,6 +132,8 @@ class Runner:
             self.check_settings()
             if self.stopping.is_set():  # a signal during start-up: nothing was sent
                 return self.exit_code()
+            for run in self.writing():
+                run.begin(self.progress)  # every check passed: now the folders may change
             for note in self.server.notes:
                 self.progress.message(f"note: {note}")
             self.progress.message(
@@ -158,11 +162,30 @@ class Runner:
             self.progress.close()
 
     def plan(self) -> None:
+        """Decide everything before anything is written: lock and read every dataset folder, compare
+        the settings the flags decide with what each folder recorded (before prompts are compared:
+        a change of --regenerate is no change of prompts), scan and select. Files are written only
+        once the run goes ahead (``DatasetRun.begin``), so a refusal here changes nothing."""
         cfg = self.config
         sources = discover_datasets(cfg.prompts_dir, cfg.partition, cfg.datasets)
         for source in sources:
             cfg.cap_for(source.name)  # a missing budget entry fails before any file is scanned
-        runs = [open_dataset(source, cfg, self.progress) for source in sources]
+        claims: list[tuple[DatasetSource, DatasetStore, ResumeState]] = []
+        try:
+            for source in sources:
+                claims.append((source, *claim_dataset(source, cfg)))
+            if not cfg.allow_mixed_settings:
+                recorded = {}
+                for source, store, resume in claims:
+                    settings = recorded_settings(store, resume)
+                    if settings is not None:
+                        recorded[source.name] = settings
+                provenance.check_flags(recorded, flag_settings(cfg))
+            runs = [open_dataset(source, cfg, self.progress, store, resume) for source, store, resume in claims]
+        except BaseException:
+            for _, store, _ in claims:
+                store.close()  # the locks taken so far
+            raise
         self.runs = longest_first(runs, cfg.expected_tokens)
 
     def plan_report(self) -> str:
@@ -181,7 +204,7 @@ class Runner:
         """Rows of one dataset folder share their settings unless --allow-mixed-settings (exit 2)."""
         assert self.preparer is not None
         settings = run_settings(self.config, self.server, self.preparer.model)
-        writing = [run for run in self.runs if run.store is not None and run.selection.pending]
+        writing = self.writing()
         provenance.check_folders(
             {run.name: run.store.dir for run in writing if run.store is not None},
             settings,
@@ -189,6 +212,10 @@ class Runner:
         )
         for run in writing:
             run.settings = settings.id
+
+    def writing(self) -> list[DatasetRun]:
+        """The datasets this run writes: not a dry run, and prompts to send."""
+        return [run for run in self.runs if run.store is not None and run.selection.pending]
 
     def dry_run(self) -> int:
         cfg, ctx = self.config, self.server
