@@ -65,9 +65,10 @@ SIGNAL_EXIT = {"SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM, "SIGHUP": EXIT_SI
 
 
 def longest_first(runs: list[DatasetRun], planned: dict[str, float]) -> list[DatasetRun]:
-    """Datasets whose answers are expected to be longest start first, so the end of a run is not
-    a few long generations on an idle server. Expected: the budget file's average, else the mean
-    of the rows already there; datasets with no estimate keep their place at the front."""
+    """Datasets whose answers are expected to be longest first: the order ``Pool.produce`` mixes
+    them in (``concurrency.interleave``), the longest's first prompt first. Expected: the budget
+    file's average, else the mean of the rows already there; datasets with no estimate keep their
+    place at the front."""
 
     def expected(run: DatasetRun) -> float:
         if run.name in planned:
