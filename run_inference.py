@@ -6,7 +6,8 @@ import sys
 if __name__ == "__main__":
     try:
         from synthgen.cli.run import main  # seconds of imports: Ctrl-C may come now
+        from synthgen.errors import exit_process
     except KeyboardInterrupt:
         print("run_inference.py: interrupted", file=sys.stderr)
         sys.exit(130)
-    sys.exit(main())
+    exit_process(main())

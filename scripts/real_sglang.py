@@ -117,7 +117,8 @@ def spawn_and_wait(
 ) -> int:
     """Start `cmd` in its own process group, wait until `ready(url, server)` holds, register it
     and print its JSON line; a server that exits or misses the timeout is killed and reported."""
-    server = ServerProcess(cmd, log, name=kind, env=env, cwd=args.paths.cache)
+    # keep: the server outlives this command by design (`stop` ends it), so it must not die with it.
+    server = ServerProcess(cmd, log, name=kind, env=env, cwd=args.paths.cache, keep=True)
     url = f"http://127.0.0.1:{port}"
 
     async def is_ready() -> bool:

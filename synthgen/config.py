@@ -9,7 +9,6 @@ Usage::
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,16 +19,12 @@ from synthgen.chat.parsers import KNOWN_REASONING, KNOWN_TOOL_CALL
 from synthgen.data.prompts import REGENERATE_MODES
 from synthgen.data.selection import SAMPLE_MODES
 from synthgen.errors import UsageError
+from synthgen.redact import redact, remember
 
 CHANGED_PROMPTS = ("refuse", "keep", "regenerate")
 # With --launch-server, --server-wait covers a start-up plus this: the restart's stop grace (30 s)
 # and its longest backoff (30 s), with room to spare.
 RESTART_ALLOWANCE = 120.0
-
-
-def redact_url(url: str) -> str:
-    """``url`` with the password of ``user:password@`` replaced by ***, even in a URL that does not parse."""
-    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:]*):[^/@]*@", r"\1:***@", url)
 
 
 @dataclass
@@ -117,8 +112,8 @@ class RunConfig:
         if self.max_samples is not None and self.max_samples < 0:
             raise UsageError(f"--max-samples must be 0 or more, got {self.max_samples}")
         for flag, value in {"--server-wait": self.server_wait, "--drain-timeout": self.drain_timeout}.items():
-            if value < 0:
-                raise UsageError(f"{flag} must be 0 or more, got {value}")
+            if not (value >= 0 and math.isfinite(value)):  # nan compares false to everything
+                raise UsageError(f"{flag} must be a number of seconds, 0 or more, got {value}")
         if self.sample not in SAMPLE_MODES:
             raise UsageError(f"--sample must be one of {', '.join(SAMPLE_MODES)}")
         if self.temperature is not None and not (self.temperature >= 0 and math.isfinite(self.temperature)):
@@ -145,8 +140,8 @@ class RunConfig:
 
     @property
     def display_url(self) -> str:
-        """The server URL as every message prints it: a password in it is replaced by ***."""
-        return redact_url(self.server_url)
+        """The server URL as every message prints it: a credential in it (user part, key in the query) is ***."""
+        return redact(self.server_url)
 
     def _check_server(self) -> None:
         shown = self.display_url
@@ -165,9 +160,10 @@ class RunConfig:
         if self.api_key is not None:
             # A key from a file or $(cat key) ends with a newline the server would not recognise.
             self.api_key = self.api_key.strip() or None
+            remember(self.api_key)  # never printed, even where a message quotes it (a server's echo)
         if self.api_key is not None and not all(" " <= ch <= "~" for ch in self.api_key):
             raise UsageError(
-                "the API key (--api-key or $SGLANG_API_KEY) has a character an HTTP header cannot carry "
+                "the API key ($SGLANG_API_KEY or --api-key) has a character an HTTP header cannot carry "
                 "(non-ASCII or a control character); check it for a stray character"
             )
 

@@ -16,9 +16,15 @@ caught, with ``raise ... from exc``; nothing matches on the text of an error.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
+import sys
+import threading
 from collections.abc import Callable
 from typing import NoReturn, TextIO
+
+from synthgen.redact import redact
 
 EXIT_OK = 0
 EXIT_FAILURES = 1  # the run finished, but some prompts failed (see errors.jsonl); rerun retries them
@@ -86,16 +92,51 @@ def run_guarded(prog: str, body: Callable[[], int], stream: TextIO, debug: bool 
         return EXIT_SIGINT
 
 
+def exit_process(code: int) -> NoReturn:
+    """The end of an entry script. A worker thread the run stopped waiting for (a render or a
+    tokenization under way when a signal came) must not keep the process alive: every file is
+    closed by now, so the process ends at once, without waiting for it."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    main = threading.main_thread()
+    if any(t is not main and t.is_alive() and not t.daemon for t in threading.enumerate()):
+        os._exit(code)
+    sys.exit(code)
+
+
 def _say(line: str, stream: TextIO) -> None:
     """The last line of a run; a closed stderr (``| head -1`` gone) must not turn it into a traceback."""
     try:
-        print(line, file=stream, flush=True)
+        print(redact(line), file=stream, flush=True)
     except (OSError, ValueError):
         pass
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose mistakes are one line (a UsageError, exit 2) instead of a usage block."""
+    """An argument parser whose mistakes are one line (a UsageError, exit 2) instead of a usage block,
+    with the closest valid flag or value when the mistake looks like a typo (``--partiton``,
+    ``--regenerate al``)."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see {self.prog} --help)")
+        hint = self._closest(message)
+        raise UsageError(f"{message}{hint} (see {self.prog} --help)")
+
+    def _closest(self, message: str) -> str:
+        """'; did you mean --partition?' for argparse's unknown-flag and bad-choice messages, else ''."""
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if choice:
+            options = re.findall(r"'([^']*)'", choice.group(2)) or [o.strip() for o in choice.group(2).split(",")]
+            wanted = choice.group(1)
+        else:
+            unknown = re.match(r"unrecognized arguments: (\S+)", message)
+            if unknown is None or not unknown.group(1).startswith("--"):
+                return ""
+            wanted = unknown.group(1).split("=", 1)[0]
+            options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+        # A cut-short flag (--tokens for --tokens-per-dataset) first, then the nearest spelling.
+        match = sorted((o for o in options if o.startswith(wanted)), key=len)[:1]
+        match = match or difflib.get_close_matches(wanted, options, n=1, cutoff=0.6)
+        return f"; did you mean {match[0]}?" if match else ""

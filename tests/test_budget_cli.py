@@ -194,7 +194,9 @@ def test_the_budget_file_holds_the_plan_fixed_rows_and_the_no_estimate_list(proj
         },
         "no_estimate": ["math"],
     }
-    assert err.splitlines()[-1] == "wrote budget.json; use it with: python run_inference.py --budget budget.json"
+    assert err.splitlines()[-1] == (
+        "wrote budget.json; use it with: python run_inference.py --partition all --dataset chat --budget budget.json"
+    )
 
 
 def test_the_budget_file_is_replaced_whole_and_no_temporary_file_is_left(project, capsys):
@@ -250,7 +252,10 @@ def test_a_budget_file_that_cannot_be_written_exits_5_with_the_fix(project, caps
         ),
         (["--throughput", "0"], "--throughput must be positive, got '0'"),
         (["--throughput", "1000-"], "--throughput: '1000-' is not a figure or a range; use e.g. 1200 or 1000-1500"),
-        (["--tokens"], "unrecognized arguments: --tokens (see compute_budget.py --help)"),
+        (
+            ["--tokens"],
+            "unrecognized arguments: --tokens; did you mean --tokens-per-dataset? (see compute_budget.py --help)",
+        ),
         (
             ["--tokens-per-dataset"],
             "argument --tokens-per-dataset: expected one argument (see compute_budget.py --help)",

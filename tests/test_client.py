@@ -124,7 +124,7 @@ def test_client_errors_are_permanent_with_the_servers_message(payload, message):
 
 
 def test_401_stops_the_run_with_advice_about_the_key():
-    with pytest.raises(AuthError, match="set SGLANG_API_KEY or pass --api-key"):
+    with pytest.raises(AuthError, match=r"set SGLANG_API_KEY \(or --api-key\) to the key"):
         parse_generation(401, body({"error": "Unauthorized"}))
 
 

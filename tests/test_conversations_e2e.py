@@ -137,7 +137,9 @@ def test_all_generates_every_turn_on_the_models_own_replies_and_skips_tool_conve
         ],
     )
     result = ws.run("--server-url", sim.url, "--regenerate", "all", *COMMON)
-    assert result.returncode == 1, result.stderr  # a skipped prompt is a warning exit
+    assert result.returncode == 0, result.stderr  # a skip no rerun changes is reported, not exit 1
+    assert "mt: 1 prompts skipped (cannot_regenerate), a rerun will not change that" in result.stderr
+    assert "all in outputs/mt/errors.jsonl" in result.stderr and "rerun to retry" not in result.stderr
     rows = {r["id"]: r for r in ws.assert_exactly_once("mt", ["c1", "c2"])}
     assert sim.stats()["generate_requests"] == 3 + 1
 

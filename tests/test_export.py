@@ -15,11 +15,9 @@ import pytest
 from synthgen.cli.export import main
 from synthgen.data.records import ResultRecord
 from synthgen.export.exporter import (
-    DatasetRef,
     ExportConfig,
     RowRef,
     drop_reason,
-    retokenizes,
     split_rows,
     token_rows,
     val_path,
@@ -203,7 +201,8 @@ def test_specforge_rows_keep_the_models_text_and_tool_arguments_byte_for_byte_an
         {"role": "assistant", "content": "Answer a.", "reasoning_content": "Let me think."},
     ]
     assert "tools" not in a
-    assert set(a) == {"id", "conversations", "synthgen_meta"}
+    assert set(a) == {"id", "conversations", "status", "synthgen_meta"}
+    assert a["status"] == "success" and a["synthgen_meta"]["generated_turns"] == [2]
     assert a["synthgen_meta"]["finish_reason"] == "stop" and a["synthgen_meta"]["completion_tokens"] == 4
     t1 = rows["chat/t1"]
     call = t1["conversations"][-1]["tool_calls"][0]
@@ -224,6 +223,7 @@ def test_messages_rows_are_openai_style_with_tools_as_given(project, capsys):
     rows = jsonl(project / "sft.jsonl")
     assert rows[0] == {
         "id": "chat/a",
+        "generated_turns": [2],
         "messages": [
             {"role": "system", "content": "Be brief."},
             {"role": "user", "content": "Question a?"},
@@ -288,7 +288,10 @@ def test_duplicates_torn_lines_and_filtered_rows_are_counted_and_the_first_copy_
     )
     code, _, err = run(capsys, "--dataset", "chat", "--format", "messages", "--out", "o.jsonl")
     assert code == 0
-    assert err.splitlines()[0] == "chat: 1 of 4 rows (dropped: 1 duplicate, 1 empty, 1 truncated)"
+    assert (
+        err.splitlines()[0]
+        == "chat: 1 of 4 rows (dropped: 1 duplicate, 1 empty, 1 truncated; 1 unreadable line skipped)"
+    )
     assert jsonl(project / "o.jsonl")[0]["messages"][-1]["content"] == "Answer a."
 
 
@@ -406,7 +409,8 @@ def test_user_errors_are_one_line_with_exit_code_2_and_write_nothing(project, ca
     code, out, err = run(capsys, *argv)
     assert (code, out) == (2, "")
     assert err.splitlines()[-1] == f"export_training.py: error: {message}"
-    assert len(err.splitlines()) == (2 if setup == "dropped" else 1)  # the dropped counts, then the error
+    # the dropped counts and the flag that keeps them, then the error
+    assert len(err.splitlines()) == (3 if setup == "dropped" else 1)
     assert not (project / "o.jsonl").exists()
 
 
@@ -449,6 +453,8 @@ def test_the_report_shows_counts_shares_and_histograms_and_writes_nothing(projec
             "  share cut at max tokens            25.0%   (1 of 4)",
             "  share with empty answer             0.0%   (0 of 4)",
             "  tool calls per row             0: 3   1: 1",
+            "  settings sets                          1",
+            "    unrecorded                           4   (rows written before settings ids)",
             "",
             "  completion tokens  n=4  min 4  p50 4  p90 300  p99 300  max 300",
             "      0 -  49  ######################################## 2  p50",
@@ -469,7 +475,9 @@ def test_the_report_shows_counts_shares_and_histograms_and_writes_nothing(projec
             "    16 - 16  #############                            1  p90 p99",
             "",
             "total: 3 of 5 rows would be exported as specforge",
-            "re-tokenization check skipped: pass --tokenizer PATH to compare the text with the stored output_ids",
+            "specforge rows end at the one turn the model generated: train with data.train_only_last_turn: true "
+            "(SpecForge's config), or earlier assistant turns are trained too",
+            "render check skipped: no tokenizer; pass --tokenizer PATH (the model's tokenizer folder)",
             "",
         ]
     )
@@ -487,43 +495,6 @@ def test_histogram_marks_the_bins_holding_p50_p90_and_p99():
     assert len({len(line.split("  p")[0].rstrip()) for line in lines[1:]}) <= 2
 
 
-# --- re-tokenization drift -------------------------------------------------------------------------
-class CharTokenizer:
-    """Each character is one id (its code point): enough to tell equal from different."""
-
-    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
-        return {"input_ids": [ord(c) for c in text]}
-
-
-def test_text_that_encodes_to_the_stored_ids_without_the_stop_token_does_not_count_as_drift():
-    turn = {"output_text": "hi", "output_ids": [104, 105, 2], "finish_reason": "stop"}
-    assert retokenizes(CharTokenizer(), turn) is True
-    assert retokenizes(CharTokenizer(), dict(turn, output_ids=[104, 106, 2])) is False
-    assert retokenizes(CharTokenizer(), dict(turn, output_ids=[104, 105], finish_reason="length")) is True
-    assert retokenizes(CharTokenizer(), dict(turn, output_ids=None)) is None
-
-
-def test_the_report_counts_rows_whose_text_does_not_re_tokenize(project, capsys):
-    from synthgen.export.exporter import format_report, scan_dataset
-
-    path = write_results(
-        project,
-        "chat",
-        [
-            record("a", output_text="ab", output_ids=[97, 98, 2]),
-            record("b", output_text="ab", output_ids=[7, 2]),
-            old_row("old"),
-        ],
-    )
-    config = ExportConfig(datasets=(DatasetRef("chat", path),), tokenizer=CharTokenizer())
-    report = format_report([scan_dataset(ref, config) for ref in config.datasets], config)
-    assert "  re-tokenization                1 of 2 kept rows differ (1 without stored ids not checked)" in report
-    assert report.endswith(
-        "some rows do not re-tokenize to the ids the model produced: prefer --format tokens "
-        "to train on exactly those ids\n"
-    )
-
-
 def test_export_training_py_runs_as_a_script(project):
     write_results(project, "chat", [record("a")])
     done = subprocess.run(
@@ -534,7 +505,13 @@ def test_export_training_py_runs_as_a_script(project):
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stderr.splitlines() == ["chat: 1 of 1 rows", "wrote o.jsonl (1 rows, specforge)"]
+    assert done.stderr.splitlines() == [
+        "chat: 1 of 1 rows",
+        "wrote o.jsonl (1 rows, specforge)",
+        "note: specforge rows end at the one turn the model generated: train with data.train_only_last_turn: true "
+        "(SpecForge's config), or earlier assistant turns are trained too",
+        "note: render check skipped: no tokenizer; pass --tokenizer PATH (the model's tokenizer folder)",
+    ]
 
 
 # --- rendering with real chat templates --------------------------------------------------------------

@@ -149,7 +149,7 @@ def test_a_healthy_server_already_at_the_url_is_used_and_left_running(ws, tokeni
     assert not (ws.outputs / "server.log").exists()
 
 
-def test_keep_server_leaves_it_running_and_the_next_run_uses_it(ws, tokenizers, port):
+def test_keep_server_leaves_it_running_and_the_next_run_uses_it_and_stops_it_unless_kept_again(ws, tokenizers, port):
     first_ids = ws.dataset("short", "a", 4)
     command = sim_command(tokenizers["chatml"], port)
     url = f"http://127.0.0.1:{port}"
@@ -158,13 +158,23 @@ def test_keep_server_leaves_it_running_and_the_next_run_uses_it(ws, tokenizers, 
     try:
         assert first.returncode == 0, first.stderr
         assert "left running (pid" in first.stderr and group_alive(pgids[0])
+        # The hint says how to reuse it with the same settings (here the --max-tokens the run used).
+        assert f"use it with the same settings: --server-url {url} --max-tokens 64;" in first.stderr
         second_ids = ws.dataset("short", "b", 3)
-        second = ws.run("--server-url", url, *COMMON, "--launch-server", command, timeout=DEADLINE)
+        args = ("--server-url", url, *COMMON, "--launch-server", command)
+        second = ws.run(*args, "--keep-server", timeout=DEADLINE)
         assert second.returncode == 0, second.stderr
-        assert "using it instead of launching one" in second.stderr and not launched_pgids(second.stderr)
+        assert f"the server an earlier run launched (pid {pgids[0]}," in second.stderr
+        assert not launched_pgids(second.stderr) and group_alive(pgids[0])  # kept again
+        third_ids = ws.dataset("short", "c", 2)
+        third = ws.run(*args, timeout=DEADLINE)
+        assert third.returncode == 0, third.stderr
+        assert f"stopping the server an earlier run launched (pid {pgids[0]})" in third.stderr
         ws.assert_exactly_once("a", first_ids)
         ws.assert_exactly_once("b", second_ids)
-        assert group_alive(pgids[0])  # not the second run's to stop
+        ws.assert_exactly_once("c", third_ids)
+        assert_nothing_left(port, pgids)  # its own server, recognised: stopped at the end
+        assert not (ws.outputs / "launched_server.json").exists()
     finally:
         for pgid in pgids:
             try:

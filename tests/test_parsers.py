@@ -8,10 +8,22 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
-from synthgen.chat.parsers import KNOWN_REASONING, KNOWN_TOOL_CALL, OutputParser, prompt_opens_reasoning
+from synthgen.chat.parsers import (
+    KNOWN_REASONING,
+    KNOWN_TOOL_CALL,
+    NOT_REPRODUCED,
+    SGLANG_REASONING,
+    SGLANG_TOOL_CALL,
+    OutputParser,
+    parser_table,
+    prompt_opens_reasoning,
+)
+from synthgen.run.model import choose_parser
+from tests.parser_samples import TOOLS
 
 
 @dataclass(frozen=True)
@@ -24,7 +36,7 @@ class Case:
     reasoning: str
     content: str
     complete: bool = True
-    calls: list[tuple[str, str]] = field(default_factory=list)  # (name, the model's own arguments text)
+    calls: list[tuple[str, str]] = field(default_factory=list)  # (name, arguments as SGLang serializes them)
 
 
 WEATHER_QWEN = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
@@ -107,7 +119,7 @@ CASES = [
         False,
         "",
         "Sure, checking both.",
-        calls=[("get_weather", '{"city": "Paris"}'), ("get_time", '{"tz":"Europe/Paris","fmt":[24,"h"]}')],
+        calls=[("get_weather", '{"city": "Paris"}'), ("get_time", '{"tz": "Europe/Paris", "fmt": [24, "h"]}')],
     ),
     Case(
         "qwen25 parameters key and no arguments",
@@ -244,7 +256,7 @@ CASES = [
         False,
         "User wants the weather. Call the tool.",
         "",
-        calls=[("get_weather", '{"location":"Tokyo","unit":"c"}')],
+        calls=[("get_weather", '{"location": "Tokyo", "unit": "c"}')],
     ),
     Case(
         "gpt-oss preamble then tool call",
@@ -254,7 +266,7 @@ CASES = [
         False,
         "User wants the weather. Call the tool.",
         "Checking the weather.",
-        calls=[("get_weather", '{"location":"Tokyo","unit":"c"}')],
+        calls=[("get_weather", '{"location": "Tokyo", "unit": "c"}')],
     ),
     # HarmonyParser holds an unfinished commentary block waiting for <|call|>, so a cut-off call is dropped.
     Case(
@@ -338,3 +350,96 @@ def test_known_names_are_sglangs():
         KNOWN_REASONING
     )
     assert {"kimi_k2", "qwen25", "gpt-oss"} <= set(KNOWN_TOOL_CALL)
+
+
+def test_the_docs_parser_table_is_the_one_the_code_generates():
+    doc = (Path(__file__).parent.parent / "docs" / "parsers.md").read_text(encoding="utf-8")
+    table = doc.split("<!-- parser-table:start -->\n", 1)[1].split("<!-- parser-table:end -->", 1)[0]
+    assert table == parser_table(), (
+        "regenerate: python -c 'from synthgen.chat.parsers import parser_table as t; print(t())'"
+    )
+
+
+def test_every_sglang_name_is_reproduced_or_left_out_with_a_reason():
+    for kind, names, known in (
+        ("reasoning", SGLANG_REASONING, KNOWN_REASONING),
+        ("tool-call", SGLANG_TOOL_CALL, KNOWN_TOOL_CALL),
+    ):
+        assert set(known) <= set(names)
+        assert all((kind, n) in NOT_REPRODUCED for n in names if n not in known)
+        assert all(f"`{n}`" in parser_table() for n in names)
+
+
+def test_a_server_parser_this_tool_does_not_know_gets_a_note_saying_why():
+    notes: list[str] = []
+    assert choose_parser("tool-call", None, "response_template", notes) is None
+    assert choose_parser("reasoning", None, "qwen9-future", notes) is None
+    assert "does not reproduce it: SGLang derives it from the chat template" in notes[0]
+    assert "content" in notes[0] and "--tool-call-parser" in notes[0]
+    assert "'qwen9-future' is not a reasoning parser of SGLang 0.5.23" in notes[1]
+    assert choose_parser("tool-call", None, "qwen3_coder", notes) == "qwen3_coder" and len(notes) == 2
+
+
+@pytest.mark.parametrize(
+    "parser,text,content,calls",
+    [
+        (
+            "qwen3_coder",
+            "Ok.\n<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n<parameter=metric>\n"
+            "true\n</parameter>\n<parameter=city>\n7\n</parameter>\n</function>\n</tool_call>",
+            "Ok.\n",
+            [("get_weather", '{"days": 3, "metric": true, "city": "7"}')],  # typed by the schema
+        ),
+        (
+            "glm47",
+            "A <tool_call>get_weather<arg_key>days</arg_key><arg_value>4</arg_value></tool_call> B",
+            "A  B",
+            [("get_weather", '{"days": 4}')],
+        ),
+        (
+            "glm45",
+            "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Rome</arg_value>\n</tool_call>",
+            "",
+            [("get_weather", '{"city": "Rome"}')],
+        ),
+        (
+            "minimax-m2",
+            'Hi<minimax:tool_call><invoke name="get_weather"><parameter name="days">2</parameter></invoke>'
+            "</minimax:tool_call>",
+            "Hi",
+            [("get_weather", '{"days": 2}')],
+        ),
+        ("mistral", '[TOOL_CALLS]ping[ARGS]{"x": 1}', "", [("ping", '{"x": 1}')]),
+        ("pythonic", '[search(q="a", n=2)]', "", [("search", '{"q": "a", "n": 2}')]),
+        ("llama3", '<|python_tag|>{"name": "ping", "parameters": {}}', "", [("ping", "{}")]),
+        (
+            "deepseekv31",
+            'x<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>ping<｜tool▁sep｜>{"a": 1}'
+            "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            "x",
+            [("ping", '{"a": 1}')],
+        ),
+        ("hermes", '<tool_call>{"name": "undeclared", "arguments": {}}</tool_call>', "", []),  # SGLang drops it
+    ],
+)
+def test_tool_calls_with_the_prompts_tools_follow_sglangs_detectors(parser, text, content, calls):
+    out = OutputParser(None, parser).parse(text, False, call_id_prefix="p", tools=TOOLS)
+    assert out.content == content
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in out.tool_calls] == calls
+
+
+def test_kimi_k3_ids_are_name_and_index_counting_earlier_turns():
+    text = (
+        '<|open|>tools<|sep|><|open|>call tool="ping"<|sep|><|close|>call<|sep|><|open|>call tool="search"<|sep|>'
+        '<|open|>argument key="n" type="integer"<|sep|>2<|close|>argument<|sep|><|close|>call<|sep|>'
+    )
+    calls = OutputParser(None, "kimi_k3").parse(text, False, history_tool_calls=3, tools=TOOLS).tool_calls
+    assert [(c["id"], c["function"]["arguments"]) for c in calls] == [("ping:3", "{}"), ("search:4", '{"n": 2}')]
+
+
+def test_a_failing_detector_leaves_the_whole_answer_and_no_calls():
+    # MiniMax-M3 raises on a mismatched closing tag; SGLang's serving layer then keeps the text as it was.
+    text = ']<]minimax[>[<tool_call>]<]minimax[>[<invoke name="search">]<]minimax[>[<q>x]<]minimax[>[</n>'
+    text += "]<]minimax[>[</invoke>]<]minimax[>[</tool_call>"
+    out = OutputParser(None, "minimax-m3").parse(text, False, tools=TOOLS)
+    assert (out.content, out.tool_calls) == (text, [])

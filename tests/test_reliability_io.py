@@ -115,7 +115,7 @@ def test_too_many_open_files_names_ulimit_not_the_input_file(tmp_path, monkeypat
     def no_descriptors(*args, **kwargs):
         raise OSError(24, "Too many open files")
 
-    monkeypatch.setattr("builtins.open", no_descriptors)
+    monkeypatch.setattr(os, "open", no_descriptors)  # input files are opened with os.open (O_NONBLOCK)
     with pytest.raises(UsageError, match=r"too many open files \(this process; ulimit -n is \d+\); raise the limit"):
         PromptReader(index).read("x")
     with pytest.raises(UsageError, match="ulimit -n"):
@@ -437,10 +437,10 @@ def test_a_password_in_the_server_url_is_never_printed_by_the_argument_check(ws)
     assert "s3cret" not in result.stderr and "user:***@" in result.stderr
 
 
-def test_display_url_hides_only_the_password():
+def test_display_url_hides_the_password_and_a_user_part_that_may_be_a_token():
     assert RunConfig(server_url="http://u:pw@h:8/x").display_url == "http://u:***@h:8/x"
     assert RunConfig(server_url="https://h:8/a@b").display_url == "https://h:8/a@b"
-    assert RunConfig(server_url="http://u@h").display_url == "http://u@h"
+    assert RunConfig(server_url="http://u@h").display_url == "http://***@h"  # issue 17: a token as the user
 
 
 def test_an_api_key_with_a_trailing_newline_is_used_without_it(ws, make_sim):
@@ -456,7 +456,7 @@ def test_a_non_ascii_api_key_is_one_line_exit_2(ws):
     result = run_cli(ws, "--server-url", "http://127.0.0.1:9", "--api-key", "clé")
     assert result.returncode == 2
     assert last_line(result) == (
-        "run_inference.py: error: the API key (--api-key or $SGLANG_API_KEY) has a character "
+        "run_inference.py: error: the API key ($SGLANG_API_KEY or --api-key) has a character "
         "an HTTP header cannot carry (non-ASCII or a control character); check it for a "
         "stray character"
     )

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from synthgen.budget.plan import FIXED, Plan
+from synthgen.data.openfiles import read_input
 from synthgen.errors import StoreWriteError, UsageError
 
 
@@ -101,10 +102,13 @@ class Budget:
         return [name for name in self.caps if name not in self.fixed]
 
 
+MAX_BUDGET_BYTES = 256 << 20  # a plan of a million datasets is far smaller
+
+
 def read_budget(path: Path) -> Budget:
     """The per-dataset caps (and expected completion lengths) of a compute_budget.py plan file."""
     try:
-        data = orjson.loads(Path(path).read_bytes())
+        data = orjson.loads(read_input(path, "pass the budget file compute_budget.py --out wrote", MAX_BUDGET_BYTES))
     except FileNotFoundError:
         raise UsageError(f"{path}: budget file not found; create it with compute_budget.py --out {path}") from None
     except OSError as exc:

@@ -8,6 +8,7 @@ runner makes, so "available" here is what a run would see (unique ids after de-d
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -264,8 +265,24 @@ def run(cfg: BudgetConfig) -> int:
         write_budget(cfg.out, plan)
     print(budget.format_table(plan))
     if cfg.out is not None:
-        print(f"wrote {cfg.out}; use it with: python run_inference.py --budget {cfg.out}", file=sys.stderr)
+        print(f"wrote {cfg.out}; use it with: {run_hint(cfg, plan)}", file=sys.stderr)
     return 0
+
+
+def run_hint(cfg: BudgetConfig, plan: budget.Plan) -> str:
+    """The run_inference.py command for this plan, runnable as printed: the plan's partition and, when
+    not all of it is planned, its datasets (a run would stop at a dataset the file has no entry for)."""
+    parts = ["python", "run_inference.py", "--partition", cfg.partition]
+    if cfg.prompts_dir != DEFAULT_PROMPTS_DIR:
+        parts += ["--prompts-dir", str(cfg.prompts_dir)]
+    if cfg.output_dir != DEFAULT_OUTPUT_DIR:
+        parts += ["--output-dir", str(cfg.output_dir)]
+    # A dataset without an estimate has no entry in the file: the run takes only those that have one.
+    if cfg.datasets or any(not d.fixed and not d.has_estimate for d in plan.datasets):
+        for row in plan.generated:
+            parts += ["--dataset", row.name]
+    parts += ["--budget", str(cfg.out)]
+    return " ".join(shlex.quote(p) for p in parts)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -17,40 +18,45 @@ from synthgen.budget.plan import parse_count
 from synthgen.config import CHANGED_PROMPTS, RunConfig
 from synthgen.data.prompts import REGENERATE_MODES
 from synthgen.data.selection import SAMPLE_MODES
-from synthgen.errors import UsageError, run_guarded
+from synthgen.errors import OneLineParser, UsageError, run_guarded
+from synthgen.redact import redact
+from synthgen.run.progress import write_last
 from synthgen.run.runner import Runner
 from synthgen.server.supervisor import DEMO_MAX_TOKENS, Supervisor, default_max_tokens
 
 PROG = "run_inference.py"
+PROG_CALL = "python run_inference.py"
 
 EXAMPLES = """\
 exit codes:
-  0 done   1 some prompts failed or were skipped (errors.jsonl; rerun retries)   2 bad arguments or input
-  3 server unreachable / gave up / changed model / API key refused   4 dataset locked by another run
-  5 write error (disk full, permissions)   130/143/129 stopped by SIGINT/SIGTERM/SIGHUP (rerun resumes)
+  0 done (skips no rerun can change are listed at the end)   1 some prompts failed: rerun retries them
+  2 bad arguments or input   3 server unreachable, gone, changed model, key refused, launch failed
+  4 dataset locked by another run   5 write error   130/143/129 stopped by SIGINT/SIGTERM/SIGHUP (rerun resumes)
+
+more: docs/command-line.md (every option), docs/server.md (--launch-server), docs/unattended.md (nohup)
 
 examples:
-  # every dataset of the 'short' partition; requests in flight follow the server's load
-  python run_inference.py --partition short --max-tokens 32768
+  # the 'short' partition on the server at --server-url; rerun the same command to resume
+  python run_inference.py --partition short
 
-  # cap each dataset to its first 2,636 prompts; rerun the same command to resume
-  python run_inference.py --partition long --max-samples 2636
-
-  # per-dataset caps from compute_budget.py, unattended, with a log file
-  nohup python run_inference.py --partition all --budget budget.json \\
-        --log-file outputs/run.log > outputs/nohup.out 2>&1 &
-
-  # stop each dataset at 10M output tokens (earlier runs included)
-  python run_inference.py --partition short --max-tokens-per-dataset 10M
-
-  # no server running yet: start one (restarted if it dies, stopped at the end)
+  # no server yet: the CPU demo server, started and stopped by the run
   python run_inference.py --partition short --launch-server demo
+
+  # a budgeted run: sample counts per dataset from compute_budget.py, unattended
+  python compute_budget.py --partition long --tokens-per-dataset 10M --out budget.json
+  nohup python run_inference.py --partition long --budget budget.json \\
+        --log-file outputs/long.log > outputs/long.nohup 2>&1 &
+
+  # multi-turn chats: every assistant turn written by the model, on its own earlier replies
+  python run_inference.py --partition short --dataset chats --regenerate all
+
+  # your own server command, watched and restarted; what would be sent, without sending
   python run_inference.py --partition all --launch-server \\
         'python -m sglang.launch_server --model-path moonshotai/Kimi-K2.5 --tp 8 --port 30000 --trust-remote-code'
+  python run_inference.py --partition short --chat-template-kwargs '{"thinking": true}' --dry-run
 
-  # Kimi-K2.5 with thinking on; see what would be sent without sending anything
-  python run_inference.py --partition short --dataset glaive \\
-        --chat-template-kwargs '{"thinking": true}' --dry-run
+  # then: the rows as SpecForge training data
+  python export_training.py --partition short --out train.jsonl
 """
 
 
@@ -64,228 +70,103 @@ def concurrency_arg(text: str) -> int | None:
         raise argparse.ArgumentTypeError(f"expected auto or a whole number, got {text!r}") from None
 
 
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    # Flags and their help on one line where the terminal allows.
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=36)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog=PROG,
-        description="Generate reasoning + answer for every prompt of the selected datasets through an SGLang "
-        "server's /generate endpoint. Results are appended to outputs/<dataset>/raw_responses.jsonl; "
-        "a rerun skips the ids already there.",
+        usage="%(prog)s [--partition NAME] [--server-url URL | --launch-server CMD|demo] [options]",
+        description="Generate reasoning + answer for every prompt of the selected datasets through an SGLang\n"
+        "server's /generate endpoint, into <output-dir>/<dataset>/raw_responses.jsonl; a rerun skips the ids\n"
+        "already there. The examples at the end show the main jobs.",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_formatter,
     )
-    g = p.add_argument_group("input and output")
-    g.add_argument(
-        "--partition",
-        default="all",
-        help="partition folder under --prompts-dir (e.g. short, long), or 'all' (default: all)",
-    )
-    g.add_argument(
-        "--dataset",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="only this dataset (file stem); repeatable (default: every dataset of the partition)",
-    )
-    g.add_argument("--prompts-dir", type=Path, default=Path("prompts"), help="default: prompts")
-    g.add_argument("--output-dir", type=Path, default=Path("outputs"), help="default: outputs")
-    g.add_argument(
-        "--skip-bad-lines",
-        action="store_true",
-        help="count and skip malformed prompt lines instead of stopping before the run",
-    )
-
-    g = p.add_argument_group("how many prompts")
-    g.add_argument(
-        "--max-samples",
-        type=int,
-        metavar="N",
-        help="cap every dataset to N prompts (first N in file order, or see --sample); completed ids "
-        "count toward N. Overrides --budget",
-    )
-    g.add_argument(
-        "--budget", type=Path, metavar="FILE", help="per-dataset max_samples from compute_budget.py --out FILE"
-    )
-    g.add_argument(
-        "--max-tokens-per-dataset",
-        metavar="N",
-        help="stop launching a dataset's prompts once its output tokens (earlier runs included) plus the "
-        "expected tokens of its in-flight requests reach N (accepts 10M, 2.5B, 500K)",
-    )
-    g.add_argument(
-        "--sample",
-        choices=SAMPLE_MODES,
-        default="first",
-        help="first: file order (default); random: by a stable hash of (seed, id)",
-    )
-    g.add_argument("--seed", type=int, default=0, help="seed of --sample random (default: 0)")
-
-    g = p.add_argument_group("server")
-    g.add_argument("--server-url", default="http://127.0.0.1:30000", help="default: http://127.0.0.1:30000")
-    g.add_argument(
-        "--api-key", default=None, help="sent as 'Authorization: Bearer'; default: $SGLANG_API_KEY. Never printed"
-    )
-    g.add_argument(
-        "--concurrency",
-        type=concurrency_arg,
-        default=None,
-        metavar="auto|N",
-        help="requests in flight, all datasets together: auto keeps just enough in flight that the "
-        "server always has work waiting, from its own load (/v1/loads); N keeps N (default: auto)",
-    )
-    g.add_argument(
-        "--max-concurrency",
-        type=int,
-        default=1024,
-        metavar="N",
-        help="the most requests auto keeps in flight (default: 1024)",
-    )
-    g.add_argument(
-        "--request-timeout", type=float, default=3600.0, help="seconds to wait for one generation (default: 3600)"
-    )
-    g.add_argument(
-        "--max-attempts",
-        type=int,
-        default=5,
-        help="attempts per prompt for retryable errors; outage time does not count (default: 5)",
-    )
-    g.add_argument(
-        "--retry-backoff",
-        type=float,
-        default=1.0,
-        metavar="SECONDS",
-        help="first retry delay; doubles per attempt up to 60 s, with jitter (default: 1)",
-    )
-    g.add_argument(
-        "--server-wait", type=float, default=600.0, help="seconds of continuous outage before giving up (default: 600)"
-    )
-    g.add_argument(
-        "--drain-timeout",
-        type=float,
-        default=30.0,
-        help="seconds in-flight requests get to finish after SIGTERM/SIGINT (default: 30)",
-    )
-
-    g = p.add_argument_group("launching the server")
-    g.add_argument(
-        "--launch-server",
-        metavar="CMD|demo",
-        help="start this server command (e.g. 'python -m sglang.launch_server --model-path M --port "
-        "30000'), wait until --server-url is healthy, restart it if it dies, stop it at the end. "
-        "'demo': the real SGLang server on the CPU with a tiny local model (installed into .cache "
-        "on first use; its answers are noise). A healthy server already at --server-url is used "
-        "instead. Raises --server-wait to at least --server-start-timeout + 120 s, so a restart "
-        "is waited out",
-    )
-    g.add_argument(
-        "--server-log",
-        type=Path,
-        metavar="FILE",
-        help="the launched server's output (default: <output-dir>/server.log)",
-    )
-    g.add_argument(
-        "--server-start-timeout",
-        type=float,
-        default=1800.0,
-        metavar="SECONDS",
-        help="seconds the launched server may take to become healthy (default: 1800)",
-    )
-    g.add_argument(
-        "--server-restarts",
-        type=int,
-        default=3,
-        metavar="N",
-        help="restarts of a launched server that died or stopped answering (default: 3)",
-    )
-    g.add_argument(
-        "--keep-server",
-        action="store_true",
-        help="leave the launched server running after the run; the next run uses it",
-    )
-
-    g = p.add_argument_group("model and template")
-    g.add_argument("--tokenizer", help="tokenizer path or name (default: the tokenizer_path the server reports)")
-    g.add_argument("--trust-remote-code", action="store_true", help="allow the tokenizer's own code")
-    g.add_argument(
-        "--chat-template-kwargs",
-        default="{}",
-        metavar="JSON",
-        help="extra chat template variables, e.g. '{\"thinking\": true}' or '{\"enable_thinking\": true}'",
-    )
-    g.add_argument(
-        "--chat-template",
-        type=Path,
-        metavar="FILE",
-        help="render with this Jinja template (or a tokenizer_config.json's) instead of the tokenizer's, "
-        "e.g. for models that ship none (DeepSeek-V3.2); its hash is recorded in settings.jsonl",
-    )
-    g.add_argument(
-        "--reasoning-parser",
-        metavar="NAME",
-        help="SGLang's --reasoning-parser name (deepseek-r1, qwen3, kimi_k2, glm45, minimax, gpt-oss, "
-        "...); default: what the server reports it was started with, else the --think-start/"
-        "--think-end rule",
-    )
-    g.add_argument(
-        "--tool-call-parser",
-        metavar="NAME",
-        help="SGLang's --tool-call-parser name (kimi_k2, qwen25, gpt-oss, ...) for prompts that carry "
-        "tools; default: what the server reports, else none",
-    )
-    g.add_argument("--think-start", default="<think>", help="opening reasoning tag (default: <think>)")
-    g.add_argument("--think-end", default="</think>", help="closing reasoning tag (default: </think>)")
+    g = p.add_argument_group("what to run")
+    g.add_argument("--partition", default="all", metavar="NAME", help="folder under --prompts-dir, or all (default)")
+    g.add_argument("--dataset", action="append", default=[], metavar="NAME", help="only this dataset; repeatable")
+    g.add_argument("--prompts-dir", type=Path, default=Path("prompts"), metavar="DIR", help="default: prompts")
+    g.add_argument("--output-dir", type=Path, default=Path("outputs"), metavar="DIR", help="default: outputs")
+    g.add_argument("--skip-bad-lines", action="store_true", help="skip malformed prompt lines instead of stopping")
     g.add_argument(
         "--regenerate",
         choices=REGENERATE_MODES,
         default="last",
-        help="which assistant turns are generated: last (the reply after the conversation, cut back "
-        "before its trailing assistant turns), each (one prompt per assistant turn with the "
-        "original history; ids <id>#<k>), all (every assistant turn, in order, on the model's own "
-        "earlier replies) (default: last)",
+        help="assistant turns the model writes: last (default), each (one prompt per turn), all (every turn, "
+        "on its own replies)",
     )
+
+    g = p.add_argument_group("how many")
+    g.add_argument("--max-samples", type=int, metavar="N", help="at most N prompts per dataset (done ones count)")
+    g.add_argument("--budget", type=Path, metavar="FILE", help="per-dataset counts from compute_budget.py --out")
     g.add_argument(
-        "--allow-mixed-settings",
-        action="store_true",
-        help="write rows even though the settings (model, template, parsers, sampling, --max-tokens, "
-        "--regenerate) differ from those recorded for the rows already there",
+        "--max-tokens-per-dataset", metavar="N", help="stop a dataset at N output tokens, earlier runs included (10M)"
+    )
+    g.add_argument("--sample", choices=SAMPLE_MODES, default="first", help="which prompts a cap keeps (first)")
+    g.add_argument("--seed", type=int, default=0, metavar="N", help="seed of --sample random (default: 0)")
+
+    g = p.add_argument_group("server")
+    g.add_argument("--server-url", default="http://127.0.0.1:30000", metavar="URL", help="default: %(default)s")
+    g.add_argument("--api-key", default=None, metavar="KEY", help="default: $SGLANG_API_KEY; never printed")
+    g.add_argument(
+        "--launch-server",
+        metavar="CMD|demo",
+        help="start this server command (or demo: SGLang on the CPU, tiny model), watch it, stop it at the end",
+    )
+    g.add_argument("--keep-server", action="store_true", help="leave the launched server running for the next run")
+    g.add_argument("--server-log", type=Path, metavar="FILE", help="its output (default: <output-dir>/server.log)")
+    g.add_argument(
+        "--server-start-timeout", type=float, default=1800.0, metavar="S", help="its start-up limit (default: 1800)"
+    )
+    g.add_argument("--server-restarts", type=int, default=3, metavar="N", help="restarts if it dies (default: 3)")
+
+    g = p.add_argument_group("model and template")
+    g.add_argument("--tokenizer", metavar="PATH", help="default: the tokenizer_path the server reports")
+    g.add_argument("--trust-remote-code", action="store_true", help="allow the tokenizer's own code")
+    g.add_argument(
+        "--chat-template-kwargs", default="{}", metavar="JSON", help="template variables, e.g. '{\"thinking\": true}'"
+    )
+    g.add_argument("--chat-template", type=Path, metavar="FILE", help="a Jinja template instead of the tokenizer's")
+    g.add_argument("--reasoning-parser", metavar="NAME", help="SGLang's name (default: the server's)")
+    g.add_argument("--tool-call-parser", metavar="NAME", help="SGLang's name (default: the server's)")
+    g.add_argument("--think-start", default="<think>", metavar="TAG", help="without a parser (default: <think>)")
+    g.add_argument("--think-end", default="</think>", metavar="TAG", help="without a parser (default: </think>)")
+    g.add_argument(
+        "--allow-mixed-settings", action="store_true", help="write rows under settings other than the folder's"
     )
     g.add_argument(
         "--changed-prompts",
         choices=CHANGED_PROMPTS,
         default="refuse",
-        help="done prompts whose text changed since their rows were written: refuse (default), keep "
-        "the old rows, or regenerate them (old rows move to changed_rows.jsonl)",
+        help="done prompts whose text changed (default: refuse)",
     )
 
     g = p.add_argument_group("sampling")
     g.add_argument(
-        "--max-tokens",
-        type=int,
-        help="max_new_tokens per request, reduced to fit --max-seq-len (default: 32768; "
-        f"{DEMO_MAX_TOKENS} with --launch-server demo)",
+        "--max-tokens", type=int, metavar="N", help=f"per answer (default: 32768; {DEMO_MAX_TOKENS} with the demo)"
     )
-    g.add_argument(
-        "--max-seq-len",
-        type=int,
-        help="prompt + completion limit (default: the server's max_model_len from /v1/models)",
-    )
-    g.add_argument("--temperature", type=float, help="default: the model's preferred value on the server")
-    g.add_argument("--top-p", type=float, help="default: the server's")
-    g.add_argument("--top-k", type=int, help="default: the server's")
+    g.add_argument("--max-seq-len", type=int, metavar="N", help="prompt + answer (default: the server's)")
+    g.add_argument("--temperature", type=float, metavar="T", help="default: the model's")
+    g.add_argument("--top-p", type=float, metavar="P", help="default: the server's")
+    g.add_argument("--top-k", type=int, metavar="K", help="default: the server's")
 
     g = p.add_argument_group("running")
     g.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="load, select and tokenize a sample; print the plan and the first request; send nothing",
+        "--concurrency", type=concurrency_arg, default=None, metavar="auto|N", help="in flight (default: auto)"
     )
-    g.add_argument("--log-file", type=Path, help="also append status lines and events to this file")
-    g.add_argument(
-        "--status-interval",
-        type=float,
-        default=10.0,
-        help="seconds between status lines when stderr is not a terminal (default: 10)",
-    )
-    g.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    g.add_argument("--max-concurrency", type=int, default=1024, metavar="N", help="auto's limit (default: 1024)")
+    g.add_argument("--request-timeout", type=float, default=3600.0, metavar="S", help="per answer (default: 3600)")
+    g.add_argument("--max-attempts", type=int, default=5, metavar="N", help="per prompt (default: 5)")
+    g.add_argument("--retry-backoff", type=float, default=1.0, metavar="S", help="first retry delay (default: 1)")
+    g.add_argument("--server-wait", type=float, default=600.0, metavar="S", help="outage before giving up (600)")
+    g.add_argument("--drain-timeout", type=float, default=30.0, metavar="S", help="after SIGTERM/SIGINT (30)")
+    g.add_argument("--dry-run", action="store_true", help="print the plan and the first request; send nothing")
+    g.add_argument("--log-file", type=Path, metavar="FILE", help="also append status lines here")
+    g.add_argument("--status-interval", type=float, default=10.0, metavar="S", help="without a terminal (10)")
+    g.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
     g.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
@@ -350,16 +231,44 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     ).validate()
 
 
+def rerun_command(argv: list[str]) -> str:
+    """This run's command as a user can paste it again; an API key given as a flag is printed as
+    "$SGLANG_API_KEY", and every other credential shape hidden (``synthgen.redact``)."""
+    shown: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            shown.append('"$SGLANG_API_KEY"')
+            hide_next = False
+        elif arg == "--api-key":
+            shown.append(arg)
+            hide_next = True
+        elif arg.startswith("--api-key="):
+            shown.append('--api-key="$SGLANG_API_KEY"')
+        else:
+            shown.append(redact(arg))
+    return " ".join([PROG_CALL, *(a if a.endswith('"$SGLANG_API_KEY"') else shlex.quote(a) for a in shown)])
+
+
 def main(argv: list[str] | None = None, stream: TextIO | None = None, tty: bool | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
     out = stream or sys.stderr
 
     async def run(config: RunConfig) -> int:
         runner = Runner(config, out, tty)
+        runner.rerun_command = rerun_command(argv)
+        runner.hold_end = True  # what to do next comes last, after the launched server's stop
         # The supervisor ends the run through the runner when the launched server cannot be brought back,
         # and starts a launched server only when the run needs one (not for "nothing to do").
         async with Supervisor(config, runner.progress.message, on_fatal=runner.fail_run, lazy=True) as supervisor:
             runner.before_connect = supervisor.start
-            return await runner.run()
+            code = await runner.run()
+        write_last(runner.end_text, out, config.log_file)
+        return code
 
-    return run_guarded(PROG, lambda: asyncio.run(run(config_from_args(args))), out, args.debug)
+    def body() -> int:
+        # A mistyped flag or value is a UsageError here: one line with the closest valid one.
+        args = build_parser().parse_args(argv)
+        return asyncio.run(run(config_from_args(args)))
+
+    return run_guarded(PROG, body, out, "--debug" in argv)

@@ -41,13 +41,17 @@ from synthgen.data.conversations import (
     parse_record,
     prompt_hash,
 )
-from synthgen.data.openfiles import FilePool, limit_error, pool_size
+from synthgen.data.openfiles import FilePool, Oversize, bounded_lines, limit_error, open_input, pool_size
 from synthgen.data.records import DoneEntry
 from synthgen.errors import InputFileError, UsageError
 
 REGENERATE_MODES = ("last", "each", "all")
 # Lines longer than this have their size kept, so a prompt too long to fit is skipped before it is read.
 LONG_LINE = 1 << 20
+# The longest line a prompt file may have (more tokens than any context): a longer one is a bad
+# line, passed over in chunks, never read into memory whole (a file without newlines, /dev/zero).
+MAX_LINE = 64 << 20
+NOT_A_FILE = "a prompt file must be a regular file (or a link to one): replace it or move it out of the partition"
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,17 +205,24 @@ def parse_line(line: bytes) -> tuple[str, Conversation] | None:
     return rid, conversation
 
 
-def prompts_of(rid: str, conversation: Conversation, mode: str) -> list[tuple[str, list[dict[str, Any]], str]]:
-    """(prompt id, messages, prompt hash) of every prompt one line makes in a regeneration mode."""
+def prompts_of(rid: str, conversation: Conversation, mode: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(prompt id, messages) of every prompt one line makes in a regeneration mode."""
     if mode == "each":
         prompts = [(each_id(rid, k), history) for k, history in conversation.each_prompts()]
         if conversation.messages[-1]["role"] != "assistant":  # the unanswered last turn is a prompt too
             prompts.append((each_id(rid, len(conversation.assistant_positions())), conversation.messages))
-        return [(pid, history, prompt_hash(history, conversation.tools)) for pid, history in prompts]
-    digest = conversation_hash(conversation)
+        return prompts
     if mode == "all":
-        return [(rid, conversation.messages, digest)]
-    return [(rid, conversation.last_prompt(), digest)]
+        return [(rid, conversation.messages)]
+    return [(rid, conversation.last_prompt())]
+
+
+def digest_of(messages: list[dict[str, Any]], conversation: Conversation, mode: str) -> str:
+    """The hash of a prompt ``prompts_of`` made: of its messages, except that a conversation's own id
+    (``last``, ``all``) has ``conversation_hash`` in every mode (for ``last`` the same value)."""
+    if mode == "all":
+        return conversation_hash(conversation)
+    return prompt_hash(messages, conversation.tools)
 
 
 def answers(entry: DoneEntry, digest: str, conversation: Conversation) -> bool:
@@ -223,10 +234,10 @@ def answers(entry: DoneEntry, digest: str, conversation: Conversation) -> bool:
     return entry.regenerate == "all" and entry.prompt_hash == legacy_all_hash(conversation)
 
 
-def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+def _lines(path: Path) -> Iterator[tuple[int, bytes | Oversize]]:
     try:
-        with open(path, "rb") as fh:
-            yield from enumerate(fh, start=1)
+        with open_input(path, NOT_A_FILE) as fh:
+            yield from enumerate(bounded_lines(fh, MAX_LINE), start=1)
     except OSError as exc:
         raise limit_error(exc, path) or InputFileError(path, None, f"cannot read ({exc.strerror})") from exc
 
@@ -250,8 +261,11 @@ def scan_dataset(
     offset = 0
     for lineno, line in _lines(source.path):
         index.lines = lineno
-        start, offset = offset, offset + len(line)
+        size = line.size if isinstance(line, Oversize) else len(line)
+        start, offset = offset, offset + size
         try:
+            if isinstance(line, Oversize):
+                raise BadLine(f"the line has {size:,} bytes, over the {MAX_LINE >> 20} MiB a prompt line may have")
             parsed = parse_line(line)
         except BadLine as exc:
             if not skip_bad_lines:
@@ -269,14 +283,18 @@ def scan_dataset(
             continue
         records.add(rid)
         index.dropped_empty_system += conversation.dropped_empty_system
-        for prompt_id, _messages, digest in prompts_of(rid, conversation, mode):
+        for prompt_id, messages in prompts_of(rid, conversation, mode):
             seen[prompt_id] = (start, lineno)
             index.ids.append(prompt_id)
             if len(line) > LONG_LINE:
                 index.long_lines[prompt_id] = len(line)
-            if prompt_id in track:
-                index.hashes[prompt_id] = digest
             entry = done.get(prompt_id) if done else None
+            tracked = prompt_id in track
+            if entry is None and not tracked:
+                continue  # the hash is computed only where it is compared
+            digest = digest_of(messages, conversation, mode)
+            if tracked:
+                index.hashes[prompt_id] = digest
             if entry is not None and not answers(entry, digest, conversation):
                 index.changed.append(prompt_id)
     return index
@@ -291,7 +309,7 @@ def build_prompt(index: DatasetIndex, prompt_id: str, line: bytes, lineno: int) 
         raise InputFileError(path, lineno, f"changed while the run was reading it ({exc})") from None
     if parsed is not None:
         rid, conversation = parsed
-        for pid, messages, digest in prompts_of(rid, conversation, index.mode):
+        for pid, messages in prompts_of(rid, conversation, index.mode):
             if pid == prompt_id:
                 return Prompt(
                     prompt_id,
@@ -299,7 +317,7 @@ def build_prompt(index: DatasetIndex, prompt_id: str, line: bytes, lineno: int) 
                     tuple(messages),
                     lineno,
                     conversation.tools,
-                    digest,
+                    digest_of(messages, conversation, index.mode),
                     conversation if index.mode == "all" else None,
                 )
     raise InputFileError(path, lineno, "changed while the run was reading it; rerun to rescan")
@@ -318,9 +336,9 @@ class PromptReader:
         offset, lineno = self.index.offsets[prompt_id]
         path = self.index.source.path
         try:
-            with READ_POOL.use(self, lambda: open(path, "rb")) as fh:
+            with READ_POOL.use(self, lambda: open_input(path, NOT_A_FILE)) as fh:
                 fh.seek(offset)
-                line = fh.readline()
+                line = fh.readline(MAX_LINE + 1)  # longer: the file changed since the scan (build_prompt says so)
         except OSError as exc:
             raise limit_error(exc, path) or InputFileError(path, lineno, f"cannot read ({exc.strerror})") from exc
         return build_prompt(self.index, prompt_id, line, lineno)

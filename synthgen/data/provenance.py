@@ -24,8 +24,10 @@ from typing import Any
 
 import orjson
 
+from synthgen.data.openfiles import open_output, open_output_file
 from synthgen.data.records import parse_line
 from synthgen.errors import StoreWriteError, UsageError
+from synthgen.redact import redact_value
 
 SETTINGS_FILE = "settings.jsonl"
 
@@ -50,8 +52,9 @@ class Settings:
         return hashlib.sha256(orjson.dumps(asdict(self), option=orjson.OPT_SORT_KEYS)).hexdigest()[:12]
 
     def differences(self, recorded: dict[str, Any]) -> list[str]:
-        """``flag old -> new`` for every setting that is not what ``recorded`` says."""
-        return differences(recorded, asdict(self))
+        """``flag old -> new`` for every setting that is not what ``recorded`` says. settings.jsonl
+        holds the settings with credentials hidden (see ``record``), so they are compared hidden too."""
+        return differences(recorded, redact_value(asdict(self))) or ["a hidden credential value"]
 
 
 # Where each setting comes from, as a refusal names it: the flag to change, or the server.
@@ -100,7 +103,8 @@ def recorded_sets(folder: Path) -> list[dict[str, Any]]:
     """Every settings set recorded in a dataset folder, oldest first."""
     path = Path(folder) / SETTINGS_FILE
     try:
-        data = path.read_bytes()
+        with open_output_file(path, os.O_RDONLY, "rb") as fh:
+            data = fh.read()
     except FileNotFoundError:
         return []
     except OSError as exc:
@@ -125,12 +129,12 @@ def record(folder: Path, settings: Settings) -> None:
         {
             "id": settings.id,
             "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "settings": asdict(settings),
+            "settings": redact_value(asdict(settings)),  # a tokenizer URL or template kwarg may hold a key
         },
         option=orjson.OPT_APPEND_NEWLINE,
     )
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = open_output(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             os.write(fd, line)
             os.fsync(fd)
@@ -155,7 +159,7 @@ def check_flags(recorded: dict[str, dict[str, Any]], flags: dict[str, Any]) -> N
     (name -> recorded settings; only the keys a record holds are compared). One error names them all."""
     mismatches = {}
     for name, settings in recorded.items():
-        diff = differences(settings, {k: v for k, v in flags.items() if k in settings})
+        diff = differences(settings, redact_value({k: v for k, v in flags.items() if k in settings}))
         if diff:
             mismatches[name] = "; ".join(diff)
     if mismatches:

@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from synthgen.redact import redact
+
 _LINE = orjson.OPT_APPEND_NEWLINE
 
 
@@ -222,7 +224,9 @@ class ErrorRecord:
     at: str
 
     def to_json(self) -> bytes:
-        return orjson.dumps(dataclasses.asdict(self), option=_LINE)
+        row = dataclasses.asdict(self)
+        row["error"] = redact(self.error)  # a server's message may quote a URL with its key
+        return orjson.dumps(row, option=_LINE)
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> ErrorRecord | None:

@@ -28,12 +28,13 @@ import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from synthgen.data.openfiles import FilePool, limit_error, pool_size
+from synthgen.data.openfiles import FilePool, create_new, limit_error, open_output, open_output_file, pool_size
 from synthgen.data.records import DoneEntry, ErrorRecord, ResultRecord, parse_line
 from synthgen.errors import RunLockedError, StoreWriteError, SynthgenError
 
@@ -62,9 +63,10 @@ def _done_entry(line: bytes) -> DoneEntry | None:
 def iter_rows(path: Path) -> Iterator[dict[str, Any]]:
     """Read-only: every complete JSON object row of a results file (a torn tail is passed over).
 
-    A missing file has no rows; any other failure to read raises OSError for the caller to name."""
+    A missing file has no rows; a link is refused (UsageError); any other failure to read raises
+    OSError for the caller to name."""
     try:
-        fh = open(path, "rb")
+        fh = open_output_file(path, os.O_RDONLY, "rb")
     except FileNotFoundError:
         return
     with fh:
@@ -144,7 +146,7 @@ class _LockTable:
         if table is None:
             path = Path(output_dir) / LOCK_TABLE
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                fd = open_output(path, os.O_RDWR | os.O_CREAT)
             except OSError as exc:
                 raise _open_error(
                     exc, path, "cannot open the lock file", f"make it writable (chmod u+rw {path}) or remove it"
@@ -216,7 +218,7 @@ class DatasetStore:
                 exc, self.dir, "cannot create the output folder", "check --output-dir and its permissions"
             ) from exc
         try:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = open_output(self.lock_path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
             raise _open_error(
                 exc,
@@ -249,7 +251,7 @@ class DatasetStore:
         for path in (self.results_path, self.errors_path):
             if path.exists() or path.is_symlink():
                 try:
-                    os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC))
+                    os.close(open_output(path, os.O_WRONLY | os.O_APPEND))
                 except OSError as exc:
                     raise _open_error(
                         exc, path, "cannot open for writing", f"make it writable (chmod u+w {path}) and rerun"
@@ -279,7 +281,11 @@ class DatasetStore:
         else:
             self._write_raw(self.results_path.with_name(RESULTS + ".torn"), fragment + b"\n")
             try:
-                os.truncate(self.results_path, start)
+                fd = open_output(self.results_path, os.O_WRONLY)  # never through a link
+                try:
+                    os.ftruncate(fd, start)
+                finally:
+                    os.close(fd)
             except OSError as exc:
                 problem = f"cannot repair the torn last line ({exc.strerror})"
                 raise StoreWriteError(f"{self.results_path}: {problem}") from exc
@@ -291,7 +297,7 @@ class DatasetStore:
         says it in ``tense``: would, will)."""
         state = ResumeState()
         try:
-            fh = open(self.results_path, "rb")
+            fh = open_output_file(self.results_path, os.O_RDONLY, "rb")
         except FileNotFoundError:
             return state
         except OSError as exc:
@@ -364,7 +370,7 @@ class DatasetStore:
         # An append descriptor would point at the replaced file: close it, the next append reopens.
         WRITE_POOL.release((self, self.errors_path))
         try:
-            with open(tmp, "wb") as fh:
+            with create_new(tmp) as fh:
                 for row in keep:
                     fh.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
                 fh.flush()
@@ -385,7 +391,7 @@ class DatasetStore:
     def _open_append(self, path: Path) -> int:
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            return open_output(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         except OSError as exc:
             raise _open_error(
                 exc, path, "cannot open for writing", f"make it writable (chmod u+w {path}) and rerun to resume"
@@ -416,7 +422,7 @@ class DatasetStore:
         """fsync every file this store appended to (its descriptor may have left the pool)."""
         for path in self._written:
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError:
                 continue
             try:
@@ -432,8 +438,24 @@ class DatasetStore:
             WRITE_POOL.release((self, path))
         self._written.clear()
         if self._locked is not None:
+            self._mark_free()  # before the release: the next run's pid must not be overwritten
             self._locked.release(self.dataset)
             self._locked = None
+
+    def _mark_free(self) -> None:
+        """.lock of a finished run says so, instead of keeping a pid that looks like a live lock."""
+        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        try:
+            fd = os.open(self.lock_path, os.O_WRONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            return  # only a note for people; the lock itself is in .locks
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"free: the run with pid {os.getpid()} ended at {stamp}\n".encode(), 0)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,7 +557,7 @@ class PartialTurns:
                 self.path.unlink(missing_ok=True)
                 return
             tmp = self.path.with_suffix(".jsonl.tmp")
-            with open(tmp, "wb") as fh:
+            with create_new(tmp) as fh:
                 for row in rows:
                     fh.write(row.to_json())
                 fh.flush()
@@ -564,7 +586,7 @@ class PartialTurns:
             raise StoreWriteError(f"{self.path}: write failed ({reason}); rerun to resume") from exc
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        return open_output(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 
     def close(self) -> None:
         WRITE_POOL.release((self, self.path))
@@ -577,17 +599,17 @@ def move_rows(results_path: Path, ids: set[str], to_name: str = "changed_rows.js
     keep: list[bytes] = []
     moved: list[bytes] = []
     try:
-        with open(results_path, "rb") as fh:
+        with open_output_file(results_path, os.O_RDONLY, "rb") as fh:
             for line in fh:
                 entry = _done_entry(line)
                 (moved if entry is not None and entry.id in ids else keep).append(line)
         target = results_path.with_name(to_name)
-        with open(target, "ab") as fh:
+        with open_output_file(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "ab") as fh:
             fh.writelines(moved)
             fh.flush()
             os.fsync(fh.fileno())
         tmp = results_path.with_suffix(".jsonl.tmp")
-        with open(tmp, "wb") as fh:
+        with create_new(tmp) as fh:
             fh.writelines(keep)
             fh.flush()
             os.fsync(fh.fileno())

@@ -60,6 +60,7 @@ class WorkItem:
                 self.opens_reasoning,
                 call_id_prefix=f"{self.prompt.id}/{len(self.turns)}",
                 history_tool_calls=history,
+                tools=self.prompt.tools,  # undeclared functions dropped, XML arguments typed by the schemas
             )
             reasoning, content, complete = parsed.reasoning, parsed.content, parsed.reasoning_complete
             had_reasoning, calls = parsed.had_reasoning, parsed.tool_calls or None
@@ -245,6 +246,8 @@ class DatasetRun:
         self.counts.last_finish = time.monotonic()
         if status == "skipped":
             self.counts.skipped += 1
+            self.counts.skip_kinds[kind] = self.counts.skip_kinds.get(kind, 0) + 1
+            self.counts.skip_example.setdefault(kind, f"{prompt_id}: {message}")
             self.progress.skipped_one()
         else:
             self.counts.failed += 1

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from synthgen.chat import templating
-from synthgen.chat.parsers import KNOWN_REASONING, KNOWN_TOOL_CALL, OutputParser
+from synthgen.chat.parsers import KNOWN_REASONING, KNOWN_TOOL_CALL, OutputParser, unsupported_note
 from synthgen.config import RunConfig
 from synthgen.data.provenance import Settings
 from synthgen.server.discovery import ServerContext
@@ -47,8 +47,8 @@ def choose_parser(kind: str, chosen: str | None, served: str | None, notes: list
         return served
     fallback = "the --think-start/--think-end rule" if kind == "reasoning" else "no tool-call parsing"
     notes.append(
-        f"the server's {kind} parser '{served}' is not one this tool implements; using "
-        f"{fallback} (pass --{kind}-parser NAME to choose one)"
+        f"the server's {kind} parser '{served}' is not one this tool implements ({unsupported_note(kind, served)}); "
+        f"using {fallback}, so rows keep that text in content (pass --{kind}-parser NAME to choose one)"
     )
     return None
 

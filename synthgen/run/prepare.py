@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from synthgen.chat.parsers import OutputParser
-from synthgen.chat.templating import ChatRenderer
+from synthgen.chat.templating import ChatRenderer, TemplateBudgetError
 from synthgen.config import RunConfig
 from synthgen.data.conversations import ConversationError
 from synthgen.data.prompts import Prompt, PromptReader
@@ -76,8 +76,11 @@ class Preparer:
     def _fit(
         self, run: DatasetRun, prompt: Prompt, messages: list[dict[str, Any]], turns: list[Turn]
     ) -> WorkItem | Skip:
+        max_chars, too_long = self._render_cap()
         try:
-            rendered = self.renderer.render(messages, prompt.tools)
+            rendered = self.renderer.render(messages, prompt.tools, max_chars, too_long)
+        except TemplateBudgetError as exc:  # over the render's time, step or size bound
+            return Skip(prompt.id, exc.kind, str(exc))
         except ValueError as exc:
             return Skip(prompt.id, "template_error", str(exc))
         ids = rendered.input_ids
@@ -97,6 +100,19 @@ class Preparer:
         if max_new is None:
             return Skip(prompt.id, "prompt_too_long", reason or "")
         return WorkItem(run, prompt, ids, self.parser.opens_reasoning(rendered.text), max_new, messages, turns)
+
+    def _render_cap(self) -> tuple[int | None, str | None]:
+        """The longest rendered text that can still fit the context (a text of C characters makes at
+        least C / max_token_bytes tokens), and the skip reason past it; (None, None) when unknown.
+        The render stops there, so a huge output is never tokenized."""
+        limit = self.server.max_input_len or self.server.context_len
+        if limit is None or not self.max_token_bytes:
+            return None, None
+        cap = limit * self.max_token_bytes
+        return cap, (
+            f"the rendered prompt passed {cap:,} characters, so at least {limit:,} tokens; "
+            f"the server accepts fewer than {limit:,}"
+        )
 
     def _too_long_unread(self, run: DatasetRun, prompt_id: str) -> Skip | None:
         """A huge line that cannot fit is skipped before it is read, rendered or tokenized."""

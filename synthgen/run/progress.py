@@ -14,17 +14,20 @@ line, the interpreter's flush at exit) cannot fail either; the log file is still
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from synthgen.data.openfiles import open_output
 from synthgen.errors import StoreWriteError
 from synthgen.fmt import fmt_duration
+from synthgen.redact import redact
 
 WINDOW = 60.0  # seconds of history behind the "recent" rate
 
@@ -46,6 +49,8 @@ class DatasetStats:
     last_finish: float | None = None
     token_budget: int | None = None
     budget_stopped: bool = False
+    skip_kinds: dict[str, int] = field(default_factory=dict)  # this run's skips by kind
+    skip_example: dict[str, str] = field(default_factory=dict)  # kind -> the first reason (and id)
 
     @property
     def budget_tokens_done(self) -> int:
@@ -81,7 +86,10 @@ class Progress:
         self._log = None
         if log_file is not None:
             try:
-                self._log = open(log_file, "a", encoding="utf-8", buffering=1)
+                # --log-file outputs/run.log on a first run: the folder is not there yet.
+                log_file.parent.mkdir(parents=True, exist_ok=True)
+                fd = open_output(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # not through a link
+                self._log = open(fd, "a", encoding="utf-8", buffering=1)
             except OSError as exc:
                 raise StoreWriteError(f"{log_file}: cannot open the log file ({exc.strerror})") from exc
         self._bar = None
@@ -197,7 +205,7 @@ class Progress:
 
     def message(self, text: str) -> None:
         """An event line (outage, recovery, warning) on stderr and in the log file."""
-        line = f"{self._stamp()} {text}"
+        line = redact(f"{self._stamp()} {text}")
         if self._bar is not None:
             self._on_bar(lambda bar: bar.write(line, file=self.stream))
         else:
@@ -234,8 +242,8 @@ class Progress:
 
     def status_line(self) -> str:
         recent, lifetime = self.rates()
-        processed = self.done + self.failed + self.skipped
-        pct = min(100.0 * processed / self.total, 100.0) if self.total > 0 else 100.0
+        # The share is of done prompts, as the count before it (failed and skipped are counted apart).
+        pct = min(100.0 * self.done / self.total, 100.0) if self.total > 0 else 100.0
         return (
             f"{self._stamp()} done {self.done}/{self.total} ({pct:.1f}%) | "
             f"out tok/s 1m {recent:,.0f} avg {lifetime:,.0f} | in-flight {self.in_flight} | "
@@ -250,7 +258,7 @@ class Progress:
     def tick(self, server: str | None = None) -> None:
         """Periodic: a status line where there is no bar; the log file always gets one.
         ``server``: the server's state (running / waiting, KV, rate, in-flight target), if known."""
-        line = self.status_line() + (f" | {server}" if server else "")
+        line = redact(self.status_line() + (f" | {server}" if server else ""))
         if self._bar is None:
             self._write(line)
         else:
@@ -260,12 +268,17 @@ class Progress:
     def print_block(self, text: str) -> None:
         """Multi-line output (plan, summary) to stderr and the log."""
         self._on_bar(lambda bar: bar.clear())
+        text = redact(text)
         self._write(text)
         self._to_log(text)
 
-    def close(self) -> None:
+    def close_bar(self) -> None:
+        """The bar draws its last line now and is gone; later lines go to the stream as they are."""
         self._on_bar(lambda bar: bar.close())
         self._bar = None
+
+    def close(self) -> None:
+        self.close_bar()
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -281,6 +294,22 @@ class Progress:
             self._log.write(line + "\n")
         except OSError:
             pass  # the log is a convenience; a full disk is caught where results are written
+
+
+def write_last(text: str, stream: TextIO, log_file: Path | None) -> None:
+    """The run's last lines, after its Progress is closed (to stderr and the log file); never raises."""
+    if not text:
+        return
+    try:
+        print(text, file=stream, flush=True)
+    except (OSError, ValueError):
+        pass
+    if log_file is not None:
+        try:
+            with open(log_file, "a", encoding="utf-8") as log:
+                log.write(text + "\n")
+        except OSError:
+            pass
 
 
 def summary_table(stats: list[DatasetStats], wall: float) -> str:
@@ -343,3 +372,73 @@ def summary_table(stats: list[DatasetStats], wall: float) -> str:
                 f"{s.budget_tokens_done:,} output tokens in total ({state})"
             )
     return "\n".join(lines + notes)
+
+
+# Skips that no rerun of the same command can change (the same prompt, template, tokenizer and server
+# give the same answer), and what does change them.
+LASTING_SKIPS = {
+    "cannot_regenerate": "--regenerate all cannot rebuild these conversations; generate them with --regenerate "
+    "last (or each) into another --output-dir, or leave them out",
+    "prompt_too_long": "the prompt alone does not fit the context; a server started with a longer "
+    "--context-length takes it (or a larger --max-seq-len, if you set one)",
+    "token_out_of_vocab": "the tokenizer does not match the served model; pass the model's own --tokenizer",
+    "template_error": "the chat template cannot render this prompt; fix the line or pass another --chat-template",
+    "empty_prompt": "the chat template rendered nothing; fix the prompt line",
+}
+SHOWN_PATHS = 3
+
+
+def _paths(paths: list[str]) -> str:
+    shown = ", ".join(paths[:SHOWN_PATHS])
+    return shown + (f" and {len(paths) - SHOWN_PATHS} more" if len(paths) > SHOWN_PATHS else "")
+
+
+def export_command(output_dir: Path, names: list[str], partition: str, whole_partition: bool, prompts_dir: Path) -> str:
+    """The export_training.py command for the rows of these datasets, runnable as printed."""
+    parts = ["python", "export_training.py"]
+    if whole_partition:
+        parts += ["--partition", partition]
+        if prompts_dir != Path("prompts"):
+            parts += ["--prompts-dir", str(prompts_dir)]
+    else:
+        for name in names:
+            parts += ["--dataset", name]
+    if output_dir != Path("outputs"):
+        parts += ["--output-dir", str(output_dir)]
+    return " ".join(shlex.quote(p) for p in [*parts, "--out", "train.jsonl"])
+
+
+def end_of_run(stats: list[DatasetStats], output_dir: Path, rerun: str, export: str) -> tuple[str, bool]:
+    """What to do next, as the run's last lines: the skips no rerun changes (by reason, with the fix and the
+    real path), the failures a rerun retries (with the command), where the rows are and the export command.
+    Returns (text, whether the exit code says "something is left": failures, retryable skips, or skips and
+    not one row)."""
+    lines: list[str] = []
+    retry: list[str] = []
+    failed = retry_skips = 0
+    for s in stats:
+        errors = str(output_dir / s.name / "errors.jsonl")
+        lasting = {kind: n for kind, n in s.skip_kinds.items() if kind in LASTING_SKIPS}
+        for kind, n in sorted(lasting.items()):
+            lines.append(
+                f"{s.name}: {n:,} prompts skipped ({kind}), a rerun will not change that: {LASTING_SKIPS[kind]} "
+                f"(first: {s.skip_example.get(kind, '')}; all in {errors})"
+            )
+        left = s.failed + s.skipped - sum(lasting.values())
+        if left:
+            retry.append(errors)
+            failed += s.failed
+            retry_skips += left - s.failed
+    rows = [s for s in stats if s.already_done + s.done]
+    nothing = not rows and any(s.skipped for s in stats)
+    if failed or retry_skips:
+        what = " and ".join(
+            f"{n} prompts {verb}" for n, verb in ((failed, "failed"), (retry_skips, "were skipped")) if n
+        )
+        lines.append(f"WARNING: {what} (see {_paths(retry)}); rerun to retry them: {rerun}")
+    elif nothing:
+        lines.append("WARNING: every selected prompt was skipped, no row was written; see the reasons above")
+    if rows:
+        where = _paths([str(output_dir / s.name / "raw_responses.jsonl") for s in rows])
+        lines.append(f"rows: {where}; export them with: {export}")
+    return "\n".join(lines), bool(failed or retry_skips or nothing)

@@ -46,7 +46,7 @@ from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFl
 from synthgen.run.dataset_run import DatasetRun, WorkItem, claim_dataset, now_iso, open_dataset, recorded_settings
 from synthgen.run.model import flag_settings, load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
-from synthgen.run.progress import Progress, summary_table
+from synthgen.run.progress import Progress, end_of_run, export_command, summary_table
 from synthgen.server.client import Generation, Rejected, SGLangClient, Transient, build_payload, new_rid
 from synthgen.server.discovery import ServerContext, ServerHealth, changed_identity, discover
 
@@ -93,6 +93,12 @@ class Runner:
         # Called once, right before the server is first needed (the supervisor starts a launched server
         # then, so a run with nothing to do never starts one).
         self.before_connect: Callable[[], Awaitable[None]] | None = None
+        # The command a "rerun to retry" line prints; the CLI sets the real one.
+        self.rerun_command = "python run_inference.py (the same arguments)"
+        # With hold_end the last lines (what to do next) are kept in end_text for the caller to print
+        # after what it does last (the CLI: stopping a launched server), instead of printed here.
+        self.hold_end = False
+        self.end_text = ""
         self.runs: list[DatasetRun] = []
         self.server = ServerContext()
         self.progress = Progress(0, progress_stream, config.status_interval, config.log_file, tty)
@@ -106,7 +112,6 @@ class Runner:
     # ------------------------------------------------------------------ top level
     async def run(self) -> int:
         cfg = self.config
-        started = time.monotonic()
         client = self.client or SGLangClient(
             cfg.server_url,
             cfg.api_key,
@@ -121,15 +126,22 @@ class Runner:
         try:
             self.plan()
             if cfg.dry_run:
-                await self.connect(client)
+                if not any(run.selection.pending for run in self.runs):  # before any server is started
+                    print(f"dry run: nothing to do\n{self.plan_report()}", file=self.stream, flush=True)
+                    return EXIT_OK
+                # With --tokenizer a dry run needs no server: none is launched for it (one that answers is asked).
+                await self.connect(client, launch=cfg.tokenizer is None)
                 return self.dry_run()
             self.progress.print_block(
                 f"{now_iso()} synthgen: {cfg.display_url}, partition {cfg.partition}\n" + self.plan_report()
             )
             if not any(run.selection.pending for run in self.runs):
                 self.progress.print_block("nothing to do: every selected prompt is already done")
+                self._end(self.end_of_run()[0])
                 return EXIT_OK
+            connecting = time.monotonic()
             await self.connect(client)
+            startup = time.monotonic() - connecting
             self.check_settings()
             if self.stopping.is_set():  # a signal during start-up: nothing was sent
                 return self.exit_code()
@@ -147,8 +159,12 @@ class Runner:
             await self.pool.execute()
             # The last status line: a log under nohup ends on the final counts, however short the run.
             self.progress.tick(self.pool.monitor.status_text())
-            summary = summary_table([run.counts for run in self.runs], time.monotonic() - started)
+            self.progress.close_bar()  # its last line before the summary, not after it
+            # The run's own figures: the server's start (a demo install, a model load) is shown apart.
+            summary = summary_table([run.counts for run in self.runs], time.monotonic() - self.progress.started)
             summary += "\n" + self.pool.monitor.summary_line()
+            if startup >= 1.0 or cfg.launch_server is not None:
+                summary += f"\nnot in these figures: {fmt_duration(startup)} before the first request (server start-up)"
             self.progress.print_block(summary)
             return self.exit_code()
         finally:
@@ -192,9 +208,9 @@ class Runner:
     def plan_report(self) -> str:
         return "\n".join(line for run in self.runs for line in run.plan_lines())
 
-    async def connect(self, client: SGLangClient) -> None:
+    async def connect(self, client: SGLangClient, launch: bool = True) -> None:
         """Start a launched server if there is one, ask the server, load what renders and parses."""
-        if self.before_connect is not None:
+        if self.before_connect is not None and launch:
             await self.before_connect()
             self._install_signals()  # a launching supervisor held the signals while the server started
         cfg = self.config
@@ -237,16 +253,22 @@ class Runner:
         if self.signal_name is not None:
             self.progress.message(f"stopped by {self.signal_name}; rerun the same command to resume")
             return SIGNAL_EXIT[self.signal_name]
-        failed = sum(run.counts.failed for run in self.runs)
-        skipped = sum(run.counts.skipped for run in self.runs)
-        if failed or skipped:
-            where = self.config.output_dir / "<dataset>" / "errors.jsonl"
-            what = " and ".join(
-                f"{n} prompts {verb}" for n, verb in ((failed, "failed"), (skipped, "were skipped")) if n
-            )
-            self.progress.message(f"WARNING: {what} (see {where}); rerun the same command to retry them")
-            return EXIT_FAILURES
-        return EXIT_OK
+        text, left = self.end_of_run()
+        self._end(text)
+        return EXIT_FAILURES if left else EXIT_OK
+
+    def _end(self, text: str) -> None:
+        if self.hold_end:
+            self.end_text = text
+        else:
+            self.progress.print_block(text)
+
+    def end_of_run(self) -> tuple[str, bool]:
+        """What to do next (progress.end_of_run), with this run's rerun and export commands."""
+        cfg = self.config
+        names = [run.name for run in self.runs]
+        export = export_command(cfg.output_dir, names, cfg.partition, not cfg.datasets, cfg.prompts_dir)
+        return end_of_run([run.counts for run in self.runs], cfg.output_dir, self.rerun_command, export)
 
     # ------------------------------------------------------------------ signals and stopping
     def _install_signals(self) -> None:
@@ -261,6 +283,8 @@ class Runner:
             return
         self.signal_name = name
         self.stopping.set()
+        if self.pool is not None:
+            self.pool.stop_preparing()
         if self.pool is not None and self.pool.health.is_down:
             self._cancel_tasks(f"{name} during an outage: nothing in flight can finish")
             return
@@ -272,11 +296,14 @@ class Runner:
 
     def _cancel_tasks(self, why: str) -> None:
         alive = [t for t in self.pool.tasks if not t.done()] if self.pool is not None else []
+        sent = self.progress.in_flight  # the same count as "waiting for N in flight"
         for task in alive:
             task.cancel()
         if alive:
+            waiting = f" and {len(alive) - sent} waiting to be sent" if len(alive) > sent else ""
             self.progress.message(
-                f"stopping now ({why}): cancelling {len(alive)} requests; their prompts stay pending for the next run"
+                f"stopping now ({why}): cancelling {sent} requests in flight{waiting}; their prompts stay pending "
+                "for the next run"
             )
 
     def fail_run(self, exc: BaseException) -> None:
@@ -316,7 +343,9 @@ class Pool:
         self.tasks: set[asyncio.Task[None]] = set()  # one per prompt admitted
         self.sampling = cfg.sampling_params()
         self.total = sum(len(run.selection.pending) for run in runner.runs)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
+        # Rendering and tokenizing: one worker for the producer, one for the next turns of conversations.
+        self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
+        self._producer: asyncio.Task[None] | None = None
         self._sendable = 0  # prompts prepared for sending so far
         self._skips: dict[str, int] = {}  # template error -> prompts skipped so, before the first sendable one
 
@@ -326,7 +355,7 @@ class Pool:
         # load endpoint costs the start at most FIRST_POLL_TIMEOUT.
         await self.monitor.first_poll()
         self.ahead.set_target(max(PREPARED_AHEAD_MIN, self.limit.target))
-        producer = asyncio.create_task(self.produce())
+        producer = self._producer = asyncio.create_task(self.produce())
         dispatcher = asyncio.create_task(self.dispatch())
         background = [asyncio.create_task(self.ticker()), asyncio.create_task(self.monitor.run())]
         try:
@@ -343,7 +372,14 @@ class Pool:
             for task in background:
                 task.cancel()
             self.health.close()
-            self._executor.shutdown(wait=True, cancel_futures=True)
+            # Not waited for: a render the run stopped waiting for ends on its own (its bounds), or
+            # with the process (errors.exit_process); nothing it does is written anywhere.
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def stop_preparing(self) -> None:
+        """A signal: the producer stops now, not after the render or tokenization under way."""
+        if self._producer is not None:
+            self._producer.cancel()
 
     # ------------------------------------------------------------------ feeding the pool
     async def produce(self) -> None:
@@ -493,7 +529,7 @@ class Pool:
                     return
                 run.record_turn(item, turn)
                 following = await asyncio.get_running_loop().run_in_executor(
-                    None, self.preparer.next_turn, run, item.prompt, [*item.turns, turn]
+                    self._executor, self.preparer.next_turn, run, item.prompt, [*item.turns, turn]
                 )
                 if isinstance(following, Skip):
                     run.record_error(following.prompt_id, "skipped", following.kind, following.reason, attempts=0)

@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import orjson
 
-from synthgen.config import redact_url
 from synthgen.errors import AuthError, ServerError
+from synthgen.redact import redact
 
 OUTAGE_STATUSES = frozenset({502, 503, 504})
 RETRYABLE_4XX = frozenset({408, 429})  # sglang-router's queue timeout and rate limiter
@@ -104,7 +104,7 @@ def check_auth(status: int, body: bytes) -> None:
     if status in (401, 403):
         raise AuthError(
             f"the server refused the API key (HTTP {status}: {error_message(body)}); "
-            "set SGLANG_API_KEY or pass --api-key with the key the server was started with"
+            "set SGLANG_API_KEY (or --api-key) to the key the server was started with"
         )
 
 
@@ -281,7 +281,7 @@ class SGLangClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ):
         self.base_url = base_url.rstrip("/")
-        self.shown_url = redact_url(self.base_url)  # for messages: a password in the URL is never printed
+        self.shown_url = redact(self.base_url)  # for messages: a credential in the URL is never printed
         # httpx's defaults (5 s read timeout, 100 connections) would time out every long
         # generation and queue requests beyond 100; the runner's semaphore bounds in-flight
         # work, so the pool only needs a little headroom for health checks.

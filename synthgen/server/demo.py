@@ -29,6 +29,7 @@ import fcntl
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -47,6 +48,27 @@ CACHE_ENV = "SYNTHGEN_CACHE"  # the project's cache root; the demo server lives 
 SKIP_REAL_ENV = "SYNTHGEN_SKIP_REAL"
 # Where the pinned CPU torch comes from when the configured package indexes do not have it.
 PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+# A line at least this often while an install step runs (pip is silent for minutes on a big wheel).
+HEARTBEAT = 15.0
+# What the install needs: the venv is 3.1 GB, pip's cache and temporary files come on top while it runs.
+NEEDS_FREE_GB = 4.0
+# The pinned wheels (CPU torch, sglang-router, triton ...) exist for this platform only.
+PLATFORM = ("linux", "x86_64")
+# The line of pip's output that says why an index could not be reached (pip hides it in a retry
+# WARNING and then reports only "No matching distribution found").
+NETWORK_ERROR = re.compile(
+    r"Name or service not known|Temporary failure in name resolution|nodename nor servname|"
+    r"Failed to establish a new connection|Connection refused|Network is unreachable|No route to host|"
+    r"Connection reset|timed out|ProxyError|SSLError|CERTIFICATE_VERIFY_FAILED|403 Client Error|"
+    r"407 Proxy Authentication",
+    re.IGNORECASE,
+)
+DISK_FULL = re.compile(r"No space left on device|Disk quota exceeded", re.IGNORECASE)
+MIRROR_FIX = (
+    "if this machine reaches package indexes only through a mirror or proxy, set it in pip's own settings "
+    "(PIP_INDEX_URL=https://mirror/simple, or index-url in pip.conf; HTTPS_PROXY for a proxy), with "
+    f"torch==2.13.0+cpu on it or {PYTORCH_CPU_INDEX} reachable"
+)
 
 # ---------------------------------------------------------------------------------------------
 # The pinned spec. Changing anything here (or the shim, the patch or demo_model.py)
@@ -331,6 +353,7 @@ def setup(paths: DemoPaths, say: Say = _quiet, force: bool = False) -> bool:
             paths.stamp.unlink(missing_ok=True)
         if is_setup(paths):
             return False
+        preflight(paths)
         _install(paths, say)
         return True
 
@@ -350,39 +373,86 @@ class _Steps:
 
     def run(self, what: str, cmd: list[str], env: dict[str, str], check: bool = True) -> int:
         """Run one command, its output appended to logs/setup.log (pip's many harmless warnings
-        would bury the progress lines); raise DemoSetupError on failure when `check`."""
+        would bury the progress lines), with a line every HEARTBEAT seconds while it runs; raise
+        DemoSetupError on failure when `check`, naming the cause (network, disk) and its fix."""
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         log = self.paths.setup_log
+        started = time.monotonic()
         with open(log, "ab") as fh:
             fh.write(f"\n=== {what}: {' '.join(cmd)}\n".encode())
             fh.flush()
             offset = fh.tell()
-            code = subprocess.run(
-                cmd, env=env, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT
-            ).returncode
+            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT)
+            try:
+                while True:
+                    try:
+                        code = proc.wait(timeout=HEARTBEAT)
+                        break
+                    except subprocess.TimeoutExpired:
+                        self.say(f"  {what}: still working, {time.monotonic() - started:.0f} s (log {log})")
+            finally:
+                if proc.poll() is None:  # Ctrl-C or a signal while it ran: it goes with us
+                    proc.kill()
+                    proc.wait()
         if code != 0 and check:
-            raise DemoSetupError(
-                f"the demo SGLang server could not be installed: {what} failed with exit {code} "
-                f"({_tail(log, offset) or 'no output'}; full log {log}); check network access to the "
-                "package indexes and free disk space (about 3 GB), then retry"
-            )
+            raise DemoSetupError(failure_message(what, code, _read_from(log, offset), log, self.paths.cache))
         return code
 
     def end(self, what: str, started: float) -> None:
         self.say(f"{what}: done in {time.monotonic() - started:.0f} s")
 
 
-def _tail(log: Path, offset: int) -> str:
-    """The log's last lines since `offset`, minus pip's harmless noise, as one short line."""
+def _read_from(log: Path, offset: int) -> str:
     try:
         with open(log, "rb") as fh:
             fh.seek(offset)
-            text = fh.read().decode("utf-8", errors="replace")
+            return fh.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
+
+
+def _tail(text: str) -> str:
+    """A step's last lines, minus pip's harmless noise, as one short line."""
     # pip's warnings (ignored index locations, retries) bury the one line that says why.
     kept = [line for line in text.splitlines() if not line.startswith(("WARNING:", "[notice]"))]
     return short_tail("\n".join(kept), lines=2)
+
+
+def failure_message(what: str, code: int, output: str, log: Path, cache: Path) -> str:
+    """One line: which step failed, the cause found in its output (the network, the disk), and the fix."""
+    head = f"the demo SGLang server could not be installed: {what} failed with exit {code}"
+    disk = DISK_FULL.search(output)
+    if disk:
+        return (
+            f"{head}: the disk is full ({disk.group(0)}; full log {log}); free about {NEEDS_FREE_GB:.0f} GB, or put "
+            f"the cache elsewhere with {CACHE_ENV}=/path/with/room (now {cache.parent}), then retry"
+        )
+    network = next((line.strip() for line in output.splitlines() if NETWORK_ERROR.search(line)), None)
+    if network:
+        cause = network if len(network) <= 200 else network[:197] + "..."
+        return f"{head}: a package index could not be reached ({cause}; full log {log}); {MIRROR_FIX}, then retry"
+    return (
+        f"{head} ({_tail(output) or 'no output'}; full log {log}); check network access to the "
+        f"package indexes and free disk space (about {NEEDS_FREE_GB:.0f} GB), then retry"
+    )
+
+
+def preflight(paths: DemoPaths, system: str | None = None, machine: str | None = None) -> None:
+    """Before installing: the platform the pinned wheels exist for, and the free disk space."""
+    system = system or sys.platform
+    machine = (machine or platform.machine()).lower()
+    if (system, "amd64" if machine == "x86_64" else machine) != (PLATFORM[0], "amd64"):
+        raise DemoSetupError(
+            f"--launch-server demo runs on Linux x86_64 only (its pinned CPU wheels exist only there); this is "
+            f"{system} {machine}: start an SGLang server yourself and pass --server-url (or --launch-server CMD)"
+        )
+    paths.cache.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(paths.cache).free / 1e9
+    if free < NEEDS_FREE_GB:
+        raise DemoSetupError(
+            f"the demo SGLang server needs about {NEEDS_FREE_GB:.0f} GB free to install; {paths.cache} has "
+            f"{free:.1f} GB: free some, or put the cache elsewhere with {CACHE_ENV}=/path/with/room"
+        )
 
 
 def torch_pip_options(configured_has_it: bool) -> list[str]:
@@ -519,7 +589,11 @@ def demo_command(port: int, say: Say = _quiet, paths: DemoPaths | None = None) -
         say(f"demo server: {message}")
 
     if not is_setup(paths):
-        progress(f"first use: installing SGLang 0.5.23 (CPU) and a tiny model into {paths.cache} (minutes, ~3 GB)")
+        preflight(paths)
+        progress(
+            f"first use: installing SGLang 0.5.23 (CPU) and a tiny model into {paths.cache} (minutes, ~3 GB; "
+            f"{CACHE_ENV}=DIR puts it elsewhere)"
+        )
     setup(paths, progress)
     # child_env() also creates the cache folders the variables point at.
     variables = {**{k: child_env(paths)[k] for k in _cache_vars(paths)}, **server_env(paths)}

@@ -64,8 +64,11 @@ async def discover(client: SGLangClient, cfg: RunConfig) -> ServerContext:
     ctx = ServerContext()
     try:
         info = await client.model_info()
-    except ServerError:
-        if not (cfg.dry_run and cfg.tokenizer):
+    except ServerError as exc:
+        if cfg.dry_run and not cfg.tokenizer:
+            hint = "a dry run without a server needs --tokenizer PATH (and --max-seq-len N)"
+            raise ServerError(f"{exc}; {hint}") from exc
+        if not cfg.dry_run:
             raise
         info = {}
         ctx.notes.append(f"server {cfg.display_url} not reachable; dry run continues without it")
@@ -81,6 +84,12 @@ async def discover(client: SGLangClient, cfg: RunConfig) -> ServerContext:
     model_config = templating.model_config(info.get("model_path"), ctx.tokenizer_path)
     if cfg.max_seq_len is not None:
         ctx.context_len = cfg.max_seq_len
+    elif not info:  # a dry run without a server: the tokenizer folder's config.json, if it says
+        ctx.context_len = templating.model_context_length(model_config)
+        ctx.notes.append(
+            f"context length {ctx.context_len or 'unknown'} from the tokenizer folder's config.json; "
+            "pass --max-seq-len N for the server's"
+        )
     elif info:
         ctx.context_len = await client.context_length()
         if ctx.context_len is None:

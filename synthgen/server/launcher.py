@@ -24,11 +24,17 @@ exit code and the last lines of the log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
+import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,7 +42,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from synthgen.data.openfiles import open_output_file
 from synthgen.errors import ServerError
+from synthgen.redact import redact
 
 DEFAULT_GRACE = 30.0  # SGLang drains for about 5 s after SIGTERM; give it room
 KILL_WAIT = 10.0  # after SIGKILL only a process stuck in the kernel survives this long
@@ -45,6 +53,24 @@ POLL_INTERVAL = 0.5
 TAIL_LINES = 3
 TAIL_LINE_CHARS = 160
 TAIL_READ_BYTES = 16384
+# At a start, a log this big moves to <log>.1 (replacing the one before), so restarts and reruns keep
+# at most two of them on disk.
+LOG_ROTATE_BYTES = 64 * 1024 * 1024
+# Lines of a server's start-up log that are not its progress: warnings, their continuation lines and
+# tracebacks (SGLang on a CPU: "Cannot detect CUDA architecture.", a bare "warnings.warn(").
+NOT_PROGRESS = re.compile(
+    r"warn|deprecat|cannot detect|traceback|^\s|^file \"|^\^|^~|\"GET /health", re.IGNORECASE
+)  # and the access log of our own /health polls
+# The exec shim a server starts through on Linux: it asks the kernel to SIGTERM it when the run dies
+# (prctl PR_SET_PDEATHSIG, even on SIGKILL), then becomes the server command (same pid). A shim
+# instead of preexec_fn: no Python code runs between fork and exec in a process that has threads.
+PDEATHSIG_SHIM = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)\n"  # 1: PR_SET_PDEATHSIG
+    "if os.getppid() != int(sys.argv[1]):\n"  # the run died before the line above: nobody to serve
+    "    os._exit(1)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
 
 
 class ServerLaunchError(ServerError):
@@ -83,6 +109,27 @@ def short_tail(text: str, lines: int = TAIL_LINES, line_chars: int = TAIL_LINE_C
     """The last non-empty lines of a log, each cut to `line_chars`, joined with ' | ' (one line)."""
     kept = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
     return " | ".join(line if len(line) <= line_chars else line[: line_chars - 3] + "..." for line in kept)
+
+
+def progress_line(text: str, line_chars: int = TAIL_LINE_CHARS) -> str:
+    """The last line of a start-up log that says how far the server got (not a warning, a traceback
+    line or an indented continuation), cut to `line_chars`; '' when there is none."""
+    for line in reversed(text.splitlines()):
+        if line.strip() and not NOT_PROGRESS.search(line) and not line.startswith("====="):
+            kept = line.strip()
+            return kept if len(kept) <= line_chars else kept[: line_chars - 3] + "..."
+    return ""
+
+
+def rotate_log(path: Path, limit: int = LOG_ROTATE_BYTES) -> bool:
+    """Move a log of `limit` bytes or more to <name>.1 (replacing it); True when it was moved."""
+    try:
+        if path.lstat().st_size < limit:
+            return False
+        os.replace(path, path.with_name(path.name + ".1"))
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def url_host_port(url: str) -> tuple[str, int]:
@@ -186,7 +233,8 @@ class ServerProcess:
     `max_restarts` bounds `restart()` over the object's life; restart n waits
     restart_delay(n, backoff_initial, backoff_max) seconds first. `on_event` receives one line
     per restart ("server exited with code -9; restart 1/3 in 2 s (reason): log tail"). `keep`
-    makes `close()` leave the server running. `env` replaces the environment when given.
+    makes `close()` leave the server running, and lets it outlive this process (no PDEATHSIG).
+    `env` replaces the environment when given.
     """
 
     def __init__(
@@ -202,6 +250,8 @@ class ServerProcess:
         backoff_max: float = 30.0,
         on_event: Callable[[str], None] | None = None,
         keep: bool = False,
+        record_path: Path | None = None,
+        max_log_bytes: int = LOG_ROTATE_BYTES,
     ) -> None:
         self.argv = split_command(command)
         self.log_path = Path(log_path)
@@ -213,6 +263,8 @@ class ServerProcess:
         self.backoff_max = backoff_max
         self.on_event = on_event
         self.keep = keep
+        self.record_path = record_path  # what was launched, for a rerun after this process is gone
+        self.max_log_bytes = max_log_bytes
         self.restarts = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_offset = 0  # where this start's output begins in the log
@@ -246,14 +298,19 @@ class ServerProcess:
         if self._proc is not None and self._proc.poll() is None:
             raise ServerLaunchError(f"{self.name} is already running (pid {self._proc.pid})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        rotated = rotate_log(self.log_path, self.max_log_bytes)
+        stamp = _stamp()
+        argv = self._exec_argv()
         try:
-            with open(self.log_path, "ab") as log:
-                log.write(f"\n===== synthgen {stamp}: starting {self.name}: {shlex.join(self.argv)}\n".encode())
+            with open_output_file(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "ab") as log:
+                if rotated:
+                    log.write(f"===== synthgen {stamp}: the log before is in {self.log_path.name}.1\n".encode())
+                command = redact(shlex.join(self.argv))  # --api-key VALUE is not for the log
+                log.write(f"\n===== synthgen {stamp}: starting {self.name}: {command}\n".encode())
                 log.flush()
                 self._log_offset = log.tell()
                 self._proc = subprocess.Popen(
-                    self.argv,
+                    argv,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -266,6 +323,19 @@ class ServerProcess:
         except OSError as exc:
             raise ServerLaunchError(f"could not start {self.name} ({self.argv[0]}): {exc.strerror or exc}") from exc
         self._stopping = False
+        if self.record_path is not None:
+            write_record(self.record_path, self._proc.pid, shlex.join(self.argv), self.name)
+
+    def _exec_argv(self) -> list[str]:
+        """The argv to start: the command itself, or on Linux the command behind the PDEATHSIG shim.
+        The kernel signals when the *thread* that forked dies, so the shim is used only from the
+        main thread (the event loop's), which lives as long as the run; and not with `keep`, whose
+        server is meant to outlive the run (the output folder's record finds it again)."""
+        if self.keep or sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
+            return self.argv
+        if self.cwd is None and shutil.which(self.argv[0]) is None:  # Popen's error, not a traceback in the log
+            raise ServerLaunchError(f"could not start {self.name} ({self.argv[0]}): No such file or directory")
+        return [sys.executable, "-c", PDEATHSIG_SHIM, str(os.getpid()), *self.argv]
 
     async def wait_ready(
         self,
@@ -303,7 +373,8 @@ class ServerProcess:
                 )
             if on_status is not None and now - last_status >= status_interval:
                 last_status = now
-                on_status(f"{self.name} loading, {now - started:.0f} s: {self.log_tail(1) or 'no output yet'}")
+                shown = progress_line(self._read_log(TAIL_READ_BYTES)) or "starting"
+                on_status(f"{self.name} loading, {now - started:.0f} s: {shown}")
             await asyncio.sleep(poll_interval)
 
     async def restart(self, reason: str, grace: float = DEFAULT_GRACE) -> None:
@@ -345,12 +416,21 @@ class ServerProcess:
                     pass
             return
         if proc.returncode is not None and not live_members(proc.pid):
+            self._forget()
             return  # stopped (or died and reaped) before, and nothing of its group is left
         self._stopping = True
+        running = proc.poll() is None
         survivors = kill_group(proc.pid, grace, reap=proc.poll)
         proc.poll()
         if survivors:
             raise ServerLaunchError(f"{self.name}'s processes {survivors} survived SIGKILL; end them by hand")
+        self._forget()
+        if running:
+            # SGLang reports its children's SIGTERM as "crashed with exit code -15": say it was us.
+            self._note(
+                f"stopped {self.name} (SIGTERM to its process group, exit {describe_exit(proc.returncode or 0)}); "
+                "lines above about SIGTERM or exit code -15 are its normal shutdown"
+            )
 
     def close(self, grace: float = DEFAULT_GRACE) -> None:
         """End of a run: stop() unless `keep` is set (then the server keeps running for the next run)."""
@@ -358,6 +438,17 @@ class ServerProcess:
             self.stop(grace)
 
     # -- internals
+
+    def _forget(self) -> None:
+        if self.record_path is not None:
+            remove_record(self.record_path, self._proc.pid if self._proc else None)
+
+    def _note(self, text: str) -> None:
+        with (
+            contextlib.suppress(OSError),
+            open_output_file(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "ab") as log,
+        ):
+            log.write(f"===== synthgen {_stamp()}: {text}\n".encode())
 
     def _read_log(self, limit: int | None) -> str:
         try:
@@ -368,3 +459,87 @@ class ServerProcess:
                 return fh.read().decode("utf-8", errors="replace")
         except OSError:
             return ""
+
+
+def _stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------------------------------------
+# What was launched (<output-dir>/launched_server.json): a rerun recognises its own server
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRecord:
+    pid: int  # also the process group id
+    start_ticks: int  # /proc/<pid>/stat starttime: a reused pid has another
+    command: str
+    name: str
+    started_at: str
+    owner_pid: int = 0  # the run that launched it
+    owner_ticks: int = 0
+
+    def alive(self) -> bool:
+        """The very process that was launched is still running (not a later one with its pid)."""
+        return start_ticks(self.pid) == self.start_ticks and bool(live_members(self.pid))
+
+    def owner_alive(self) -> bool:
+        """The run that launched it still runs (another run's server in use, not a leftover)."""
+        return self.owner_pid != os.getpid() and start_ticks(self.owner_pid) == self.owner_ticks
+
+
+def start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (/proc/<pid>/stat field 22); None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+def write_record(path: Path, pid: int, command: str, name: str) -> None:
+    ticks = start_ticks(pid)
+    if ticks is None:
+        return  # already gone: nothing to recognise
+    data = {
+        "pid": pid,
+        "start_ticks": ticks,
+        "command": command,
+        "name": name,
+        "started_at": _stamp(),
+        "owner_pid": os.getpid(),
+        "owner_ticks": start_ticks(os.getpid()) or 0,
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(data) + "\n")
+        os.replace(tmp, path)
+
+
+def read_record(path: Path) -> LaunchRecord | None:
+    """The record a run left, or None (none, or unreadable: then it is as good as none)."""
+    try:
+        data = json.loads(path.read_text())
+        return LaunchRecord(
+            int(data["pid"]),
+            int(data["start_ticks"]),
+            str(data["command"]),
+            str(data["name"]),
+            str(data["started_at"]),
+            int(data.get("owner_pid", 0)),
+            int(data.get("owner_ticks", 0)),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def remove_record(path: Path, pid: int | None = None) -> None:
+    """Remove the record (only the one of `pid` when given: another run's record stays)."""
+    record = read_record(path)
+    if pid is not None and record is not None and record.pid != pid:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()

@@ -39,10 +39,14 @@ from synthgen.server.client import SGLangClient
 from synthgen.server.demo import SERVER_READY_LINE, demo_command
 from synthgen.server.launcher import (
     DEFAULT_GRACE,
+    LaunchRecord,
     ServerLaunchError,
     ServerProcess,
     decide_launch,
+    kill_group,
     port_taken,
+    read_record,
+    remove_record,
     url_host_port,
 )
 
@@ -57,6 +61,9 @@ WATCH_INTERVAL = 1.0
 UNHEALTHY_RESTART_AFTER = 120.0
 PROBE_TIMEOUT = 30.0
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# In the output folder: what this folder's runs launched, so a rerun after a SIGKILL (or --keep-server)
+# recognises the server it finds as its own.
+RECORD = "launched_server.json"
 
 
 def is_demo(launch_server: str | None) -> bool:
@@ -110,6 +117,8 @@ class Supervisor:
         self._main: asyncio.Task[Any] | None = None
         self._signal: tuple[str, int] | None = None
         self._handled: list[signal.Signals] = []
+        self.record_path = cfg.output_dir / RECORD
+        self.adopted: LaunchRecord | None = None  # a server an earlier run launched, found still running
 
     # ------------------------------------------------------------------ enter / exit
     async def __aenter__(self) -> Supervisor:
@@ -138,6 +147,8 @@ class Supervisor:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self.client is None:
+            if not self._started and exc is None:
+                await self._stop_leftover()  # nothing to do: still, an earlier run's server is not left behind
             return
         if self._watcher is not None:
             self._watcher.cancel()
@@ -159,9 +170,17 @@ class Supervisor:
         cfg, client = self.cfg, self.client
         assert cfg.launch_server is not None and client is not None
         host, port = url_host_port(cfg.server_url)
-        decision = decide_launch(
-            cfg.display_url, await client.healthy(), await asyncio.to_thread(port_taken, host, port)
-        )
+        healthy = await client.healthy()
+        own = self._own_record()
+        if own is not None and healthy:
+            self.adopted = own
+            self.message(
+                f"the {own.name} an earlier run launched (pid {own.pid}, {own.started_at}) answers at "
+                f"{cfg.display_url}; using it, and stopping it at the end"
+                + (" unless --keep-server" if not cfg.keep_server else " (not: --keep-server)")
+            )
+            return
+        decision = decide_launch(cfg.display_url, healthy, await asyncio.to_thread(port_taken, host, port))
         if not decision.launch:
             self.message(decision.message)
             return
@@ -183,6 +202,7 @@ class Supervisor:
             max_restarts=cfg.server_restarts,
             on_event=self.message,
             keep=cfg.keep_server,
+            record_path=self.record_path,
         )
         self._main = asyncio.current_task()
         self._install_signals()
@@ -212,15 +232,50 @@ class Supervisor:
         finally:
             self._remove_signals()
 
+    def _own_record(self) -> LaunchRecord | None:
+        """The record of a server this folder's runs launched that is still running and whose run is gone
+        (killed, or it ended with --keep-server); a stale one is removed. The server of a run that still
+        runs is that run's: it is used like any server already there, and never stopped."""
+        record = read_record(self.record_path)
+        if record is not None and not record.alive():
+            remove_record(self.record_path, record.pid)
+            return None
+        return None if record is None or record.owner_alive() else record
+
+    async def _stop_leftover(self) -> None:
+        own = self._own_record() if self.cfg.launch_server is not None else None
+        if own is not None:
+            self.adopted = own
+            await self._finish()
+
+    def _keep_hint(self, name: str, pid: int) -> str:
+        cfg = self.cfg
+        same = f"--server-url {cfg.display_url}"
+        if cfg.max_tokens != RunConfig.max_tokens:
+            same += f" --max-tokens {cfg.max_tokens}"
+        return (
+            f"{name} left running (pid {pid}, --keep-server). The same command uses it again (and stops it at "
+            f"the end unless --keep-server); without --launch-server, use it with the same settings: {same}; "
+            f"stop it with: kill -TERM -{pid}"
+        )
+
     async def _finish(self) -> None:
         server = self.server
+        adopted = self.adopted
+        if server is None and adopted is not None:
+            if self.cfg.keep_server:
+                self.message(self._keep_hint(adopted.name, adopted.pid))
+                return
+            self.message(f"stopping the {adopted.name} an earlier run launched (pid {adopted.pid})")
+            survivors = await asyncio.to_thread(kill_group, adopted.pid, DEFAULT_GRACE)
+            if survivors:
+                raise ServerLaunchError(f"{adopted.name}'s processes {survivors} survived SIGKILL; end them by hand")
+            remove_record(self.record_path, adopted.pid)
+            return
         if server is None:
             return  # a server that was already there is not ours to stop
         if self.cfg.keep_server and server.exited() is None:
-            self.message(
-                f"{server.name} left running (pid {server.pid}, --keep-server); the next run uses it; "
-                f"stop it with: kill -TERM -{server.pid}"
-            )
+            self.message(self._keep_hint(server.name, server.pid or 0))
             return
         if server.exited() is None:
             self.message(f"stopping {server.name} (pid {server.pid})")

@@ -17,8 +17,23 @@ import subprocess
 
 import pytest
 
-from synthgen.chat.parsers import OutputParser
+from synthgen.chat.parsers import (
+    KNOWN_REASONING,
+    KNOWN_TOOL_CALL,
+    NOT_REPRODUCED,
+    SGLANG_REASONING,
+    SGLANG_TOOL_CALL,
+    OutputParser,
+)
 from synthgen.server.demo import DemoPaths
+from tests.parser_samples import (
+    REASONING_TEXTS,
+    SGLANG_REASONING_TEST_TEXTS,
+    SGLANG_TEST_TEXTS,
+    SGLANG_TEST_TOOLS,
+    TOOL_TEXTS,
+    TOOLS,
+)
 from tests.test_parsers import CASES
 
 pytestmark = pytest.mark.real_sglang
@@ -34,25 +49,34 @@ from sglang.srt.parser.reasoning_parser import BaseReasoningFormatDetector, Reas
 from sglang.srt.parser.reasoning_parser_names import REASONING_PARSER_NAMES
 
 job = json.load(sys.stdin)
-# Two parameterless tools besides the called ones, so a bare Kimi counter id infers no name.
-tools = [Tool(type="function", function={"name": n, "parameters": {}}) for n in job["tools"] + ["_a", "_b"]]
+toolsets = {name: [Tool(**tool) for tool in tools] for name, tools in job["toolsets"].items()}
 results = []
 for row in job["rows"]:
     text, reasoning = row["text"], ""
     if row["reasoning_parser"]:
-        parser = ReasoningParser(row["reasoning_parser"], stream_reasoning=False, force_reasoning=row["opened"])
+        parser = ReasoningParser(row["reasoning_parser"], stream_reasoning=False, force_reasoning=row["opened"],
+                                 tool_call_parser_active=bool(row["tool_parser"]))
         reasoning, text = parser.parse_non_stream(text)
     else:  # our plain rule is SGLang's base detector with the <think> tags
         split = BaseReasoningFormatDetector("<think>", "</think>", force_reasoning=row["opened"]).detect_and_parse(text)
         reasoning, text = split.reasoning_text, split.normal_text
+    text = text or ""
     calls = []
     if row["tool_parser"]:
-        tool_parser = FunctionCallParser(tools, row["tool_parser"])
+        tool_parser = FunctionCallParser(toolsets[row["toolset"]], row["tool_parser"])
         if tool_parser.has_tool_call(text):  # serving_chat._process_tool_calls
-            text, items = tool_parser.parse_non_stream(text)
+            try:
+                parsed, items = tool_parser.parse_non_stream(text)
+            except Exception:
+                parsed, items = text, []
+            text = parsed
             for item in items:
-                call_id = (f"functions.{item.name}:{row['history'] + item.tool_index}"
-                           if row["tool_parser"] == "kimi_k2" else "call_<uuid>")
+                if row["tool_parser"] == "kimi_k2":
+                    call_id = f"functions.{item.name}:{row['history'] + item.tool_index}"
+                elif row["tool_parser"] == "kimi_k3":
+                    call_id = f"{item.name}:{row['history'] + item.tool_index}"
+                else:
+                    call_id = "call_<uuid>"
                 calls.append([call_id, item.name, item.parameters])
     results.append({"reasoning": reasoning or "", "content": text or "", "calls": calls})
 print(json.dumps({"results": results, "reasoning_names": REASONING_PARSER_NAMES,
@@ -96,6 +120,7 @@ def _harmony_rows(count: int) -> list[dict]:
     return [
         {
             "name": f"harmony {i}",
+            "toolset": "samples",
             "reasoning_parser": "gpt-oss",
             "tool_parser": tool,
             "text": text,
@@ -107,22 +132,79 @@ def _harmony_rows(count: int) -> list[dict]:
     ]
 
 
+# SGLang's serving layer forces these (k2_horizon refuses anything else; iquest_q1 thinks unless told not to).
+TOOLSETS = {"samples": TOOLS, "sglang_tests": SGLANG_TEST_TOOLS}
+SERVING_FORCED = {"k2_horizon", "iquest_q1"}
+
+
+def _row(name, reasoning_parser, tool_parser, text, opened=False, history=0, toolset="samples") -> dict:
+    return {
+        "toolset": toolset,
+        "name": name,
+        "reasoning_parser": reasoning_parser,
+        "tool_parser": tool_parser,
+        "text": text,
+        "opened": opened or reasoning_parser in SERVING_FORCED,
+        "history": history,
+    }
+
+
 def _rows() -> list[dict]:
-    rows = [
-        {
-            "name": c.name,
-            "reasoning_parser": c.reasoning_parser,
-            "tool_parser": c.tool_parser,
-            "text": c.text,
-            "opened": c.opened,
-            "history": 0,
-        }
-        for c in CASES
-    ]
+    rows = [_row(c.name, c.reasoning_parser, c.tool_parser, c.text, c.opened) for c in CASES]
     # Cut-offs of every table output at every position, so truncation agrees wherever it falls.
     for c in CASES:
         for cut in range(0, len(c.text), 3):
-            rows.append({**rows[CASES.index(c)], "name": f"{c.name} cut at {cut}", "text": c.text[:cut]})
+            rows.append(_row(f"{c.name} cut at {cut}", c.reasoning_parser, c.tool_parser, c.text[:cut], c.opened))
+    # Every sample in every format through every tool-call parser, whole and cut off.
+    for i, text in enumerate(TOOL_TEXTS):
+        for tool in KNOWN_TOOL_CALL:
+            rows.append(_row(f"tool text {i} / {tool}", None, tool, text, history=i % 3))
+            for cut in range(len(text) // 3, len(text), max(len(text) // 3, 1)):
+                rows.append(_row(f"tool text {i} / {tool} cut at {cut}", None, tool, text[:cut]))
+    # The inputs of SGLang's own parser tests, with the tools those tests declare, through every name.
+    for i, text in enumerate(SGLANG_TEST_TEXTS):
+        for tool in KNOWN_TOOL_CALL:
+            rows.append(_row(f"sglang test text {i} / {tool}", None, tool, text, toolset="sglang_tests"))
+    # SGLang's reasoning-parser test inputs, as the Kimi-K2 pipeline test chains them, with its tools.
+    for i, text in enumerate(SGLANG_REASONING_TEST_TEXTS):
+        for opened in (False, True):
+            rows.append(
+                _row(f"sglang reasoning test {i} k2 / {opened}", "kimi_k2", "kimi_k2", text, opened, 0, "sglang_tests")
+            )
+    # Every reasoning sample through every reasoning parser, the prompt opening it or not.
+    for i, text in enumerate(REASONING_TEXTS + TOOL_TEXTS[:12] + SGLANG_REASONING_TEST_TEXTS):
+        for reasoning in KNOWN_REASONING:
+            for opened in (False, True):
+                rows.append(_row(f"reasoning text {i} / {reasoning} / {opened}", reasoning, None, text, opened))
+    # Reasoning and tool calls chained, as a thinking model calling tools writes them.
+    pairs = [
+        ("qwen3", "qwen3_coder"),
+        ("glm45", "glm47"),
+        ("glm45", "glm45"),
+        ("minimax", "minimax-m2"),
+        ("deepseek-v3", "deepseekv31"),
+        ("kimi_k2", "kimi_k2"),
+        ("qwen3", "hermes"),
+        ("mistral", "mistral"),
+        ("inkling", "inkling"),
+        ("kimi_k3", "kimi_k3"),
+        ("apertus2509", "apertus2509"),
+        ("hunyuan", "hunyuan"),
+        ("gemma4", "gemma4"),
+        ("deepseek-v4", "deepseekv4"),
+        ("iquest_q1", "iquest_q1"),
+        ("step3", "step3"),
+        ("cohere_command4", "cohere_command4"),
+        ("k2_horizon", "k2_horizon"),
+        ("muse", "muse"),
+    ]
+    for i, text in enumerate(REASONING_TEXTS):  # reasoning texts with a tool parser behind (Muse keeps framing)
+        rows.append(_row(f"reasoning text {i} / muse+muse", "muse", "muse", text))
+    for i, text in enumerate(TOOL_TEXTS):
+        for reasoning, tool in pairs:
+            rows.append(_row(f"chain {i} / {reasoning}+{tool}", reasoning, tool, "<think>hm</think>" + text))
+            rows.append(_row(f"chain {i} / {reasoning}+{tool} opened", reasoning, tool, "hm\n" + text, True))
+            rows.append(_row(f"chain {i} / {reasoning}+{tool} bare", reasoning, tool, text))
     return rows + _harmony_rows(400)
 
 
@@ -130,8 +212,7 @@ def _rows() -> list[dict]:
 def sglang_answers(real_setup) -> tuple[list[dict], dict]:
     # real_setup installs the real server on first use (or fails/skips as the other real tests do).
     rows = _rows()
-    tools = sorted({"get_weather", "get_time", "ping", "search"})
-    job = json.dumps({"rows": rows, "tools": tools})
+    job = json.dumps({"rows": rows, "toolsets": TOOLSETS})
     done = subprocess.run(
         [str(SGLANG_PYTHON), "-c", SGLANG_SIDE], input=job, capture_output=True, text=True, timeout=600
     )
@@ -142,31 +223,39 @@ def sglang_answers(real_setup) -> tuple[list[dict], dict]:
 
 def _ours(row: dict) -> dict:
     out = OutputParser(row["reasoning_parser"], row["tool_parser"]).parse(
-        row["text"], row["opened"], call_id_prefix=row["name"], history_tool_calls=row["history"]
+        row["text"],
+        row["opened"],
+        call_id_prefix=row["name"],
+        history_tool_calls=row["history"],
+        tools=TOOLSETS[row["toolset"]],
     )
     calls = []
     for call in out.tool_calls:
-        arguments = call["function"]["arguments"]
-        if row["tool_parser"] != "kimi_k2":  # SGLang's json.dumps(json.loads(...)), applied to our raw text
-            arguments = json.dumps(json.loads(arguments), ensure_ascii=False)
         call_id = re.sub(r"^call_[0-9a-f]{24}$", "call_<uuid>", call["id"])  # SGLang's are random
-        calls.append([call_id, call["function"]["name"], arguments])
+        calls.append([call_id, call["function"]["name"], call["function"]["arguments"]])
     return {"reasoning": out.reasoning, "content": out.content, "calls": calls}
 
 
-def test_every_table_row_and_its_cut_offs_match_the_real_sglang_parsers(sglang_answers):
+def test_every_sample_through_every_name_matches_the_real_sglang_parsers(sglang_answers):
     rows, answer = sglang_answers
     mismatches = [
         (row["name"], row["text"], ours, theirs)
         for row, theirs in zip(rows, answer["results"], strict=True)
         if (ours := _ours(row)) != theirs
     ]
+    names = {r["reasoning_parser"] for r in rows} | {r["tool_parser"] for r in rows}
+    print(f"{len(rows)} cases over {len(names - {None})} parser names")
     assert not mismatches, f"{len(mismatches)} of {len(rows)} differ; first: {mismatches[:3]}"
 
 
-def test_every_name_we_accept_is_one_sglang_accepts(sglang_answers):
-    from synthgen.chat.parsers import KNOWN_REASONING, KNOWN_TOOL_CALL
-
+def test_every_name_sglang_accepts_is_reproduced_or_listed_as_left_out(sglang_answers):
     _, answer = sglang_answers
+    assert set(SGLANG_REASONING) == set(answer["reasoning_names"])
+    assert set(SGLANG_TOOL_CALL) == set(answer["tool_names"])
     assert set(KNOWN_REASONING) <= set(answer["reasoning_names"])
     assert set(KNOWN_TOOL_CALL) <= set(answer["tool_names"])
+    for kind, names, known in (
+        ("reasoning", answer["reasoning_names"], KNOWN_REASONING),
+        ("tool-call", answer["tool_names"], KNOWN_TOOL_CALL),
+    ):
+        assert all(n in known or (kind, n) in NOT_REPRODUCED for n in names)

@@ -1,0 +1,182 @@
+"""Exports loaded by SpecForge's and speculators' own data code (issue 18): the pinned `specforge` and
+`speculators` packages (their data code, no GPU dependencies) run in the demo server's venv, which has CPU
+torch (synthgen/server/demo_trainers.py installs them, pinned, as the real-server tests install SGLang).
+
+Rows come from runs of a Qwen3-style reasoning model (the real Qwen3 chat template on a tiny tokenizer) against
+the simulator, thinking off, several turns regenerated (`--regenerate all`) and tool calls. Checked:
+
+- `--format tokens` rows arrive exactly in SpecForge (prepare_prompt_tasks, the `data.prompts_path` route) and
+  in speculators (build_speculator_training_dataset, its pre-tokenized rows);
+- for `--format specforge` rows, the render check's route (SpecForgeRoute) produces the very ids and loss mask
+  SpecForge's loader produces, and the report's verdict (rows exact, kinds) is what those ids and masks say.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from synthgen.server.demo import DemoPaths
+from synthgen.server.demo_trainers import is_specforge_setup, setup_specforge, specforge_env
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+EXPORT = REPO / "export_training.py"
+sys.path.insert(0, str(REPO / "tests"))
+
+from model_tokenizers import build_model_tokenizer  # noqa: E402
+from test_export_e2e import COMMON, agent, chat  # noqa: E402
+
+from synthgen.export.rendercheck import KINDS, Rendering, verdict  # noqa: E402
+
+pytestmark = pytest.mark.real_sglang
+TEMPLATES = ("qwen3-instruct", "qwen3-thinking")
+
+
+@pytest.fixture(scope="module")
+def specforge(real_setup) -> DemoPaths:
+    paths = DemoPaths.default()
+    if not is_specforge_setup(paths):
+        setup_specforge(paths, say=lambda line: print(f"[specforge] {line}", file=sys.stderr, flush=True))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def qwen3(tmp_path_factory) -> Path:
+    return build_model_tokenizer(tmp_path_factory.mktemp("tok") / "qwen3", "qwen3")
+
+
+def in_specforge_venv(paths: DemoPaths, *argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = specforge_env(paths)
+    env["PYTHONPATH"] = f"{env['PYTHONPATH']}:{REPO}"
+    return subprocess.run(
+        [str(paths.python), *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+def load_with_specforge(
+    paths: DemoPaths, tokenizer: Path, template: str, files: list[Path], route: bool, speculators: bool = False
+) -> list:
+    request = files[0].parent / "request.json"
+    ask = {"tokenizer": str(tokenizer), "template": template, "files": [str(f) for f in files], "route": route}
+    request.write_text(json.dumps({**ask, "speculators": speculators}))
+    done = in_specforge_venv(paths, str(HERE / "specforge_load.py"), str(request), cwd=files[0].parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def run_models(ws, qwen3: Path) -> None:
+    from simharness import start_sim
+
+    off = ("--chat-template-kwargs", '{"enable_thinking": false}')
+    ws.dataset("short", "chats", [chat("c", "Name a prime.", "old 1", "Another one?", "old 2", "And a third?")])
+    system = {"id": "s", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"}]}
+    ws.dataset("short", "plain", [system, chat("p", "Name a colour.")])
+    ws.dataset("short", "agents", [agent("tool")])
+    for dataset, style, extra in (
+        ("chats", "think", ("--regenerate", "all")),
+        ("plain", "think", ()),
+        ("agents", "qwen_tool", ()),
+    ):
+        args = ("--tool-call-parser", "qwen25", "--reasoning-parser", "qwen3", "--output-style", style)
+        with start_sim(qwen3, *args) as sim:
+            done = ws.run("--server-url", sim.url, "--dataset", dataset, *COMMON, *off, *extra)
+            assert done.returncode == 0, done.stderr
+
+
+def report_counts(stdout: str) -> tuple[int, int, Counter[str]]:
+    """(rows exact, rows checked, rows per drift kind) summed over the report's datasets."""
+    exact = checked = 0
+    kinds: Counter[str] = Counter()
+    for line in stdout.splitlines():
+        if line.startswith("  render check"):
+            words = line.split()
+            exact, checked = exact + int(words[2].replace(",", "")), checked + int(words[4].replace(",", ""))
+        for kind in KINDS:
+            if line.startswith(f"    {kind} "):
+                kinds[kind] += int(line[len(kind) + 4 :].split()[0].replace(",", ""))
+    return exact, checked, kinds
+
+
+def test_tokens_and_specforge_rows_as_specforges_own_loader_reads_them(ws, specforge, qwen3):
+    run_models(ws, qwen3)
+    datasets = ("--dataset", "chats", "--dataset", "plain", "--dataset", "agents")
+    results = {f"{d}/{r['id']}": r for d in ("chats", "plain", "agents") for r in ws.results(d)}
+
+    # tokens: SpecForge's pre-tokenized route (data.prompts_path) and speculators' data preparation take the
+    # rows exactly as exported
+    done = ws.run(*datasets, "--format", "tokens", "--out", "tokens.jsonl", script=EXPORT)
+    assert done.returncode == 0, done.stderr
+    exported = [json.loads(line) for line in (ws.root / "tokens.jsonl").read_text().splitlines()]
+    [loaded] = load_with_specforge(
+        specforge, qwen3, "qwen3-instruct", [ws.root / "tokens.jsonl"], route=False, speculators=True
+    )
+    assert loaded["rows"] == [{"input_ids": r["input_ids"], "loss_mask": r["loss_mask"]} for r in exported]
+    assert loaded["speculators"] == loaded["rows"]
+    assert len(exported) >= 6
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(qwen3))
+
+    def decode(ids: list[int]) -> str:
+        return str(tokenizer.decode(ids, skip_special_tokens=False))
+
+    # specforge: per template, the render check's verdict is what SpecForge's loader really produces
+    for template in TEMPLATES:
+        out = ws.root / f"sf-{template}.jsonl"
+        done = in_specforge_venv(
+            specforge,
+            str(EXPORT),
+            *datasets,
+            "--out",
+            str(out),
+            "--report",
+            "--specforge-template",
+            template,
+            cwd=ws.root,
+        )
+        assert done.returncode == 0, done.stderr
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        assert len(rows) == 6  # 3 generated turns of c, s, p, tool
+        files = []
+        for i, row in enumerate(rows):
+            one = ws.root / f"row-{template}-{i}.jsonl"
+            one.write_text(json.dumps(row) + "\n")
+            files.append(one)
+        loaded = load_with_specforge(specforge, qwen3, template, files, route=True)
+        kinds: Counter[str] = Counter()
+        exact = 0
+        for row, got in zip(rows, loaded, strict=True):
+            [actual] = got["rows"]
+            assert got["route"] == actual, f"{template} {row['id']}: the render check renders otherwise than SpecForge"
+            base, _, k = row["id"].partition("#")
+            record = results[base]
+            turn = record["turns"][int(k)] if record.get("turns") else record
+            expected = turn["input_ids"] + turn["output_ids"]
+            found = verdict(
+                expected,
+                len(turn["input_ids"]),
+                turn["reasoning_content"],
+                Rendering(actual["input_ids"], actual["loss_mask"]),
+                decode,
+                "You are a helpful assistant.",
+            )
+            exact += not found
+            kinds.update(found.keys())
+        assert report_counts(done.stdout) == (exact, 6, kinds), done.stdout
+        # The whole file as one Arrow table (every message key in every row, missing ones null; SpecForge
+        # shuffles it) gives the same rows as the render check's route.
+        [whole] = load_with_specforge(specforge, qwen3, template, [out], route=False)
+
+        def key(r: dict) -> str:
+            return json.dumps([r["input_ids"], r["loss_mask"]])
+
+        assert sorted(map(key, whole["rows"])) == sorted(key(got["route"]) for got in loaded)
+        # what SpecForge does to these rows, as the issue found: its template's system prompt on rows without one
+        assert kinds["system prompt added"] == 4, (template, kinds)  # c#0-2 and p; s and tool have their own
