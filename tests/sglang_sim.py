@@ -1295,10 +1295,22 @@ def run_generation(job: Job, model: FakeModel, plan: Plan, faults: Faults, state
         while pending and state.is_paused() and not any(seq.aborted for seq in pending):
             job.wake.wait()
             job.wake.clear()
-        if pending:
-            produced += 1
-            if faults.token_delay > 0 and job.wake.wait(faults.token_delay):
+        if pending and faults.token_delay > 0:
+            # One wait through the tokens up to the next event (a sequence's end, or the abort
+            # fault's half-way point), not one per token: at 1,000 requests in flight, per-token
+            # wake-ups would make the simulator, not the client, the bottleneck. An abort or a
+            # pause wakes it early; the tokens produced are those whose time has begun, as before.
+            ends = [seq.target for seq in pending]
+            if plan.outcome == "abort":
+                ends += [seq.target // 2 for seq in pending]
+            steps = max(1, min((end for end in ends if end > produced), default=produced + 1) - produced)
+            began = time.monotonic()
+            if job.wake.wait(steps * faults.token_delay):
                 job.wake.clear()
+                steps = min(steps, 1 + int((time.monotonic() - began) / faults.token_delay))
+            produced += steps
+        elif pending:
+            produced += 1
 
 
 def response_item(seq: Sequence, model: FakeModel, settings: Settings, started: float) -> dict:

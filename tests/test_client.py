@@ -1,10 +1,21 @@
 """Payloads and the classification of every SGLang answer shape (sglang_api.md §1.4, §2)."""
 
+import asyncio
+from collections import Counter
+
+import httpx
 import orjson
 import pytest
 
 from synthgen.errors import AuthError
-from synthgen.server.client import Rejected, Transient, build_payload, error_message, parse_generation
+from synthgen.server.client import (
+    Rejected,
+    SpreadTransport,
+    Transient,
+    build_payload,
+    error_message,
+    parse_generation,
+)
 from synthgen.server.discovery import fit_max_new_tokens
 
 
@@ -135,3 +146,80 @@ def test_plain_text_error_bodies_are_kept():
 )
 def test_max_new_tokens_is_fitted_under_the_context(prompt, max_tokens, context, max_input, expected):
     assert fit_max_new_tokens(prompt, max_tokens, context, max_input) == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# SpreadTransport: httpx's transport as pools of a few connections each
+
+
+class Body(httpx.AsyncByteStream):
+    def __init__(self, data: bytes):
+        self.data = data
+
+    async def __aiter__(self):
+        yield self.data
+
+
+def spread_with_held_pools(connections: int, per_pool: int):
+    """A SpreadTransport whose pools answer only once ``release`` is set; ``seen`` lists the pool
+    each request went to, and a request to /fail raises httpx's ConnectError."""
+    transport = SpreadTransport(connections, per_pool)
+    release, seen = asyncio.Event(), []
+    for index, pool in enumerate(transport._pools):
+
+        async def handle(request: httpx.Request, index: int = index) -> httpx.Response:
+            seen.append(index)
+            await release.wait()
+            if request.url.path == "/fail":
+                raise httpx.ConnectError("refused")
+            return httpx.Response(200, stream=Body(b"ok"))  # a body still to read, as a socket's
+
+        pool.handle_async_request = handle
+    return transport, release, seen
+
+
+def test_the_spread_transport_gives_each_pool_at_most_its_share_and_frees_it_when_a_body_is_read():
+    async def scenario() -> None:
+        transport, release, seen = spread_with_held_pools(40, 8)
+        assert transport.pools == 5
+        async with httpx.AsyncClient(transport=transport) as client:
+            tasks = [asyncio.create_task(client.get("http://x/")) for _ in range(40)]
+            for _ in range(1000):
+                if len(seen) == 40:
+                    break
+                await asyncio.sleep(0)
+            assert Counter(seen) == {pool: 8 for pool in range(5)}
+            release.set()
+            assert [r.content for r in await asyncio.gather(*tasks)] == [b"ok"] * 40
+            assert transport._open == [0] * 5
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_request_frees_its_pool_slot_and_keeps_httpxs_exception():
+    async def scenario() -> None:
+        transport, release, _ = spread_with_held_pools(4, 2)
+        release.set()
+        async with httpx.AsyncClient(transport=transport) as client:
+            for _ in range(3):
+                with pytest.raises(httpx.ConnectError):
+                    await client.get("http://x/fail")
+            assert transport._open == [0, 0]
+
+    asyncio.run(scenario())
+
+
+def test_a_response_read_in_full_by_the_transport_frees_its_slot_at_once():
+    async def scenario() -> None:
+        transport = SpreadTransport(2, 1)
+        for pool in transport._pools:
+
+            async def handle(request: httpx.Request) -> httpx.Response:
+                return httpx.Response(200, content=b"ok")  # read at construction
+
+            pool.handle_async_request = handle
+        async with httpx.AsyncClient(transport=transport) as client:
+            assert (await client.get("http://x/")).content == b"ok"
+            assert transport._open == [0, 0]
+
+    asyncio.run(scenario())

@@ -4,20 +4,27 @@ scripted loads, and the monitor against the simulator's scheduler over real HTTP
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import time
 from collections.abc import Awaitable, Callable
 
 import httpx
+import orjson
 import pytest
+from tokenizers import Tokenizer
 
+from synthgen.config import RunConfig
 from synthgen.run.concurrency import (
     AutoConcurrency,
     InFlightLimit,
     LoadMonitor,
     ServerLoad,
+    interleave,
     parse_loads,
     router_worker_urls,
 )
+from synthgen.run.runner import Runner
 from synthgen.server.client import SGLangClient
 
 
@@ -573,3 +580,134 @@ def test_on_the_simulator_the_target_rises_until_requests_wait_and_falls_when_ca
             await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_behind_a_router_the_api_key_goes_only_to_the_server_urls_own_origin():
+    # /v1/loads does not answer, so the monitor asks /workers and polls every URL listed there:
+    # one on the router's own origin, one elsewhere. Only the first may see the run's key.
+    seen: dict[str, str | None] = {}
+
+    def server(request: httpx.Request) -> httpx.Response:
+        seen[str(request.url)] = request.headers.get("Authorization")
+        if request.url.path == "/workers":
+            urls = ["http://router.test:30000", "http://elsewhere.test:30000", "http://router.test:30001"]
+            return httpx.Response(200, json={"workers": [{"url": url} for url in urls]})
+        router = (request.url.host, request.url.port) == ("router.test", 30000)
+        if request.url.path == "/v1/loads" and not router:  # the router has none; its workers do
+            return httpx.Response(200, json=body(rank(3, 0)))
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    async def scenario() -> None:
+        client = SGLangClient("http://router.test:30000", "s3cret", 8, 30.0, transport=httpx.MockTransport(server))
+        try:
+            monitor = LoadMonitor(client, InFlightLimit(8), AutoConcurrency(initial=8))
+            await monitor.poll_once()
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
+    assert seen["http://router.test:30000/v1/loads"] == "Bearer s3cret"
+    assert seen["http://router.test:30000/workers"] == "Bearer s3cret"
+    assert seen["http://elsewhere.test:30000/v1/loads"] is None
+    assert seen["http://router.test:30001/v1/loads"] is None  # another port is another server
+
+
+def test_a_load_endpoint_that_does_not_answer_does_not_hold_back_the_first_request(tmp_path, tokenizers):
+    # /v1/loads answers only once a /generate has arrived (or, as a guard against a hang, after
+    # 20 s): the run must not wait for it before sending. What happened first is recorded.
+    events: list[str] = []
+    generated = asyncio.Event()
+    tok = tokenizers["chatml"]
+
+    async def server(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/v1/loads":
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(generated.wait(), 20.0)
+            events.append("loads answered")
+            return httpx.Response(200, json=body(rank(0, 0)))
+        if path == "/generate":
+            events.append("generate")
+            generated.set()
+            meta = {"id": "x", "finish_reason": {"type": "stop", "matched": 1}, "prompt_tokens": 3,
+                    "completion_tokens": 1, "cached_tokens": 0}  # fmt: skip
+            return httpx.Response(200, json={"text": "<think>r</think>a", "output_ids": [1], "meta_info": meta})
+        if path == "/model_info":
+            return httpx.Response(200, json={"model_path": str(tok), "tokenizer_path": str(tok)})
+        if path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 4096}]})
+        if path in ("/server_info", "/health"):
+            return httpx.Response(200, json={})
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    folder = tmp_path / "prompts" / "p"
+    folder.mkdir(parents=True)
+    (folder / "d.jsonl").write_text('{"id": "q0", "prompt": "question"}\n')
+    cfg = RunConfig(
+        partition="p", prompts_dir=tmp_path / "prompts", output_dir=tmp_path / "out", server_url="http://sglang.test"
+    ).validate()
+
+    async def main() -> int:
+        client = SGLangClient(cfg.server_url, None, 8, 30.0, transport=httpx.MockTransport(server))
+        try:
+            return await Runner(cfg, io.StringIO(), tty=False, client=client).run()
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main()) == 0
+    assert events[0] == "generate"
+
+
+# ------------------------------------------------------------------------------ the send order
+def test_interleave_spreads_every_dataset_over_the_run_longest_first():
+    assert list(interleave([2, 6])) == [0, 1, 1, 1, 0, 1, 1, 1]
+    assert list(interleave([3, 0, 3])) == [0, 2, 0, 2, 0, 2]  # an empty dataset takes no turn
+    order = list(interleave([5, 17, 40]))
+    assert [order.count(i) for i in range(3)] == [5, 17, 40]
+    half = order[: len(order) // 2]
+    assert [half.count(i) for i in range(3)] == [3, 9, 19]  # each dataset about half-sent half-way
+
+
+def test_a_run_sends_its_datasets_mixed_from_the_first_request_on(tmp_path, tokenizers):
+    tok = tokenizers["chatml"]
+    tokenizer = Tokenizer.from_file(str(tok / "tokenizer.json"))
+    sent: list[str] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/generate":
+            text = tokenizer.decode(orjson.loads(request.content)["input_ids"])
+            sent.append(text.split("question ", 1)[1].split("-", 1)[0])  # the dataset's name
+            meta = {"id": "x", "finish_reason": {"type": "stop", "matched": 1}, "prompt_tokens": 3,
+                    "completion_tokens": 1, "cached_tokens": 0}  # fmt: skip
+            return httpx.Response(200, json={"text": "<think>r</think>a", "output_ids": [1], "meta_info": meta})
+        if path == "/model_info":
+            return httpx.Response(200, json={"model_path": str(tok), "tokenizer_path": str(tok)})
+        if path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 4096}]})
+        if path in ("/server_info", "/health"):
+            return httpx.Response(200, json={})
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    folder = tmp_path / "prompts" / "p"
+    folder.mkdir(parents=True)
+    for name, count in (("aa", 2), ("bb", 6)):
+        lines = [orjson.dumps({"id": f"{name}{i}", "prompt": f"question {name}-{i}"}) for i in range(count)]
+        (folder / f"{name}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    cfg = RunConfig(
+        partition="p",
+        prompts_dir=tmp_path / "prompts",
+        output_dir=tmp_path / "out",
+        server_url="http://sglang.test",
+        concurrency=1,
+    ).validate()
+
+    async def main() -> int:
+        client = SGLangClient(cfg.server_url, None, 1, 30.0, transport=httpx.MockTransport(server))
+        try:
+            return await Runner(cfg, io.StringIO(), tty=False, client=client).run()
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main()) == 0
+    assert sent == ["aa", "bb", "bb", "bb", "aa", "bb", "bb", "bb"]

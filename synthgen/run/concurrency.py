@@ -53,16 +53,20 @@ a second: 16 -> 28 -> 43 -> 62 -> 86 -> 116 at one step per quarter second.
 
 Fallback: with no load report (an older server, a router whose workers are unreachable, a
 failed poll) the target stays where it is: 64 (today's fixed default) or ``initial`` if the
-server never reported, and ``LoadMonitor`` says so once through its message callback.
+server never reported, and ``LoadMonitor`` says so once through its message callback. The first
+poll (``LoadMonitor.first_poll``) waits at most ``FIRST_POLL_TIMEOUT`` (2 s): a load endpoint that
+answers slowly starts the run at the fallback, and the target moves once a report comes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -70,6 +74,10 @@ DEFAULT_MAX_CONCURRENCY = 1024
 FALLBACK_CONCURRENCY = 64
 DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_WARN_AFTER = 60.0
+# The first load poll sizes the start, but a load endpoint that answers slowly (or a router's
+# workers that do) must not hold back the first request: after this long the run starts at the
+# fallback target and the polls go on beside the requests.
+FIRST_POLL_TIMEOUT = 2.0
 LOADS_PATH = "/v1/loads"
 ROUTER_WORKERS_PATH = "/workers"
 
@@ -163,6 +171,27 @@ def router_worker_urls(body: object) -> list[str]:
     return urls
 
 
+# ------------------------------------------------------------------------------ the send order
+def interleave(counts: list[int]) -> Iterator[int]:
+    """The dataset index of each prompt in send order, for datasets of ``counts`` prompts, given
+    longest expected answers first: every dataset is spread evenly over the whole run (its k-th
+    of n prompts at k / n of the way), ties going to the earlier dataset, so the run opens with
+    the longest dataset's first prompt and the others mixed in.
+
+    Why: a KV-bound server running long answers has room for short ones beside them. Sent one
+    dataset after the other, the client first holds a few long requests, then must grow its
+    target several-fold when the short dataset starts (and a run can end on long answers); a
+    steady mix keeps the server's running set, and so the target, the same from start to end.
+    """
+    heap = [(0.0, index, 0) for index, count in enumerate(counts) if count > 0]
+    heapq.heapify(heap)
+    while heap:
+        _, index, k = heapq.heappop(heap)
+        yield index
+        if k + 1 < counts[index]:
+            heapq.heappush(heap, ((k + 1) / counts[index], index, k + 1))
+
+
 # ------------------------------------------------------------------------------ the limit
 class InFlightLimit:
     """An asyncio bound on requests in flight whose target can change at any time.
@@ -201,9 +230,15 @@ class InFlightLimit:
         self._held_back = False
         return held
 
-    async def acquire(self) -> None:
+    def try_acquire(self) -> bool:
+        """Take a slot if one is free now, without waiting."""
         if self.in_use < self._target and not self._waiters:
             self._take()
+            return True
+        return False
+
+    async def acquire(self) -> None:
+        if self.try_acquire():
             return
         self._held_back = True
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -215,8 +250,9 @@ class InFlightLimit:
                 self.release()  # the slot was handed over just as we were cancelled
             raise
         finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
+            if not waiter.done() or waiter.cancelled():  # a waiter given its slot is out of the deque already
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
 
     def release(self) -> None:
         if self.in_use <= 0:
@@ -402,6 +438,13 @@ class LoadMonitor:
             await self.poll_once()
             growing = self.steer and self.controller.state == "starved"
             await asyncio.sleep(self.interval / 4 if growing else self.interval)
+
+    async def first_poll(self, timeout: float = FIRST_POLL_TIMEOUT) -> ServerLoad | None:
+        """``poll_once`` bounded by ``timeout``: None (the target unchanged) when no answer came in time."""
+        try:
+            return await asyncio.wait_for(self.poll_once(), timeout)
+        except asyncio.TimeoutError:
+            return None
 
     async def poll_once(self) -> ServerLoad | None:
         """Read the load once, update the target and the warnings; returns the load (or None)."""

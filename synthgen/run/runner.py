@@ -21,7 +21,7 @@ import contextlib
 import random
 import signal
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TextIO
 
@@ -42,7 +42,7 @@ from synthgen.errors import (
     UsageError,
 )
 from synthgen.fmt import fmt_duration
-from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor
+from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor, interleave
 from synthgen.run.dataset_run import DatasetRun, WorkItem, claim_dataset, now_iso, open_dataset, recorded_settings
 from synthgen.run.model import flag_settings, load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
@@ -57,15 +57,18 @@ OUTAGES_PER_PROMPT = 3
 SKIPS_BEFORE_STOP = 20
 # Prepared (rendered, tokenized) prompts waiting to be sent: about one in-flight target, at least this.
 PREPARED_AHEAD_MIN = 16
+# Prompts prepared per trip to the worker thread (Pool.produce).
+PREPARE_BATCH = 32
 # SIGHUP (a closed terminal without nohup) stops the run like SIGTERM: drain, then exit.
 SIGNALS = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
 SIGNAL_EXIT = {"SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM, "SIGHUP": EXIT_SIGHUP}
 
 
 def longest_first(runs: list[DatasetRun], planned: dict[str, float]) -> list[DatasetRun]:
-    """Datasets whose answers are expected to be longest start first, so the end of a run is not
-    a few long generations on an idle server. Expected: the budget file's average, else the mean
-    of the rows already there; datasets with no estimate keep their place at the front."""
+    """Datasets whose answers are expected to be longest first: the order ``Pool.produce`` mixes
+    them in (``concurrency.interleave``), the longest's first prompt first. Expected: the budget
+    file's average, else the mean of the rows already there; datasets with no estimate keep their
+    place at the front."""
 
     def expected(run: DatasetRun) -> float:
         if run.name in planned:
@@ -348,7 +351,9 @@ class Pool:
 
     async def execute(self) -> None:
         self.progress.start(self.total)
-        await self.monitor.poll_once()  # the first target from the server's own load, before anything is sent
+        # The first target from the server's own load, before anything is sent; bounded, so a slow
+        # load endpoint costs the start at most FIRST_POLL_TIMEOUT.
+        await self.monitor.first_poll()
         self.ahead.set_target(max(PREPARED_AHEAD_MIN, self.limit.target))
         producer = self._producer = asyncio.create_task(self.produce())
         dispatcher = asyncio.create_task(self.dispatch())
@@ -378,14 +383,36 @@ class Pool:
 
     # ------------------------------------------------------------------ feeding the pool
     async def produce(self) -> None:
+        """Prepare the prompts of every dataset, mixed (``concurrency.interleave``: the datasets in
+        ``longest_first`` order, each spread over the whole run), and queue them for sending.
+
+        Prompts go to the worker thread in batches of up to PREPARE_BATCH (as many as the
+        prepared-ahead bound has room for; the first alone, so the first request goes out at
+        once): one hand-over per prompt made the producer, not the server, the bound at ~1,000 in
+        flight, each costing a trip through the event loop and the GIL."""
         loop = asyncio.get_running_loop()
+        prompts = self._send_order()
+        size = 1
         try:
-            for run in self.runner.runs:
-                for prompt_id in run.selection.pending:
-                    if self.stopping.is_set() or run.closed:
+            while not self.stopping.is_set():
+                await self.ahead.acquire()
+                slots, batch = 1, []
+                for run, prompt_id, last in prompts:
+                    if run.closed:
+                        if last:
+                            self.preparer.done_with(run)  # no batch is being prepared now
+                        continue
+                    batch.append((run, prompt_id, last))
+                    if len(batch) >= size or not self.ahead.try_acquire():
                         break
-                    await self.ahead.acquire()
-                    item = await loop.run_in_executor(self._executor, self.preparer.prepare, run, prompt_id)
+                    slots += 1
+                for _ in range(slots - len(batch)):
+                    self.ahead.release()
+                if not batch:
+                    break
+                size = PREPARE_BATCH
+                items, error = await loop.run_in_executor(self._executor, self._prepare, batch)
+                for (run, _, _), item in zip(batch, items, strict=False):  # items stop at an error
                     if isinstance(item, Skip):
                         self.ahead.release()
                         run.record_error(item.prompt_id, "skipped", item.kind, item.reason, attempts=0)
@@ -393,9 +420,32 @@ class Pool:
                     else:
                         self._sendable += 1
                         self.queue.put_nowait(item)
-                self.preparer.done_with(run)
+                if error is not None:
+                    raise error
         finally:
             self.queue.put_nowait(None)
+
+    def _send_order(self) -> Iterator[tuple[DatasetRun, str, bool]]:
+        """(dataset, prompt id, whether it is the dataset's last) in send order."""
+        runs = self.runner.runs
+        pending = [iter(run.selection.pending) for run in runs]
+        left = [len(run.selection.pending) for run in runs]
+        for index in interleave(list(left)):
+            left[index] -= 1
+            yield runs[index], next(pending[index]), left[index] == 0
+
+    def _prepare(self, batch: list[tuple[DatasetRun, str, bool]]) -> tuple[list[WorkItem | Skip], Exception | None]:
+        """In the worker thread: the batch's work items, up to the first error (returned with them,
+        so the prompts prepared before it are still sent)."""
+        items: list[WorkItem | Skip] = []
+        try:
+            for run, prompt_id, last in batch:
+                items.append(self.preparer.prepare(run, prompt_id))
+                if last:
+                    self.preparer.done_with(run)
+        except Exception as exc:
+            return items, exc
+        return items, None
 
     async def dispatch(self) -> None:
         while (item := await self.queue.get()) is not None:

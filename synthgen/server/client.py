@@ -13,6 +13,7 @@ httpx exceptions and HTTP statuses are translated here, and only here, into:
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator, Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,6 +178,96 @@ def _count(meta: dict[str, Any], key: str, status: int) -> int | None:
     return value
 
 
+def origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    """Scheme, host and port, the default port spelled out: what "the same server" means for a key."""
+    default = {"http": 80, "https": 443}.get(url.scheme)
+    return url.scheme, url.host, url.port or default
+
+
+class OriginBearer(httpx.Auth):
+    """``Authorization: Bearer KEY`` on requests to the server URL's origin only.
+
+    The load monitor also asks URLs the server names (a router's workers at ``/workers``); a
+    key sent there would go to whatever host a router, or anything answering at its address,
+    lists. Those requests go without it."""
+
+    def __init__(self, api_key: str, base_url: str):
+        self._header = f"Bearer {api_key}"
+        self._origin = origin(httpx.URL(base_url))
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        if origin(request.url) == self._origin:
+            request.headers["Authorization"] = self._header
+        yield request
+
+
+# Connections per httpcore pool. httpcore's pool walks all its connections (a poll of each socket
+# among them) and requests on every request it starts or ends (encode/httpcore#1035): one pool of
+# 1,024 connections costs ~20 ms of event-loop CPU per request, pools of 8 about 2 ms at any
+# count (bench/bench_client_scale.py; bench/README.md has the figures).
+CONNECTIONS_PER_POOL = 8
+
+
+class SpreadTransport(httpx.AsyncBaseTransport):
+    """httpx's own transport (httpcore), as several pools of at most ``per_pool`` connections.
+
+    Each request goes to the pool with the fewest requests open (sent and not yet read), so none
+    holds more than ``per_pool`` while the caller keeps at most ``connections`` in flight. Errors,
+    timeouts and keep-alive are httpx's own, exactly as with one pool."""
+
+    def __init__(self, connections: int, per_pool: int = CONNECTIONS_PER_POOL, **options: Any):
+        count = max(1, -(-connections // per_pool))
+        limits = httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool)
+        # One TLS context for all (each costs ~30 ms to build).
+        options.setdefault("verify", httpx.create_ssl_context())
+        self._pools = [httpx.AsyncHTTPTransport(limits=limits, **options) for _ in range(count)]
+        self._open = [0] * count  # requests open per pool
+
+    @property
+    def pools(self) -> int:
+        return len(self._pools)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        index = self._open.index(min(self._open))
+        self._open[index] += 1
+        try:
+            response = await self._pools[index].handle_async_request(request)
+        except BaseException:
+            self._open[index] -= 1
+            raise
+        if response.is_closed:  # a body read already (a transport that answered in full)
+            self._closed(index)
+        else:
+            response.stream = _Released(response.stream, lambda: self._closed(index))
+        return response
+
+    def _closed(self, index: int) -> None:
+        self._open[index] -= 1
+
+    async def aclose(self) -> None:
+        for pool in self._pools:
+            await pool.aclose()
+
+
+class _Released(httpx.AsyncByteStream):
+    """A response body that calls ``on_close`` once, when httpx closes it (read or abandoned)."""
+
+    def __init__(self, stream: httpx.SyncByteStream | httpx.AsyncByteStream, on_close: Callable[[], None]):
+        assert isinstance(stream, httpx.AsyncByteStream)
+        self._stream, self._on_close = stream, on_close
+        self._closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._on_close()
+        await self._stream.aclose()
+
+
 class SGLangClient:
     """One AsyncClient for the whole run, sized for ``concurrency`` long generations."""
 
@@ -191,17 +282,17 @@ class SGLangClient:
     ):
         self.base_url = base_url.rstrip("/")
         self.shown_url = redact(self.base_url)  # for messages: a credential in the URL is never printed
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # httpx's defaults (5 s read timeout, 100 connections) would time out every long
         # generation and queue requests beyond 100; the runner's semaphore bounds in-flight
         # work, so the pool only needs a little headroom for health checks.
         self.http = httpx.AsyncClient(
             base_url=self.base_url,
-            headers=headers,
+            auth=OriginBearer(api_key, self.base_url) if api_key else None,
             timeout=httpx.Timeout(connect=connect_timeout, read=request_timeout, write=60.0, pool=None),
             limits=httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4),
             trust_env=False,  # an http_proxy meant for the internet must not swallow a local server
-            transport=transport,  # tests drive the runner in-process through httpx.MockTransport
+            # Tests drive the runner in-process through httpx.MockTransport.
+            transport=transport or SpreadTransport(concurrency + 4),
         )
 
     async def aclose(self) -> None:
