@@ -3,7 +3,8 @@
 torch (synthgen/server/demo_trainers.py installs them, pinned, as the real-server tests install SGLang).
 
 Rows come from runs of a Qwen3-style reasoning model (the real Qwen3 chat template on a tiny tokenizer) against
-the simulator, thinking off, several turns regenerated (`--regenerate all`) and tool calls. Checked:
+the simulator: thinking off, several turns regenerated (`--regenerate all`) and tool calls; and thinking on
+(every answer with its reasoning), several turns. Checked:
 
 - `--format tokens` rows arrive exactly in SpecForge (prepare_prompt_tasks, the `data.prompts_path` route) and
   in speculators (build_speculator_training_dataset, its pre-tokenized rows);
@@ -120,6 +121,49 @@ def test_tokens_and_specforge_rows_as_specforges_own_loader_reads_them(ws, specf
     assert loaded["speculators"] == loaded["rows"]
     assert len(exported) >= 6
 
+    kinds_by_template = check_specforge_verdicts(ws, specforge, qwen3, datasets, results, 6)
+    for template, kinds in kinds_by_template.items():
+        # what SpecForge does to these rows, as the issue found: its template's system prompt on rows without one
+        assert kinds["system prompt added"] == 4, (template, kinds)  # c#0-2 and p; s and tool have their own
+
+
+def test_rows_of_a_reasoning_model_thinking_on_as_specforges_own_loader_reads_them(ws, specforge, qwen3):
+    """Thinking on (the Qwen3 template's default): every answer carries its reasoning, the case where
+    templates differ most in what they keep of it. tokens rows arrive exactly; for specforge rows the render
+    check's verdict is what SpecForge's own loader produces, template by template."""
+    from simharness import start_sim
+
+    ws.dataset("short", "reasoned", [chat("r", "Name a prime.", "old 1", "Another one?", "old 2", "And a third?")])
+    ws.dataset("short", "single", [chat("q", "Name a colour.")])
+    for dataset, extra in (("reasoned", ("--regenerate", "all")), ("single", ())):
+        args = ("--reasoning-parser", "qwen3", "--output-style", "think")
+        with start_sim(qwen3, *args) as sim:
+            done = ws.run("--server-url", sim.url, "--dataset", dataset, *COMMON, *extra)
+            assert done.returncode == 0, done.stderr
+    results = {f"{d}/{r['id']}": r for d in ("reasoned", "single") for r in ws.results(d)}
+    turns = [t for r in results.values() for t in (r.get("turns") or [r])]
+    assert len(turns) == 4 and all(t["reasoning_content"] for t in turns), turns
+    datasets = ("--dataset", "reasoned", "--dataset", "single")
+
+    done = ws.run(*datasets, "--format", "tokens", "--out", "tokens.jsonl", script=EXPORT)
+    assert done.returncode == 0, done.stderr
+    exported = [json.loads(line) for line in (ws.root / "tokens.jsonl").read_text().splitlines()]
+    [loaded] = load_with_specforge(
+        specforge, qwen3, "qwen3-thinking", [ws.root / "tokens.jsonl"], route=False, speculators=True
+    )
+    assert loaded["rows"] == [{"input_ids": r["input_ids"], "loss_mask": r["loss_mask"]} for r in exported]
+    assert loaded["speculators"] == loaded["rows"]
+
+    check_specforge_verdicts(ws, specforge, qwen3, datasets, results, 4)  # r#0-2 and q
+
+
+def check_specforge_verdicts(
+    ws, specforge: DemoPaths, qwen3: Path, datasets: tuple[str, ...], results: dict[str, dict], n_rows: int
+) -> dict[str, Counter[str]]:
+    """For each SpecForge template: export specforge rows with the render check's SpecForge route, load
+    them with SpecForge's own loader, and check that the route renders as SpecForge does and that the
+    report's verdict is what SpecForge's ids and masks say. The drift kinds found, by template."""
+    by_template: dict[str, Counter[str]] = {}
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(qwen3))
@@ -143,7 +187,7 @@ def test_tokens_and_specforge_rows_as_specforges_own_loader_reads_them(ws, specf
         )
         assert done.returncode == 0, done.stderr
         rows = [json.loads(line) for line in out.read_text().splitlines()]
-        assert len(rows) == 6  # 3 generated turns of c, s, p, tool
+        assert len(rows) == n_rows, [r["id"] for r in rows]
         files = []
         for i, row in enumerate(rows):
             one = ws.root / f"row-{template}-{i}.jsonl"
@@ -169,7 +213,7 @@ def test_tokens_and_specforge_rows_as_specforges_own_loader_reads_them(ws, specf
             )
             exact += not found
             kinds.update(found.keys())
-        assert report_counts(done.stdout) == (exact, 6, kinds), done.stdout
+        assert report_counts(done.stdout) == (exact, n_rows, kinds), done.stdout
         # The whole file as one Arrow table (every message key in every row, missing ones null; SpecForge
         # shuffles it) gives the same rows as the render check's route.
         [whole] = load_with_specforge(specforge, qwen3, template, [out], route=False)
@@ -178,5 +222,5 @@ def test_tokens_and_specforge_rows_as_specforges_own_loader_reads_them(ws, specf
             return json.dumps([r["input_ids"], r["loss_mask"]])
 
         assert sorted(map(key, whole["rows"])) == sorted(key(got["route"]) for got in loaded)
-        # what SpecForge does to these rows, as the issue found: its template's system prompt on rows without one
-        assert kinds["system prompt added"] == 4, (template, kinds)  # c#0-2 and p; s and tool have their own
+        by_template[template] = kinds
+    return by_template
