@@ -8,6 +8,7 @@ Usage::
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from synthgen.chat.parsers import KNOWN_REASONING, KNOWN_TOOL_CALL
+from synthgen.chat.parsers import KNOWN_REASONING, KNOWN_TOOL_CALL, unsupported_note
 from synthgen.data.prompts import REGENERATE_MODES
 from synthgen.data.selection import SAMPLE_MODES
 from synthgen.errors import UsageError
@@ -126,12 +127,17 @@ class RunConfig:
             raise UsageError(f"--regenerate must be one of {', '.join(REGENERATE_MODES)}")
         if self.changed_prompts not in CHANGED_PROMPTS:
             raise UsageError(f"--changed-prompts must be one of {', '.join(CHANGED_PROMPTS)}")
-        for flag, name, known in (
-            ("--reasoning-parser", self.reasoning_parser, KNOWN_REASONING),
-            ("--tool-call-parser", self.tool_call_parser, KNOWN_TOOL_CALL),
+        for flag, kind, name, known in (
+            ("--reasoning-parser", "reasoning", self.reasoning_parser, KNOWN_REASONING),
+            ("--tool-call-parser", "tool-call", self.tool_call_parser, KNOWN_TOOL_CALL),
         ):
             if name is not None and name not in known:
-                raise UsageError(f"{flag}: unknown parser '{name}' (SGLang's names: {', '.join(known)})")
+                # Why (left out on purpose, or no SGLang name), the closest name, and every name this tool applies.
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f"; did you mean {close[0]}?" if close else ""
+                raise UsageError(
+                    f"{flag}: {unsupported_note(kind, name)}{hint} (names this tool applies: {', '.join(known)})"
+                )
         if not self.think_start or not self.think_end:
             raise UsageError("--think-start and --think-end must not be empty")
         self._check_server()

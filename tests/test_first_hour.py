@@ -51,6 +51,32 @@ def test_a_mistyped_flag_of_compute_budget_names_the_closest_flag(ws):
     )
 
 
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (
+            ("--tool-call-parser", "lfm2"),
+            "--tool-call-parser: SGLang 0.5.23 knows the tool-call parser 'lfm2', but this tool does not reproduce "
+            "it: LFM2's Python-call reader",
+        ),
+        (
+            ("--reasoning-parser", "beam"),
+            "--reasoning-parser: SGLang 0.5.23 knows the reasoning parser 'beam', but this tool does not reproduce",
+        ),
+        (
+            ("--tool-call-parser", "qwen3coder"),
+            "--tool-call-parser: 'qwen3coder' is not a tool-call parser of SGLang 0.5.23 (newer than this tool, or "
+            "misspelt); did you mean qwen3_coder? (names this tool applies: apertus2509,",
+        ),
+    ],
+)
+def test_a_parser_name_this_tool_does_not_apply_is_one_line_saying_why(ws, args, expected):
+    ws.dataset("short", "d", 1)
+    result = ws.run(*args)
+    assert result.returncode == 2, result.stderr
+    assert last_line(result.stderr).startswith(f"run_inference.py: error: {expected}"), result.stderr
+
+
 @pytest.mark.parametrize("flag", ["--server-wait", "--drain-timeout"])
 @pytest.mark.parametrize("value", ["nan", "inf"])
 def test_a_non_finite_wait_is_refused_in_one_line(ws, flag, value):
