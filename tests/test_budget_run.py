@@ -84,7 +84,9 @@ def test_max_tokens_per_dataset_stops_near_the_budget_and_reports_the_overshoot(
     biggest = max(r["completion_tokens"] for r in rows)
     assert budget <= tokens <= budget + 2 * biggest  # at most the in-flight requests overshoot
     assert len(rows) < len(ids)
-    assert "token budget 400 reached" in result.stderr and "overshot by" in result.stderr
+    assert "token budget 400 reached" in result.stderr
+    # The in-flight answers overshoot it, unless they happen to end on it exactly.
+    assert ("overshot by" if tokens > budget else "(exactly the budget)") in result.stderr
     # Earlier runs count: a rerun with the same budget sends nothing.
     sent = sim.stats()["generate_requests"]
     again = ws.run("--server-url", sim.url, "--max-tokens-per-dataset", str(budget), "--max-tokens", "64")

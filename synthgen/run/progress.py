@@ -365,7 +365,7 @@ def summary_table(stats: list[DatasetStats], wall: float) -> str:
     for s in stats:
         if s.token_budget is not None:
             over = s.budget_tokens_done - s.token_budget
-            state = f"overshot by {over:,}" if over > 0 else f"{-over:,} under"
+            state = f"overshot by {over:,}" if over > 0 else f"{-over:,} under" if over < 0 else "exactly the budget"
             reached = "reached" if s.budget_stopped else "not reached"
             notes.append(
                 f"{s.name}: token budget {s.token_budget:,} {reached}; "
