@@ -1,6 +1,6 @@
 """Client scaling: CPU per completed prompt and who bounds the wall, from 32 to 1,024 requests in flight.
 
-The simulator (``tests/sglang_sim.py``, per-request engine) answers every prompt after a fixed
+The simulator (``tests/support/sglang_sim.py``, per-request engine) answers every prompt after a fixed
 ``--answer-seconds`` (``--output-len-dist fixed:L`` tokens at ``--token-delay answer/L``) and has
 room for everything in flight, so the server alone would need ``ceil(prompts / N) * answer``
 seconds at N in flight. Each run keeps N in flight with ``run_inference.py --concurrency N``

@@ -4,7 +4,7 @@
 Workloads (one partition each): ``short`` (answers of about 50 tokens), ``long`` (about 400) and
 ``both`` (the two datasets in one run); the short one fits about eight times as many running
 requests in the server's KV pool as the long one, so their best fixed concurrencies differ by
-about that much. Every run gets a fresh simulator in scheduler mode (``tests/sglang_sim.py
+about that much. Every run gets a fresh simulator in scheduler mode (``tests/support/sglang_sim.py
 --max-total-tokens``), so the KV pool, the queue and the decode step behave like SGLang's.
 
 Two drivers send the prompts:

@@ -2,7 +2,7 @@
 """Benchmark run_inference.py against the SGLang simulator; prints figures, decides nothing.
 
 For each size given to --prompts it writes --datasets synthetic datasets of that many long
-prompts into a scratch workspace, starts ``tests/sglang_sim.py`` (a real HTTP server) and runs
+prompts into a scratch workspace, starts ``tests/support/sglang_sim.py`` (a real HTTP server) and runs
 ``run_inference.py`` in a subprocess, as a user would. It measures:
 
 - first request: seconds from launching the CLI to the first /generate reaching the server

@@ -1,5 +1,5 @@
 """The SGLang simulator and a test tokenizer as a benchmark uses them: programs started as a user
-would start them (``python tests/sglang_sim.py``, ``python tests/tiny_tokenizers.py``), spoken to
+would start them (``python tests/support/sglang_sim.py``, ``python tests/support/tiny_tokenizers.py``), spoken to
 over HTTP. Figures come from the simulator's counters (``GET /sim/stats``) and from output files,
 never from log wording.
 """
@@ -11,11 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.simharness import Sim, start_sim
+from tests.support.simharness import Sim, start_sim
 
 REPO = Path(__file__).resolve().parent.parent
 RUN = REPO / "run_inference.py"
-TOKENIZERS = REPO / "tests" / "tiny_tokenizers.py"
+TOKENIZERS = REPO / "tests" / "support" / "tiny_tokenizers.py"
 
 
 def cli_env(**extra: str) -> dict[str, str]:
@@ -42,6 +42,6 @@ def build_tokenizer(out_dir: Path, style: str = "chatml") -> Path:
 
 
 def Simulator(tokenizer_dir: Path, *args: str) -> Sim:  # noqa: N802  (reads as the class it returns)
-    """``python tests/sglang_sim.py --tokenizer-dir DIR *args``, started and waited for by the tests' own
+    """``python tests/support/sglang_sim.py --tokenizer-dir DIR *args``, started and waited for by the tests' own
     harness (one place starts the simulator and reads its ready line); a context manager."""
     return start_sim(tokenizer_dir, *args)

@@ -1,11 +1,24 @@
-"""Shared fixtures: tokenizers built at test time, simulator processes, scratch workspaces."""
+"""Shared fixtures: tokenizers built at test time, simulator processes, scratch workspaces; and the
+tier marker (``unit``, ``e2e``, ``integration``) of every test, from the folder it lives in."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from simharness import start_sim
 from tiny_tokenizers import build_all
 from workspace import Workspace
+
+TIERS = ("unit", "e2e", "integration")
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        tier = Path(item.path).resolve().relative_to(HERE).parts[0]
+        if tier in TIERS:
+            item.add_marker(getattr(pytest.mark, tier))
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """Our named parsers agree with the real SGLang 0.5.23 parsers on the same outputs.
 
 The SGLang side runs in the real-SGLang venv's Python (a subprocess: the test process never imports
-sglang), fed the table of tests/test_parsers.py plus seeded random Harmony texts as JSON. It chains
+sglang), fed the table of tests/unit/chat/test_parsers.py plus seeded random Harmony texts as JSON. It chains
 ``ReasoningParser.parse_non_stream`` and ``FunctionCallParser`` as ``serving_chat`` does, with every
 function the table calls declared as a tool. SGLang re-serializes most tool arguments with
 ``json.dumps(json.loads(raw), ensure_ascii=False)`` where we keep the raw text, so arguments are
@@ -16,6 +16,14 @@ import re
 import subprocess
 
 import pytest
+from parser_samples import (
+    REASONING_TEXTS,
+    SGLANG_REASONING_TEST_TEXTS,
+    SGLANG_TEST_TEXTS,
+    SGLANG_TEST_TOOLS,
+    TOOL_TEXTS,
+    TOOLS,
+)
 
 from synthgen.chat.parsers import (
     KNOWN_REASONING,
@@ -26,15 +34,7 @@ from synthgen.chat.parsers import (
     OutputParser,
 )
 from synthgen.server.demo import DemoPaths
-from tests.parser_samples import (
-    REASONING_TEXTS,
-    SGLANG_REASONING_TEST_TEXTS,
-    SGLANG_TEST_TEXTS,
-    SGLANG_TEST_TOOLS,
-    TOOL_TEXTS,
-    TOOLS,
-)
-from tests.test_parsers import CASES
+from tests.unit.chat.test_parsers import CASES
 
 pytestmark = pytest.mark.real_sglang
 

@@ -21,19 +21,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from model_tokenizers import build_model_tokenizer
 
+from synthgen.export.rendercheck import KINDS, Rendering, verdict
 from synthgen.server.demo import DemoPaths
 from synthgen.server.demo_trainers import is_specforge_setup, setup_specforge, specforge_env
+from tests.e2e.test_export_trainer_rows import COMMON, agent, chat
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 EXPORT = REPO / "export_training.py"
-sys.path.insert(0, str(REPO / "tests"))
-
-from model_tokenizers import build_model_tokenizer  # noqa: E402
-from test_export_e2e import COMMON, agent, chat  # noqa: E402
-
-from synthgen.export.rendercheck import KINDS, Rendering, verdict  # noqa: E402
 
 pytestmark = pytest.mark.real_sglang
 TEMPLATES = ("qwen3-instruct", "qwen3-thinking")

@@ -301,7 +301,7 @@ def test_sigkill_at_random_points_of_an_all_run_then_a_rerun_gives_every_convers
 # --- tool calls and harmony with real templates ----------------------------------------------------------
 @pytest.fixture
 def model_make_sim(tmp_path_factory):
-    """Like make_sim, but serving a tokenizer from tests/model_tokenizers.py."""
+    """Like make_sim, but serving a tokenizer from tests/support/model_tokenizers.py."""
     from simharness import start_sim
 
     sims = []

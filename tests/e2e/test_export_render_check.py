@@ -14,7 +14,8 @@ import orjson
 import pyarrow.json as paj
 import pytest
 from model_tokenizers import build_model_tokenizer
-from test_export_e2e import COMMON, EXPORT, LOOKUP_TOOL, agent, answers, chat
+
+from tests.e2e.test_export_trainer_rows import COMMON, EXPORT, LOOKUP_TOOL, agent, answers, chat
 
 
 @pytest.fixture

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-from test_export import record, write_results
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.e2e.test_export_formats import record, write_results
+
+ROOT = Path(__file__).resolve().parents[2]
 EXPORT = ROOT / "export_training.py"
 
 

@@ -114,7 +114,7 @@ def test_an_answer_without_output_ids_is_stored_as_null_ids_not_re_tokenized(ws,
         "tokens",
         "--out",
         "t.jsonl",
-        script=Path(__file__).resolve().parent.parent / "export_training.py",
+        script=Path(__file__).resolve().parents[2] / "export_training.py",
     )
     assert export.returncode == 2, export.stderr
     assert "3" in export.stderr and "ids" in export.stderr

@@ -1,7 +1,7 @@
-"""Start, stop and query ``tests/sglang_sim.py`` processes from tests.
+"""Start, stop and query ``tests/support/sglang_sim.py`` processes from tests.
 
 This module owns the simulator's process lifecycle as seen by a test: ``start_sim`` launches
-``python tests/sglang_sim.py`` with the current interpreter, waits for its ``SIM READY`` line and
+``python tests/support/sglang_sim.py`` with the current interpreter, waits for its ``SIM READY`` line and
 returns a ``Sim`` handle. The handle carries an httpx client bound to the simulator's URL, wraps
 the ``/sim/*`` control endpoints, stops or kills the process (by its own pid only) and can restart
 it on the same port, as a server restart test needs. A ``Sim`` is a context manager that stops
@@ -189,7 +189,7 @@ class Sim:
 
 
 def start_sim(tokenizer_dir: Path, *args: str, env: dict[str, str] | None = None) -> Sim:
-    """Start ``tests/sglang_sim.py --tokenizer-dir DIR *args`` and wait until it listens.
+    """Start ``tests/support/sglang_sim.py --tokenizer-dir DIR *args`` and wait until it listens.
 
     ``args`` are further simulator options as strings (``"--api-key", "k"``). ``env``, if given,
     is added to the current environment. Raises ``SimStartError`` with the simulator's stderr if

@@ -155,7 +155,7 @@ def _train_bpe(style: str, think_special: bool) -> Tokenizer:
     return train_bpe(special, plain, BPE_VOCAB_SIZE, CORPUS_FILES)
 
 
-if __name__ == "__main__":  # PYTHONPATH=. python tests/tiny_tokenizers.py OUT_DIR [STYLE]: what bench/ uses
+if __name__ == "__main__":  # PYTHONPATH=. python tests/support/tiny_tokenizers.py OUT_DIR [STYLE]: what bench/ uses
     import sys
 
     print(build_tokenizer(Path(sys.argv[1]), style=sys.argv[2] if len(sys.argv) > 2 else "chatml"))

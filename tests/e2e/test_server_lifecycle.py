@@ -9,10 +9,18 @@ import os
 import signal
 
 from simharness import wait_until
-from test_launch_e2e import COMMON, DEADLINE, assert_nothing_left, group_alive, launched_pgids, port, sim_command
 from workspace import cli_env
 
 from synthgen.server.launcher import LOG_ROTATE_BYTES, progress_line
+from tests.e2e.test_launch_server import (
+    COMMON,
+    DEADLINE,
+    assert_nothing_left,
+    group_alive,
+    launched_pgids,
+    port,
+    sim_command,
+)
 
 __all__ = ["port"]  # the fixture, shared with test_launch_e2e
 

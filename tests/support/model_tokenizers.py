@@ -2,7 +2,7 @@
 
 This module owns the per-model test tokenizers: each is a byte-level BPE trained (``synthgen.server.bpe``,
 as in ``tiny_tokenizers``) on Python standard-library sources, given the special tokens of one real model
-family and that model's real chat template from ``tests/templates/`` (see SOURCES.md there), and
+family and that model's real chat template from ``tests/support/templates/`` (see SOURCES.md there), and
 saved as a Hugging Face tokenizer folder that ``transformers.AutoTokenizer`` loads offline.
 Building is cached per directory: a stamp file records the build arguments and the template's hash.
 """
@@ -25,7 +25,7 @@ MAX_POSITION_EMBEDDINGS = 8192
 
 @dataclass(frozen=True)
 class ModelSpec:
-    template: str  # file name under tests/templates/
+    template: str  # file name under tests/support/templates/
     special: list[str]  # the model's special tokens that its template writes
     eos: str
     bos: str | None = None

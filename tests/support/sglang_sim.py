@@ -112,7 +112,7 @@ exits with code 1, unanswered, as the N-th /generate request arrives.
 In the scheduler mode all faults work: 503s, drops and slow starts happen before the request is
 queued, rate_abort ends a sequence at half its length, and token_delay lengthens every step.
 
-Run ``python tests/sglang_sim.py --help`` for the command line. Once listening, the process prints
+Run ``python tests/support/sglang_sim.py --help`` for the command line. Once listening, the process prints
 exactly one line, ``SIM READY port=<port> pid=<pid>``, on stdout; everything else goes to stderr.
 """
 
@@ -1837,9 +1837,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
             "Examples:\n"
-            "  python tests/sglang_sim.py --tokenizer-dir /tmp/tok --port 30000\n"
-            "  python tests/sglang_sim.py --tokenizer-dir /tmp/tok --version 0.5.14 --api-key k\n"
-            "  python tests/sglang_sim.py --tokenizer-dir /tmp/tok --fault-seed 7 \\\n"
+            "  python tests/support/sglang_sim.py --tokenizer-dir /tmp/tok --port 30000\n"
+            "  python tests/support/sglang_sim.py --tokenizer-dir /tmp/tok --version 0.5.14 --api-key k\n"
+            "  python tests/support/sglang_sim.py --tokenizer-dir /tmp/tok --fault-seed 7 \\\n"
             "      --rate-503 0.2 --rate-drop 0.05 --request-log /tmp/sim.jsonl\n"
         ),
     )

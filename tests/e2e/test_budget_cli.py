@@ -11,7 +11,7 @@ import pytest
 from synthgen.cli.budget import main
 from synthgen.errors import UsageError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 USE = "use K, M or B (e.g. 10M, 2.5B, 500K or 10000000)"
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from parser_samples import TOOLS
 
 from synthgen.chat.parsers import (
     KNOWN_REASONING,
@@ -23,7 +24,6 @@ from synthgen.chat.parsers import (
     prompt_opens_reasoning,
 )
 from synthgen.run.model import choose_parser
-from tests.parser_samples import TOOLS
 
 
 @dataclass(frozen=True)
@@ -353,7 +353,7 @@ def test_known_names_are_sglangs():
 
 
 def test_the_docs_parser_table_is_the_one_the_code_generates():
-    doc = (Path(__file__).parent.parent / "docs" / "parsers.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "parsers.md").read_text(encoding="utf-8")
     table = doc.split("<!-- parser-table:start -->\n", 1)[1].split("<!-- parser-table:end -->", 1)[0]
     assert table == parser_table(), (
         "regenerate: python -c 'from synthgen.chat.parsers import parser_table as t; print(t())'"

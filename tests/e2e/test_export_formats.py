@@ -24,7 +24,7 @@ from synthgen.export.exporter import (
 )
 from synthgen.export.histogram import histogram, quantile
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WEATHER_TOOL = {
     "type": "function",
     "function": {

@@ -12,7 +12,6 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
-from test_runner_inprocess import URL, ScriptedServer, answer
 from workspace import Workspace
 
 from synthgen.config import RunConfig
@@ -21,6 +20,7 @@ from synthgen.data.records import ErrorRecord
 from synthgen.data.store import DatasetStore
 from synthgen.run.runner import Runner
 from synthgen.server.client import SGLangClient
+from tests.unit.run.test_runner_scripted_server import URL, ScriptedServer, answer
 
 COMMON = ("--max-tokens", "32", "--concurrency", "4", "--status-interval", "0.5")
 ALL = ("--regenerate", "all", *COMMON)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RUN = REPO / "run_inference.py"
 BUDGET = REPO / "compute_budget.py"
 

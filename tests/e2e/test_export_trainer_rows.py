@@ -15,7 +15,7 @@ import pyarrow.json as paj
 import pytest
 from model_tokenizers import build_model_tokenizer
 
-EXPORT = Path(__file__).resolve().parent.parent / "export_training.py"
+EXPORT = Path(__file__).resolve().parents[2] / "export_training.py"
 COMMON = ("--max-tokens", "256", "--concurrency", "4", "--status-interval", "0.2")
 LOOKUP_TOOL = {
     "type": "function",

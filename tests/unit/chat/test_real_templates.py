@@ -1,7 +1,7 @@
 """Real chat templates render our conversations exactly as the model's own template does, losing nothing.
 
 Each model's tokenizer is a tiny BPE carrying that model's special tokens and its real chat template
-(tests/templates/, sources in SOURCES.md). The expected ids come from ``apply_chat_template`` on the
+(tests/support/templates/, sources in SOURCES.md). The expected ids come from ``apply_chat_template`` on the
 conversation written the way the model card passes it (tool-call arguments as objects; DeepSeek-R1's
 template concatenates them, so it gets the OpenAI JSON string), then encoded without special tokens.
 """
