@@ -311,6 +311,22 @@ class SGLangClient:
             raise Transient("bad_response", f"{type(exc).__name__}: {exc}") from exc
         return parse_generation(response.status_code, response.content)
 
+    async def abort(self, rid: str) -> bool:
+        """End the request ``rid`` through SGLang's ``POST /abort_request``: its pending ``/generate``
+        then answers 200 with ``finish_reason.type == "abort"`` and the output so far (sglang_api.md
+        §10). The server matches rids by prefix. False when the server could not be asked; never raises,
+        since it is called while stopping."""
+        try:
+            response = await self.http.post(
+                "/abort_request",
+                content=orjson.dumps({"rid": rid}),
+                headers={"Content-Type": "application/json"},
+                timeout=httpx.Timeout(10.0),
+            )
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
     async def healthy(self) -> bool:
         """True when a request sent now can be served. A plain server: /health is 200. Behind
         sglang-router, whose /health stays 200 while every worker is down: also its /readiness,

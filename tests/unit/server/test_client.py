@@ -10,6 +10,7 @@ import pytest
 from synthgen.errors import AuthError
 from synthgen.server.client import (
     Rejected,
+    SGLangClient,
     SpreadTransport,
     Transient,
     build_payload,
@@ -223,3 +224,23 @@ def test_a_response_read_in_full_by_the_transport_frees_its_slot_at_once():
             assert transport._open == [0, 0]
 
     asyncio.run(scenario())
+
+
+def test_abort_posts_the_rid_to_abort_request_and_never_raises():
+    seen: list[tuple[str, bytes]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.path, request.content))
+        if request.content == b'{"rid":"down"}':
+            raise httpx.ConnectError("refused")
+        return httpx.Response(200)
+
+    async def scenario() -> tuple[bool, bool]:
+        client = SGLangClient("http://x", None, 4, 60.0, transport=httpx.MockTransport(handle))
+        try:
+            return await client.abort("synthgen-1"), await client.abort("down")
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(scenario()) == (True, False)
+    assert seen == [("/abort_request", b'{"rid":"synthgen-1"}'), ("/abort_request", b'{"rid":"down"}')]
