@@ -91,6 +91,7 @@ class RunConfig:
     drain_timeout: float = 30.0  # grace for in-flight requests after SIGTERM/SIGINT
     status_interval: float = 10.0  # seconds between status lines when stderr is not a TTY
     log_file: Path | None = None
+    report_interval: float = 300.0  # <output-dir>/report.html rewritten this often while the run goes (0: at the end)
     dry_run: bool = False
 
     def validate(self) -> RunConfig:
@@ -112,7 +113,8 @@ class RunConfig:
                 raise UsageError(f"{flag} must be a positive number, got {limit}")
         if self.max_samples is not None and self.max_samples < 0:
             raise UsageError(f"--max-samples must be 0 or more, got {self.max_samples}")
-        for flag, value in {"--server-wait": self.server_wait, "--drain-timeout": self.drain_timeout}.items():
+        waits = {"--server-wait": self.server_wait, "--drain-timeout": self.drain_timeout}
+        for flag, value in {**waits, "--report-interval": self.report_interval}.items():
             if not (value >= 0 and math.isfinite(value)):  # nan compares false to everything
                 raise UsageError(f"{flag} must be a number of seconds, 0 or more, got {value}")
         if self.sample not in SAMPLE_MODES:

@@ -16,7 +16,7 @@ from synthgen.budget.file import read_budget
 from synthgen.data.prompts import discover
 from synthgen.data.provenance import recorded_sets
 from synthgen.data.store import RESULTS
-from synthgen.errors import OneLineParser, TokenizerError, UsageError, run_guarded
+from synthgen.errors import OneLineParser, StoreWriteError, TokenizerError, UsageError, run_guarded
 from synthgen.export.exporter import (
     FORMATS,
     HINTS,
@@ -34,6 +34,7 @@ from synthgen.export.exporter import (
     write_export,
 )
 from synthgen.export.rendercheck import SpecForgeRoute, TemplateRoute, specforge_available
+from synthgen.report.folder import FolderReport, token_budgets, write_page
 
 # Columns of a specforge row that are not template variables (the trainer pops or ignores them).
 TEMPLATE_SKIP_KEYS = frozenset({"id", "conversations", "tools", "status", "synthgen_meta"})
@@ -59,6 +60,9 @@ examples:
   # render-checked with SpecForge's own parser (train with data.train_only_last_turn: true)
   python export_training.py --budget budget.json --format specforge --out train.jsonl \\
         --shuffle --seed 1 --val-fraction 0.02 --specforge-template qwen3-thinking
+
+  # the same as one HTML page (histograms, finish reasons, errors, the run's timeline), to open anywhere
+  python export_training.py --partition short --report --html outputs/report.html
 
   # SFT messages, render-checked with the model's chat template
   python export_training.py --partition all --format messages --out sft.jsonl --tokenizer /models/Kimi-K2.5
@@ -144,6 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print what would be exported, drop reasons, the render check and length histograms; "
         "writes nothing unless --out is given too",
+    )
+    report.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="with --report: also write the report of the chosen datasets as one self-contained HTML page "
+        "(the run writes <output-dir>/report.html itself)",
     )
     report.add_argument(
         "--tokenizer",
@@ -367,8 +378,35 @@ def show_render_check(scans: list[DatasetScan], config: ExportConfig, report: bo
         _note(line)
 
 
+def write_html(args: argparse.Namespace, datasets: tuple[DatasetRef, ...]) -> None:
+    """--html FILE: the page of these datasets (and the timeline of their output folder), written atomically."""
+    target = Path(args.html)
+    for ref in datasets:
+        folder = ref.path.parent.resolve()
+        if target.resolve() == folder or folder in target.resolve().parents:
+            raise UsageError(
+                f"--html {target}: is inside the dataset folder {ref.path.parent} being read; write the page "
+                f"outside it (e.g. --html {Path(args.output_dir) / 'report.html'})"
+            )
+    budget = read_budget(args.budget) if args.budget is not None else None
+    names = [ref.name for ref in datasets]
+    budgets = token_budgets(names, None, budget.caps, budget.averages) if budget else {}
+    page = FolderReport(Path(args.output_dir), names, budgets).page(
+        None, PROG, f"{args.output_dir} ({', '.join(names)})"
+    )
+    try:
+        write_page(target, page)
+    except OSError as exc:
+        raise StoreWriteError(f"--html {target}: cannot write the page ({exc.strerror or exc})") from exc
+    print(f"wrote {target} (the report as a page)", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.html is not None and not args.report:
+        raise UsageError("--html FILE goes with --report (e.g. --report --html outputs/report.html)")
     config = config_from_args(args)
+    if args.html is not None:
+        write_html(args, config.datasets)
     scans = [scan_dataset(ref, config) for ref in config.datasets]
     check_settings_filter(scans, config)
     if config.out is None:

@@ -166,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dry-run", action="store_true", help="print the plan and the first request; send nothing")
     g.add_argument("--log-file", type=Path, metavar="FILE", help="also append status lines here")
     g.add_argument("--status-interval", type=float, default=10.0, metavar="S", help="without a terminal (10)")
+    g.add_argument(
+        "--report-interval", type=float, default=300.0, metavar="S", help="rewrite <output-dir>/report.html (300)"
+    )
     g.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
     g.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
@@ -227,6 +230,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         drain_timeout=args.drain_timeout,
         status_interval=args.status_interval,
         log_file=args.log_file,
+        report_interval=args.report_interval,
         dry_run=args.dry_run,
     ).validate()
 
@@ -262,8 +266,12 @@ def main(argv: list[str] | None = None, stream: TextIO | None = None, tty: bool 
         # and starts a launched server only when the run needs one (not for "nothing to do").
         async with Supervisor(config, runner.progress.message, on_fatal=runner.fail_run, lazy=True) as supervisor:
             runner.before_connect = supervisor.start
-            code = await runner.run()
-        write_last(runner.end_text, out, config.log_file)
+            runner.restarts = lambda: supervisor.server.restarts if supervisor.server is not None else 0
+            try:
+                code = await runner.run()
+            finally:
+                report = runner.finish_report()  # the page of the output folder, also after an error
+        write_last("\n".join(line for line in (runner.end_text, report) if line), out, config.log_file)
         return code
 
     def body() -> int:

@@ -42,6 +42,8 @@ from synthgen.errors import (
     UsageError,
 )
 from synthgen.fmt import fmt_duration
+from synthgen.report.folder import LiveReport, token_budgets
+from synthgen.report.timeline import sample_of
 from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor, interleave
 from synthgen.run.dataset_run import DatasetRun, WorkItem, claim_dataset, now_iso, open_dataset, recorded_settings
 from synthgen.run.model import flag_settings, load_model, run_settings
@@ -108,6 +110,10 @@ class Runner:
         self.signal_name: str | None = None
         self.fatal: BaseException | None = None
         self._ignored: set[signal.Signals] = set()  # signals ignored when the run began (SIGHUP under nohup)
+        # <output-dir>/report.html and timeline.jsonl, once the run goes ahead; the CLI sets restarts to the
+        # launched server's restart count.
+        self.report: LiveReport | None = None
+        self.restarts: Callable[[], int] = lambda: 0
 
     # ------------------------------------------------------------------ top level
     async def run(self) -> int:
@@ -137,6 +143,7 @@ class Runner:
             )
             if not any(run.selection.pending for run in self.runs):
                 self.progress.print_block("nothing to do: every selected prompt is already done")
+                self.open_report()
                 self._end(self.end_of_run()[0])
                 return EXIT_OK
             connecting = time.monotonic()
@@ -147,6 +154,7 @@ class Runner:
                 return self.exit_code()
             for run in self.writing():
                 run.begin(self.progress)  # every check passed: now the folders may change
+            self.open_report()
             for note in self.server.notes:
                 self.progress.message(f"note: {note}")
             self.progress.message(
@@ -177,6 +185,21 @@ class Runner:
             for run in self.runs:
                 run.close()
             self.progress.close()
+
+    def open_report(self) -> None:
+        cfg = self.config
+        names = [run.name for run in self.runs]
+        budgets = token_budgets(names, cfg.max_tokens_per_dataset, cfg.budget, cfg.expected_tokens)
+        interval = cfg.report_interval
+        self.report = LiveReport(cfg.output_dir, interval, cfg.status_interval, budgets, self.progress.message)
+        self.progress.on_outage = self.report.event
+
+    def finish_report(self) -> str:
+        """The last page of the output folder (after the timeline's last sample); the line naming it."""
+        if self.report is None:
+            return ""
+        monitor = self.pool.monitor if self.pool is not None else None
+        return self.report.finish(sample_of(self.progress, monitor, self.restarts()) if self.pool else None)
 
     def plan(self) -> None:
         """Decide everything before anything is written: lock and read every dataset folder, compare
@@ -358,6 +381,9 @@ class Pool:
         producer = self._producer = asyncio.create_task(self.produce())
         dispatcher = asyncio.create_task(self.dispatch())
         background = [asyncio.create_task(self.ticker()), asyncio.create_task(self.monitor.run())]
+        if self.runner.report is not None:
+            sample = lambda: sample_of(self.progress, self.monitor, self.runner.restarts())  # noqa: E731
+            background.append(asyncio.create_task(self.runner.report.run(sample)))
         try:
             await asyncio.gather(producer, dispatcher)
         except SynthgenError as exc:  # an input error from the producer, or the skips check

@@ -1,0 +1,10 @@
+"""The run report: one self-contained HTML page per output folder (``<output-dir>/report.html``).
+
+    figures    pure: result and error rows -> per-dataset figures (counts, token lengths, histograms)
+    timeline   the run's small time series (``<output-dir>/timeline.jsonl``): written as the run goes, read back
+    svg        pure: inline SVG charts (histograms, bars, lines over time) with text alternatives
+    page       pure: figures + timeline -> one HTML page (no script, no outside file, prints, narrow windows)
+    folder     I/O: read an output folder incrementally, write the page atomically, and the run's live report
+
+The run (``synthgen.run``) and the export (``synthgen.export``) both call it; it reads ``synthgen.data``.
+"""

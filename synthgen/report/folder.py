@@ -1,0 +1,217 @@
+"""Reading an output folder for the page, writing the page, and the run's live report.
+
+    FolderReport   the datasets of an output folder, read incrementally: each refresh parses only the rows
+                   appended since the last one (a file that shrank or was replaced is read again), so a
+                   page rewritten every few minutes costs each row one parse per run
+    write_page     the page, atomically: a fresh temporary file beside it, then a rename over the page (a
+                   reader never sees half a page; a link in its place is replaced, never written through)
+    LiveReport     what the run calls: a timeline sample every status interval, the page at the start,
+                   every ``--report-interval`` seconds (in a worker thread) and at the end
+
+A page that cannot be written (a full disk, a folder in its place) is said once on the run's log and the
+run goes on: the report is a view of the rows, never a reason to lose them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from synthgen.data.openfiles import create_new, open_output
+from synthgen.errors import UsageError
+from synthgen.report.figures import DatasetFigures
+from synthgen.report.page import PageData, build_page
+from synthgen.report.timeline import TIMELINE, TimelineWriter, read_timeline, run_id
+
+REPORT = "report.html"
+RESULTS, ERRORS = "raw_responses.jsonl", "errors.jsonl"
+READ_CHUNK = 8 << 20
+
+
+class _Tail:
+    """Where reading a growing JSONL file got to: the file's identity and the offset of its next line."""
+
+    def __init__(self) -> None:
+        self.ident: tuple[int, int] | None = None
+        self.offset = 0
+
+    def new_lines(self, path: Path) -> tuple[bool, Iterable[bytes]]:
+        """(whether to start over, the whole lines appended since the last call)."""
+        try:
+            fd = open_output(path, os.O_RDONLY)
+        except FileNotFoundError:
+            restart = self.ident is not None
+            self.ident, self.offset = None, 0
+            return restart, []
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            ident = (st.st_dev, st.st_ino)
+            restart = ident != self.ident or st.st_size < self.offset
+            if restart:
+                self.ident, self.offset = ident, 0
+            fh.seek(self.offset)
+            lines: list[bytes] = []
+            rest = b""
+            while chunk := fh.read(READ_CHUNK):
+                data = rest + chunk
+                cut = data.rfind(b"\n") + 1
+                lines.extend(data[:cut].splitlines())
+                rest = data[cut:]
+                self.offset += cut
+            return restart, lines  # a line still being written (no newline yet) waits for the next call
+
+
+def parse_rows(lines: Iterable[bytes]) -> Iterable[dict[str, Any] | None]:
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            yield None
+            continue
+        yield row if isinstance(row, dict) else None
+
+
+class FolderReport:
+    """The figures of the datasets under ``output_dir``: ``names``, or every folder holding results."""
+
+    def __init__(
+        self,
+        output_dir: Path,
+        names: Iterable[str] | None = None,
+        budgets: Mapping[str, tuple[int, str]] | None = None,
+    ):
+        self.output_dir = Path(output_dir)
+        self.names = None if names is None else list(names)
+        self.budgets = dict(budgets or {})
+        self._figures: dict[str, DatasetFigures] = {}
+        self._tails: dict[str, _Tail] = {}
+        self.lock = threading.Lock()  # a periodic write in a worker thread and the final one
+
+    def dataset_names(self) -> list[str]:
+        if self.names is not None:
+            return self.names
+        return sorted(p.parent.name for p in self.output_dir.glob(f"*/{RESULTS}"))
+
+    def refresh(self) -> list[DatasetFigures]:
+        out = []
+        for name in self.dataset_names():
+            tail = self._tails.setdefault(name, _Tail())
+            restart, lines = tail.new_lines(self.output_dir / name / RESULTS)
+            figures = self._figures.get(name)
+            if figures is None or restart:
+                figures = self._figures[name] = DatasetFigures(name)
+                budget = self.budgets.get(name)
+                if budget is not None:
+                    figures.budget, figures.budget_kind = budget
+            for row in parse_rows(lines):
+                if row is None:
+                    figures.unreadable += 1
+                else:
+                    figures.add_row(row)
+            figures.set_errors(r for r in parse_rows(_Tail().new_lines(self.output_dir / name / ERRORS)[1]) if r)
+            out.append(figures)
+        return out
+
+    def page(self, live_every: float | None, source: str, title: str | None = None) -> str:
+        with self.lock:
+            datasets = self.refresh()
+            timeline = read_timeline(self.output_dir / TIMELINE)
+            data = PageData(title or str(self.output_dir), datasets, timeline, time.time(), live_every, source)
+            return build_page(data)
+
+
+def write_page(path: Path, html: str) -> None:
+    """``html`` to ``path`` atomically (temporary file + rename); OSError or UsageError when it cannot be."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with create_new(tmp) as fh:
+            fh.write(html.encode())
+            fh.flush()
+            os.fsync(fh.fileno())
+        if path.is_dir() and not path.is_symlink():
+            raise IsADirectoryError(f"{path}: is a folder")
+        os.replace(tmp, path)  # renames over a link (never through it)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def token_budgets(
+    names: Iterable[str], cap: int | None, caps: Mapping[str, int], averages: Mapping[str, float]
+) -> dict[str, tuple[int, str]]:
+    """Each dataset's output-token budget: --max-tokens-per-dataset ("cap"), else a budget file's samples
+    times its expected tokens per sample ("plan")."""
+    out = {}
+    for name in names:
+        if cap is not None:
+            out[name] = (cap, "cap")
+        elif name in caps and name in averages:
+            out[name] = (round(caps[name] * averages[name]), "plan")
+    return out
+
+
+class LiveReport:
+    """The page and timeline of a running run. ``run(sample)`` goes beside the run's requests until
+    cancelled; ``finish()`` writes the last page and returns the line naming it."""
+
+    def __init__(
+        self,
+        output_dir: Path,
+        interval: float,
+        sample_every: float,
+        budgets: Mapping[str, tuple[int, str]] | None = None,
+        on_message: Callable[[str], None] = lambda text: None,
+    ):
+        self.path = Path(output_dir) / REPORT
+        self.interval, self.sample_every, self.on_message = interval, sample_every, on_message
+        self.folder = FolderReport(output_dir, None, budgets)
+        self.timeline = TimelineWriter(Path(output_dir) / TIMELINE, run_id(), on_message)
+        self._told = False
+        self.timeline.event("start")
+
+    def event(self, kind: str, detail: str = "") -> None:
+        self.timeline.event(kind, detail)
+
+    def write(self, live: bool) -> bool:
+        try:
+            write_page(self.path, self.folder.page(self.interval if live else None, "run_inference.py"))
+        except (OSError, UsageError) as exc:
+            if not self._told:
+                self._told = True
+                self.on_message(f"note: the run report is not written ({self.path}: {exc}); the run goes on")
+            return False
+        return True
+
+    async def run(self, sample: Callable[[], dict[str, Any]]) -> None:
+        """A timeline sample every ``sample_every`` seconds, the page at once and then every ``interval``
+        (0: only at the end), written in a worker thread so the requests never wait for it."""
+        loop = asyncio.get_running_loop()
+        next_sample = next_write = loop.time()
+        while True:
+            now = loop.time()
+            if now >= next_sample:
+                self.timeline.sample(sample())
+                next_sample = now + self.sample_every
+            if self.interval > 0 and now >= next_write:
+                await asyncio.to_thread(self.write, True)
+                next_write = now + self.interval
+            wake = min(next_sample, next_write) if self.interval > 0 else next_sample
+            await asyncio.sleep(max(0.01, wake - loop.time()))
+
+    def finish(self, last_sample: dict[str, Any] | None) -> str:
+        """The last sample and the end of the run on the timeline, the final page; the line to print."""
+        if last_sample is not None:
+            self.timeline.sample(last_sample)
+        self.timeline.event("end")
+        self.timeline.close()
+        return f"report: {self.path}" if self.write(False) else ""

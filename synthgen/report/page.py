@@ -1,0 +1,438 @@
+"""The page itself, pure: dataset figures and the run's timeline in, one HTML document out.
+
+What comes first is what a person checking last night's run wants first: is it running or done, how many
+rows, how much was cut or empty or failed, and whether the server stayed busy (the timeline). Then each
+dataset: its budget, finish reasons, the length histograms split by finish reason, errors, tool calls, turns.
+
+Self-contained: no script, no file from anywhere else (a Content-Security-Policy in the page forbids any),
+the charts inline SVG (``svg``). Every figure has its numbers beside it as text. Numbers a test checks carry
+``data-stat="<key>"`` (``total/rows``, ``<dataset>/cut``, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from html import escape
+from typing import Any
+
+from synthgen.fmt import fmt_duration
+from synthgen.report import svg
+from synthgen.report.figures import LENGTH, STOP, DatasetFigures, bins, quantile, share
+from synthgen.report.timeline import Timeline
+
+MAX_POINTS = 400  # per chart line: a day of 10 s samples is thinned to this
+LENGTHS = (
+    ("output", "output tokens", "Output tokens per row (every generated turn)"),
+    ("reasoning", "reasoning tokens (estimated)", "Reasoning tokens per row (estimated from characters)"),
+    ("answer", "answer tokens (estimated)", "Answer tokens per row (estimated from characters)"),
+    ("prompt", "prompt tokens", "Prompt tokens per row (the last turn's prompt)"),
+)
+
+
+@dataclass
+class PageData:
+    title: str  # the output folder, or what the export read
+    datasets: list[DatasetFigures]
+    timeline: Timeline = field(default_factory=Timeline)
+    written_at: float = 0.0  # Unix time
+    live_every: float | None = None  # the run is going and rewrites the page this often (seconds)
+    source: str = "run_inference.py"
+
+
+def stat(key: str, text: str, tag: str = "span") -> str:
+    return f'<{tag} data-stat="{escape(key)}">{escape(text)}</{tag}>'
+
+
+def utc(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+# --- the run's timeline -------------------------------------------------------------------------------
+def last_run(timeline: Timeline) -> list[dict[str, Any]]:
+    runs = timeline.runs
+    return [s for s in timeline.samples if runs and s.get("run") == timeline.samples[-1].get("run")]
+
+
+def run_rate(samples: Sequence[dict[str, Any]]) -> float | None:
+    """Output tokens per second over a run: its tokens between its first and last sample."""
+    if len(samples) < 2 or samples[-1]["t"] <= samples[0]["t"]:
+        return None
+    tokens = float(samples[-1].get("tokens") or 0) - float(samples[0].get("tokens") or 0)
+    return tokens / float(samples[-1]["t"] - samples[0]["t"])
+
+
+def outages(timeline: Timeline) -> list[tuple[float, float]]:
+    """(down, back) of every outage: an ``outage`` event to the next ``recovered`` or end of its run."""
+    bands: list[tuple[float, float]] = []
+    down: dict[str, float] = {}
+    last_t = timeline.samples[-1]["t"] if timeline.samples else 0.0
+    for event in timeline.events:
+        run = str(event.get("run"))
+        if event["event"] == "outage":
+            down.setdefault(run, event["t"])
+        elif event["event"] in ("recovered", "end") and run in down:
+            bands.append((down.pop(run), event["t"]))
+    bands += [(t, max(last_t, t)) for t in down.values()]
+    return sorted(bands)
+
+
+def restarts(timeline: Timeline) -> list[float]:
+    """When the launched server was restarted: the samples where its restart count went up."""
+    marks: list[float] = []
+    seen: dict[str, int] = {}
+    for s in timeline.samples:
+        run, count = str(s.get("run")), int(s.get("restarts") or 0)
+        if count > seen.get(run, 0):
+            marks += [s["t"]] * (count - seen.get(run, 0))
+        seen[run] = max(seen.get(run, 0), count)
+    return marks
+
+
+def thin(samples: Sequence[dict[str, Any]], limit: int = MAX_POINTS) -> list[dict[str, Any]]:
+    step = max(1, -(-len(samples) // limit))
+    picked = list(samples[::step])
+    if samples and picked[-1] is not samples[-1]:
+        picked.append(samples[-1])
+    return picked
+
+
+def _points(samples: Sequence[dict[str, Any]], key: str) -> list[tuple[float, float | None]]:
+    """(t, value) with a break (None) where the run changes."""
+    out: list[tuple[float, float | None]] = []
+    run = None
+    for s in samples:
+        if run is not None and s.get("run") != run:
+            out.append((s["t"], None))
+        run = s.get("run")
+        value = s.get(key)
+        out.append((s["t"], float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None))
+    return out
+
+
+def timeline_section(timeline: Timeline) -> str:
+    samples = thin(timeline.samples)
+    if not samples:
+        return (
+            '<section id="timeline"><h2>Over time</h2>'
+            "<p>No timeline yet (the run records one as it goes).</p></section>"
+        )
+    span = (samples[0]["t"], samples[-1]["t"])
+    bands, marks = outages(timeline), restarts(timeline)
+    told = f"{len(bands)} outage(s) shaded, {len(marks)} server restart(s) marked"
+    rate = svg.lines(
+        "tl-rate",
+        [svg.Series("output tokens/s (last minute)", "s-rate", _points(samples, "tok_s"))],
+        span,
+        "Output tokens per second over time",
+        f"Output tokens per second over the last minute, sampled from {utc(span[0])} to {utc(span[1])}; {told}.",
+        bands,
+        [(t, "server restart") for t in marks],
+    )
+    load = svg.lines(
+        "tl-load",
+        [
+            svg.Series("requests in flight", "s-inflight", _points(samples, "in_flight")),
+            svg.Series("server running", "s-running", _points(samples, "running")),
+            svg.Series("server queued", "s-waiting", _points(samples, "waiting")),
+        ],
+        span,
+        "Requests in flight and the server's running and queued requests over time",
+        f"Requests this run had in flight, and the server's own running and queued counts, from {utc(span[0])} "
+        f"to {utc(span[1])}; {told}. A server that stays busy keeps running near its limit and a short queue.",
+        bands,
+        [(t, "server restart") for t in marks],
+    )
+    legend = (
+        '<p class="legend"><span class="key s-rate"></span>output tokens/s <span class="key s-inflight"></span>in '
+        'flight <span class="key s-running"></span>server running <span class="key s-waiting"></span>server queued '
+        '<span class="key outage"></span>server down <span class="key restart"></span>restart</p>'
+    )
+    rows = "".join(
+        f"<tr><td>{escape(utc(s['t']))}</td><td>{_cell(s.get('tok_s'))}</td><td>{_cell(s.get('in_flight'))}</td>"
+        f"<td>{_cell(s.get('running'))}</td><td>{_cell(s.get('waiting'))}</td><td>{_cell(s.get('done'))}</td>"
+        f"<td>{'down' if s.get('down') else ''}</td></tr>"
+        for s in samples
+    )
+    table = (
+        f'<details><summary>The {len(samples):,} plotted samples as a table</summary><div class="scroll">'
+        "<table><thead><tr><th>time</th><th>tok/s</th><th>in flight</th><th>running</th><th>queued</th>"
+        f"<th>done</th><th>server</th></tr></thead><tbody>{rows}</tbody></table></div></details>"
+    )
+    return (
+        f'<section id="timeline"><h2>Over time</h2>{legend}<div class="figs">'
+        f"<figure><figcaption>Output tokens per second (last minute)</figcaption>{rate}</figure>"
+        f"<figure><figcaption>Requests in flight; the server's running and queued</figcaption>{load}</figure>"
+        f"</div>{table}</section>"
+    )
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    return "" if value is None else escape(f"{value:,}" if isinstance(value, int) else str(value))
+
+
+# --- the top of the page ------------------------------------------------------------------------------
+def card(label: str, key: str, value: str, note: str = "", warn: bool = False) -> str:
+    cls = "card warn" if warn else "card"
+    return (
+        f'<div class="{cls}"><div class="label">{escape(label)}</div><div class="big">{stat(key, value)}</div>'
+        + (f'<div class="note">{note}</div>' if note else "")
+        + "</div>"
+    )
+
+
+def _over(names: list[str]) -> str:
+    return "over budget: " + ", ".join(escape(n) for n in names) if names else ""
+
+
+def last_run_line(timeline: Timeline) -> str:
+    """When the last run started, and when it ended or was last heard of."""
+    run = last_run(timeline)
+    if not run:
+        return ""
+    ended = [e for e in timeline.events if e.get("run") == run[-1].get("run") and e["event"] == "end"]
+    start, last = run[0]["t"], (ended[-1]["t"] if ended else run[-1]["t"])
+    how = "ended" if ended else "last sample"
+    done = run[-1].get("done")
+    return (
+        f'<p class="status">Last run: started {escape(utc(start))}, {how} {escape(utc(last))} '
+        f"({fmt_duration(last - start)}); {_cell(done)} prompts done in it.</p>"
+    )
+
+
+def glance(data: PageData) -> str:
+    ds = data.datasets
+    rows = sum(d.rows for d in ds)
+    tokens = sum(d.output_tokens for d in ds)
+    cut, empty = sum(d.cut for d in ds), sum(d.empty for d in ds)
+    failed, skipped = sum(d.failed for d in ds), sum(d.skipped for d in ds)
+    over = [d.name for d in ds if d.budget and d.output_tokens > d.budget]
+    run, runs = last_run(data.timeline), len(data.timeline.runs)
+    rate = run_rate(run)
+    bands, marks = outages(data.timeline), restarts(data.timeline)
+    down = sum(b - a for a, b in bands)
+    cards = [
+        card("rows", "total/rows", f"{rows:,}", f"in {len(ds)} dataset{'s' if len(ds) != 1 else ''}"),
+        card("output tokens", "total/output_tokens", f"{tokens:,}", _over(over), bool(over)),
+        card(
+            "cut at max tokens", "total/cut_share", share(cut, rows), stat("total/cut", f"{cut:,}") + " rows", cut > 0
+        ),
+        card(
+            "empty answer",
+            "total/empty_share",
+            share(empty, rows),
+            stat("total/empty", f"{empty:,}") + " rows",
+            empty > 0,
+        ),
+        card(
+            "failed / skipped prompts",
+            "total/failed",
+            f"{failed:,}",
+            f"{stat('total/skipped', f'{skipped:,}')} skipped (errors.jsonl)",
+            failed > 0,
+        ),
+        card(
+            "output tokens/s",
+            "run/tok_s",
+            "-" if rate is None else f"{rate:,.0f}",
+            "mean over the last run" + (f" ({runs} runs recorded)" if runs > 1 else ""),
+        ),
+        card(
+            "server restarts / outages",
+            "run/restarts",
+            f"{len(marks)}",
+            f"{stat('run/outages', str(len(bands)))} outage(s), {down:,.0f} s down",
+            bool(marks or bands),
+        ),
+    ]
+    return f'<section id="glance" aria-label="At a glance"><div class="cards">{"".join(cards)}</div></section>'
+
+
+def _seconds(value: float) -> str:
+    return fmt_duration(value) if value >= 1 else f"{value:g} s"
+
+
+def header(data: PageData) -> str:
+    if data.live_every is not None:
+        status = (
+            f'<p class="status live"><strong>Run in progress.</strong> Page written {escape(utc(data.written_at))}; '
+            f"rewritten at least every {_seconds(data.live_every)} while the run goes.</p>"
+        )
+    else:
+        status = (
+            f'<p class="status"><strong>Final.</strong> Written {escape(utc(data.written_at))} '
+            f"by {escape(data.source)}.</p>"
+        )
+    return f"<header><h1>Run report: {escape(data.title)}</h1>{status}{last_run_line(data.timeline)}</header>"
+
+
+# --- datasets -----------------------------------------------------------------------------------------
+def overview(ds: Sequence[DatasetFigures]) -> str:
+    items = [svg.Bar(d.name, d.output_tokens, d.budget, bool(d.budget and d.output_tokens > d.budget)) for d in ds]
+    chart = svg.bars(
+        "ds-tokens",
+        items,
+        "Output tokens by dataset",
+        "Output tokens each dataset's rows hold; a tick marks a dataset's token budget where it has one. "
+        + "; ".join(f"{d.name}: {d.output_tokens:,}" + (f" of {d.budget:,}" if d.budget else "") for d in ds),
+    )
+    head = (
+        "<tr><th>dataset</th><th>rows</th><th>stop</th><th>length</th><th>cut</th><th>empty</th>"
+        "<th>output tokens</th><th>budget</th><th>failed</th><th>skipped</th></tr>"
+    )
+    body = "".join(
+        f'<tr><th scope="row"><a href="#ds-{escape(d.name)}">{escape(d.name)}</a></th>'
+        f"<td>{stat(d.name + '/rows', f'{d.rows:,}')}</td><td>{stat(d.name + '/stop', f'{d.finish[STOP]:,}')}</td>"
+        f"<td>{stat(d.name + '/length', f'{d.finish[LENGTH]:,}')}</td>"
+        f"<td>{stat(d.name + '/cut_share', share(d.cut, d.rows))}</td>"
+        f"<td>{stat(d.name + '/empty_share', share(d.empty, d.rows))}</td>"
+        f"<td>{stat(d.name + '/output_tokens', f'{d.output_tokens:,}')}</td>"
+        f"<td>{_budget(d)}</td><td>{stat(d.name + '/failed', f'{d.failed:,}')}</td>"
+        f"<td>{stat(d.name + '/skipped', f'{d.skipped:,}')}</td></tr>"
+        for d in ds
+    )
+    return (
+        f'<section id="datasets"><h2>Datasets</h2><figure class="wide">{chart}</figure>'
+        f'<div class="scroll"><table><thead>{head}</thead><tbody>{body}</tbody></table></div></section>'
+    )
+
+
+def _budget(d: DatasetFigures) -> str:
+    if not d.budget:
+        return "-"
+    kind = "cap" if d.budget_kind == "cap" else "plan"
+    return f"{stat(d.name + '/budget_share', share(d.output_tokens, d.budget))} of {d.budget:,} ({kind})"
+
+
+def lengths_table(d: DatasetFigures) -> str:
+    head = "<tr><th>per row</th><th>finish</th><th>rows</th><th>p50</th><th>p90</th><th>max</th></tr>"
+    body = []
+    for attr, label, _ in LENGTHS:
+        for finish, values in sorted(d.by_finish(attr).items()):
+            key = f"{d.name}/{attr}/{finish}"
+            body.append(
+                f"<tr><td>{escape(label)}</td><td>{escape(finish)}</td><td>{stat(key + '/n', f'{len(values):,}')}</td>"
+                f"<td>{stat(key + '/p50', f'{quantile(values, 0.5):,}')}</td>"
+                f"<td>{stat(key + '/p90', f'{quantile(values, 0.9):,}')}</td>"
+                f"<td>{stat(key + '/max', f'{max(values):,}')}</td></tr>"
+            )
+    return f'<div class="scroll"><table><thead>{head}</thead><tbody>{"".join(body)}</tbody></table></div>'
+
+
+def dataset_section(d: DatasetFigures, index: int) -> str:
+    order = [STOP, LENGTH]
+    figs = []
+    for attr, label, title in LENGTHS:
+        split = d.by_finish(attr)
+        desc = f"{title} in {d.name}, stacked by finish reason: " + "; ".join(
+            f"{finish} {len(v):,} rows, median {quantile(v, 0.5):,}" for finish, v in sorted(split.items())
+        )
+        figs.append(f"<figure>{svg.histogram(f'h{index}-{attr}', bins(split), order, title, desc, label)}</figure>")
+    finish = ", ".join(f"{stat(f'{d.name}/finish/{k}', f'{n:,}')} {escape(k)}" for k, n in d.finish.most_common())
+    facts = [
+        f"<li>{stat(d.name + '/rows_n', f'{d.rows:,}')} rows: {finish or 'none yet'}</li>",
+        f"<li>cut at max tokens: {stat(d.name + '/cut', f'{d.cut:,}')} ({share(d.cut, d.rows)}); empty answer: "
+        f"{stat(d.name + '/empty', f'{d.empty:,}')} ({share(d.empty, d.rows)})</li>",
+        f"<li>output tokens: {d.output_tokens:,}" + (f", {_budget(d)}" if d.budget else "") + "</li>",
+        f"<li>tool calls made: {stat(d.name + '/tool_calls', f'{d.tool_calls:,}')} in "
+        f"{stat(d.name + '/rows_with_tool_calls', f'{d.rows_with_tool_calls:,}')} rows</li>",
+        f"<li>turns generated: {stat(d.name + '/turns', f'{d.turns:,}')}"
+        + (
+            " (" + ", ".join(f"{n:,} rows with {k}" for k, n in sorted(d.turns_per_row.items())) + ")"
+            if len(d.turns_per_row) > 1 or (d.turns_per_row and 1 not in d.turns_per_row)
+            else ""
+        )
+        + "</li>",
+    ]
+    if d.duplicates or d.unreadable:
+        facts.append(f"<li>not counted: {d.duplicates:,} duplicate ids, {d.unreadable:,} unreadable lines</li>")
+    return (
+        f'<section class="dataset" id="ds-{escape(d.name)}"><h3>{escape(d.name)}</h3>'
+        f'<ul class="facts">{"".join(facts)}</ul>'
+        f'{FINISH_LEGEND}<div class="figs">{"".join(figs)}</div>{lengths_table(d)}{errors_table(d)}</section>'
+    )
+
+
+FINISH_LEGEND = (
+    '<p class="legend">finish reason: <span class="key s-stop"></span>stop (ended on its own) '
+    '<span class="key s-length"></span>length (cut at --max-tokens)</p>'
+)
+
+
+def errors_table(d: DatasetFigures) -> str:
+    if not d.errors:
+        return "<p>No failed or skipped prompts.</p>"
+    body = "".join(
+        f"<tr><td>{escape(status)}</td><td>{escape(kind)}</td>"
+        f"<td>{stat(f'{d.name}/errors/{status}/{kind}', f'{n:,}')}</td>"
+        f'<td class="example">{escape(d.error_example.get((status, kind), "")[:300])}</td></tr>'
+        for (status, kind), n in sorted(d.errors.items())
+    )
+    return (
+        '<div class="scroll"><table class="errors"><thead><tr><th>status</th><th>kind</th><th>prompts</th>'
+        f"<th>first example</th></tr></thead><tbody>{body}</tbody></table></div>"
+    )
+
+
+# --- the document -------------------------------------------------------------------------------------
+CSS = """
+:root{--fg:#1a202c;--muted:#4a5568;--line:#e2e8f0;--bg:#fff;--card:#f7fafc;--warn:#c05621}
+*{box-sizing:border-box}body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);
+background:var(--bg);margin:0 auto;max-width:78rem;padding:1rem}
+h1{font-size:1.4rem;margin:.2rem 0;overflow-wrap:anywhere}
+h2{font-size:1.15rem;margin:1.6rem 0 .5rem;border-bottom:1px solid var(--line)}
+h3{font-size:1.05rem;margin:1.4rem 0 .3rem}.status{margin:.2rem 0;color:var(--muted)}.status.live strong{color:#2f855a}
+.cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(9.5rem,1fr));gap:.6rem}
+.card{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:.5rem .7rem}
+.card .label{font-size:.8rem;color:var(--muted);text-transform:uppercase;letter-spacing:.03em}
+.card .big{font-size:1.6rem;font-weight:600}.card .note{font-size:.8rem;color:var(--muted)}
+.card.warn{border-color:var(--warn)}.card.warn .big{color:var(--warn)}
+.figs{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,26rem),1fr));gap:.8rem}
+figure{margin:0}figure.wide{max-width:46rem}figcaption{font-size:.85rem;color:var(--muted)}.chart{width:100%;height:auto;display:block}
+.grid{stroke:var(--line)}.tick,.value,.label,.empty{font-size:11px;fill:var(--muted)}
+.s-stop{fill:#2b6cb0}.s-length{fill:#dd6b20}.s-unknown,.s-abort{fill:#718096}
+.line{fill:none;stroke-width:1.8}.s-rate{stroke:#2b6cb0;fill:#2b6cb0}.s-inflight{stroke:#2f855a;fill:#2f855a}
+.s-running{stroke:#6b46c1;fill:#6b46c1}.s-waiting{stroke:#dd6b20;fill:#dd6b20}.line.s-rate,.line.s-inflight,
+.line.s-running,.line.s-waiting{fill:none}.outage{fill:#e53e3e;fill-opacity:.18}
+.restart{stroke:#c53030;stroke-width:2;stroke-dasharray:4 3}.mark{stroke:var(--fg);stroke-width:2}
+.legend{font-size:.85rem;color:var(--muted)}.key{display:inline-block;width:.9em;height:.9em;margin:0 .25em 0 .8em;
+vertical-align:-.1em;border-radius:2px;background:#718096}.key.s-rate{background:#2b6cb0}.key.s-inflight{background:#2f855a}
+.key.s-running{background:#6b46c1}.key.s-waiting{background:#dd6b20}.key.outage{background:#fbd5d5}.key.restart{background:#c53030}
+.key.s-stop{background:#2b6cb0}.key.s-length{background:#dd6b20}
+.scroll{overflow-x:auto}
+table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0;font-variant-numeric:tabular-nums}
+th,td{border-bottom:1px solid var(--line);padding:.2rem .5rem;text-align:right;white-space:nowrap}
+th:first-child,td:first-child{text-align:left}td.example{text-align:left;white-space:normal;min-width:16rem}
+.facts{margin:.2rem 0 .6rem;padding-left:1.2rem}a{color:#2b6cb0}
+@media (max-width:40rem){body{padding:.5rem;font-size:14px}.card .big{font-size:1.3rem}h1{font-size:1.15rem}}
+@media print{body{max-width:none;padding:0;font-size:10pt}.card{break-inside:avoid}figure,table,tr{break-inside:avoid}
+.dataset{break-before:auto}details{display:none}a{color:inherit;text-decoration:none}
+.figs{grid-template-columns:1fr 1fr}}
+"""
+
+
+def build_page(data: PageData) -> str:
+    refresh = (
+        f'<meta http-equiv="refresh" content="{max(5, round(data.live_every))}">' if data.live_every is not None else ""
+    )
+    sections = [
+        header(data),
+        glance(data),
+        timeline_section(data.timeline),
+        overview(data.datasets),
+        *(dataset_section(d, i) for i, d in enumerate(data.datasets)),
+    ]
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+        f"{refresh}<title>Run report: {escape(data.title)}</title><style>{CSS}</style></head>\n<body>\n"
+        + "\n".join(sections)
+        + f'\n<footer><p class="status">{escape(data.source)}; numbers from the rows of each '
+        "dataset's raw_responses.jsonl and errors.jsonl and the run's timeline.jsonl. Reasoning and answer "
+        "tokens are estimates (rows record output tokens, not how many were reasoning): each turn's output "
+        "tokens split by the characters of its reasoning and answer.</p></footer>\n</body></html>\n"
+    )
