@@ -111,6 +111,11 @@ def _points(samples: Sequence[dict[str, Any]], key: str) -> list[tuple[float, fl
     return out
 
 
+def legend_of(*items: tuple[str, str], lead: str = "") -> str:
+    keys = "".join(f'<span class="item"><span class="key {css}"></span>{escape(text)}</span>' for css, text in items)
+    return f'<p class="legend">{escape(lead)}{keys}</p>'
+
+
 def timeline_section(timeline: Timeline) -> str:
     samples = thin(timeline.samples)
     if not samples:
@@ -144,10 +149,13 @@ def timeline_section(timeline: Timeline) -> str:
         bands,
         [(t, "server restart") for t in marks],
     )
-    legend = (
-        '<p class="legend"><span class="key s-rate"></span>output tokens/s <span class="key s-inflight"></span>in '
-        'flight <span class="key s-running"></span>server running <span class="key s-waiting"></span>server queued '
-        '<span class="key outage"></span>server down <span class="key restart"></span>restart</p>'
+    legend = legend_of(
+        ("s-rate", "output tokens/s"),
+        ("s-inflight", "in flight"),
+        ("s-running", "server running"),
+        ("s-waiting", "server queued"),
+        ("outage", "server down"),
+        ("restart", "server restart"),
     )
     rows = "".join(
         f"<tr><td>{escape(utc(s['t']))}</td><td>{_cell(s.get('tok_s'))}</td><td>{_cell(s.get('in_flight'))}</td>"
@@ -356,9 +364,8 @@ def dataset_section(d: DatasetFigures, index: int) -> str:
     )
 
 
-FINISH_LEGEND = (
-    '<p class="legend">finish reason: <span class="key s-stop"></span>stop (ended on its own) '
-    '<span class="key s-length"></span>length (cut at --max-tokens)</p>'
+FINISH_LEGEND = legend_of(
+    ("s-stop", "stop (ended on its own)"), ("s-length", "length (cut at --max-tokens)"), lead="finish reason:"
 )
 
 
@@ -398,7 +405,8 @@ figure{margin:0}figure.wide{max-width:46rem}figcaption{font-size:.85rem;color:va
 .s-running{stroke:#6b46c1;fill:#6b46c1}.s-waiting{stroke:#dd6b20;fill:#dd6b20}.line.s-rate,.line.s-inflight,
 .line.s-running,.line.s-waiting{fill:none}.outage{fill:#e53e3e;fill-opacity:.18}
 .restart{stroke:#c53030;stroke-width:2;stroke-dasharray:4 3}.mark{stroke:var(--fg);stroke-width:2}
-.legend{font-size:.85rem;color:var(--muted)}.key{display:inline-block;width:.9em;height:.9em;margin:0 .25em 0 .8em;
+.legend{font-size:.85rem;color:var(--muted)}.legend .item{white-space:nowrap}
+.key{display:inline-block;width:.9em;height:.9em;margin:0 .25em 0 .8em;
 vertical-align:-.1em;border-radius:2px;background:#718096}.key.s-rate{background:#2b6cb0}.key.s-inflight{background:#2f855a}
 .key.s-running{background:#6b46c1}.key.s-waiting{background:#dd6b20}.key.outage{background:#fbd5d5}.key.restart{background:#c53030}
 .key.s-stop{background:#2b6cb0}.key.s-length{background:#dd6b20}

@@ -127,6 +127,7 @@ def bars(ident: str, items: Sequence[Bar], title: str, desc: str) -> str:
             out.append(
                 f'<line class="mark" x1="{x:.1f}" x2="{x:.1f}" y1="{y + 1}" y2="{y + row - 1}">'
                 f"<title>budget {item.mark:,}</title></line>"
+                f'<text class="tick" x="{x + 3:.1f}" y="{y + 15}">budget {fmt_count(item.mark)}</text>'
             )
     for i in range(5):
         x = left + plot_w * i / 4
@@ -142,6 +143,16 @@ class Series:
     name: str
     css: str
     points: Sequence[tuple[float, float | None]]  # (unix time, value); None breaks the line
+
+
+TIME_STEPS = (60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+
+
+def time_ticks(t0: float, t1: float, most: int = 6) -> list[float]:
+    """Round times (whole minutes, quarter hours, hours, ...) between t0 and t1, at most ``most``."""
+    step = next((s for s in TIME_STEPS if (t1 - t0) / s <= most), 86400 * math.ceil((t1 - t0) / 86400 / most))
+    first = math.ceil(t0 / step) * step
+    return [float(t) for t in range(int(first), int(t1) + 1, int(step))]
 
 
 def clock(t: float) -> str:
@@ -198,11 +209,10 @@ def lines(
                     f'<polyline class="{s.css} line" points="{" ".join(run)}">'
                     f"<title>{escape(s.name)}</title></polyline>"
                 )
-    for i in range(5):
-        t = t0 + (t1 - t0) * i / 4
-        anchor = "start" if i == 0 else "end" if i == 4 else "middle"
+    for t in time_ticks(t0, t1):
         out.append(
-            f'<text class="tick" x="{x(t):.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="{anchor}">{clock(t)}</text>'
+            f'<line class="grid" x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{HEIGHT - BOTTOM}" y2="{HEIGHT - BOTTOM + 4}"/>'
+            f'<text class="tick" x="{x(t):.1f}" y="{HEIGHT - BOTTOM + 15}" text-anchor="middle">{clock(t)}</text>'
         )
     out.append(f'<text class="label" x="{WIDTH - RIGHT}" y="{HEIGHT - 4}" text-anchor="end">time (UTC)</text>')
     return "\n".join([*out, "</svg>"])

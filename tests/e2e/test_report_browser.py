@@ -1,0 +1,96 @@
+"""The run report in a real browser: headless Chromium (Debian's ``chromium`` package, which ``.ci/run``
+installs) opens a page built from a made-up night's output folder. It logs no console message (the page
+has no script, and its Content-Security-Policy turns any load from elsewhere into one), every figure is
+in the rendered DOM with its text alternative, and its screenshot is not blank: the charts' colours are
+on it. Skipped, saying why, only where no Chromium is installed."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from png import colours
+from report_page import make_folder
+
+from synthgen.report.folder import FolderReport, write_page
+
+NAMES = ("chromium", "chromium-browser", "google-chrome")
+SIZES = {"glaive": 400, "ultrachat": 250, "swe-agent": 120}
+BLUE, ORANGE = (43, 108, 176), (221, 107, 32)  # stop bars and lines; length bars and the queue line
+CONSOLE = re.compile(r":CONSOLE[^\]]*\] (.*)")
+
+
+def chromium() -> str:
+    for name in NAMES:
+        path = shutil.which(name)
+        if path:
+            return path
+    why = os.environ.get("SYNTHGEN_NO_BROWSER") or "no chromium on PATH"
+    pytest.skip(f"browser test skipped: {why}; install Debian's chromium package (apt-get install chromium)")
+
+
+def browse(page: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """One headless Chromium on ``page`` with a profile of its own; its console messages go to stderr."""
+    command = [
+        chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+        f"--user-data-dir={tmp / 'profile'}", "--enable-logging=stderr", "--v=0", *args, page.as_uri(),
+    ]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+def console(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return CONSOLE.findall(result.stderr)
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("browser") / "outputs"
+    make_folder(out, SIZES, start=1_764_630_000.0)
+    path = out / "report.html"
+    write_page(path, FolderReport(out, None, {"glaive": (1_500_000, "cap")}).page(None, "run_inference.py"))
+    return path
+
+
+@pytest.fixture(scope="module")
+def dom(page, tmp_path_factory) -> tuple[str, list[str]]:
+    result = browse(page, tmp_path_factory.mktemp("dom"), "--dump-dom")
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout, console(result)
+
+
+def test_the_page_logs_no_console_message(dom):
+    assert dom[1] == []
+
+
+def test_a_page_loading_anything_from_elsewhere_is_caught_by_the_console_check(page, tmp_path):
+    leaky = tmp_path / "leaky.html"
+    leaky.write_text(page.read_text().replace("<body>", '<body><img src="http://127.0.0.1:9/x.png" alt="">', 1))
+    messages = console(browse(leaky, tmp_path, "--dump-dom"))
+    assert any("Content Security Policy" in m for m in messages), messages
+
+
+def test_every_figure_is_in_the_rendered_dom_with_its_text_alternative(dom):
+    html = dom[0]
+    charts = re.findall(
+        r'<svg class="chart"[^>]*>\s*<title id="[^"]+">([^<]+)</title>\s*<desc id="[^"]+">([^<]+)</desc>', html
+    )
+    # Two over time, one of every dataset's output tokens, four histograms per dataset.
+    assert len(charts) == 2 + 1 + 4 * len(SIZES), len(charts)
+    assert all(title and desc for title, desc in charts)
+    assert html.count('role="img"') == len(charts)
+    assert html.count('<rect class="outage"') == 2 and html.count('<line class="restart"') == 2
+    for name in SIZES:
+        assert f'id="ds-{name}"' in html
+
+
+def test_the_screenshot_is_not_blank_and_shows_the_charts(page, tmp_path):
+    shot = tmp_path / "report.png"
+    result = browse(page, tmp_path, "--window-size=1000,1500", f"--screenshot={shot}")
+    assert result.returncode == 0 and shot.exists(), result.stderr[-2000:]
+    seen = colours(shot.read_bytes())
+    assert len(seen) > 50, f"{len(seen)} colours: a blank page?"
+    assert seen[BLUE] > 2000 and seen[ORANGE] > 200, (seen[BLUE], seen[ORANGE])
