@@ -150,7 +150,7 @@ TIME_STEPS = (60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 def time_ticks(t0: float, t1: float, most: int = 6) -> list[float]:
     """Round times (whole minutes, quarter hours, hours, ...) between t0 and t1, at most ``most``."""
-    step = next((s for s in TIME_STEPS if (t1 - t0) / s <= most), 86400 * math.ceil((t1 - t0) / 86400 / most))
+    step = next((s for s in TIME_STEPS if (t1 - t0) / s <= most - 1), 86400 * math.ceil((t1 - t0) / 86400 / (most - 1)))
     first = math.ceil(t0 / step) * step
     return [float(t) for t in range(int(first), int(t1) + 1, int(step))]
 
