@@ -36,7 +36,9 @@ def chromium() -> str:
 def browse(page: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """One headless Chromium on ``page`` with a profile of its own; its console messages go to stderr."""
     command = [
+        # No sandbox (tests run as root); no connection of Chromium's own (this machine has no network).
         chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+        "--disable-quic", "--disable-background-networking", "--disable-component-update", "--disable-sync",
         f"--user-data-dir={tmp / 'profile'}", "--enable-logging=stderr", "--v=0", *args, page.as_uri(),
     ]  # fmt: skip
     return subprocess.run(command, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
