@@ -193,9 +193,8 @@ def test_history_tool_call_arguments_keep_the_prompt_files_form(ws, tmp_path, qw
 def test_a_template_that_drops_the_final_turns_reasoning_is_reported_as_reasoning_dropped(tmp_path, monkeypatch):
     # Kimi-K2-Thinking's template keeps reasoning only after the last plain assistant turn: a finished
     # conversation renders its answer with an empty <think></think>, so the row trains on other text.
-    from test_export import record, write_results
-
     from synthgen.chat.templating import load_tokenizer
+    from tests.e2e.test_export_formats import record, write_results
 
     monkeypatch.chdir(tmp_path)
     folder = build_model_tokenizer(tmp_path / "tok", "kimi-k2-thinking")
@@ -215,7 +214,7 @@ def test_a_template_that_drops_the_final_turns_reasoning_is_reported_as_reasonin
         output_ids=[*tokenizer(written, add_special_tokens=False)["input_ids"], end],
     )
     write_results(tmp_path, "chat", [row])
-    from test_export_reliability import export as run_export
+    from tests.e2e.test_export_hostile_inputs import export as run_export
 
     done = run_export(tmp_path, "--dataset", "chat", "--report", "--tokenizer", str(folder))
     assert done.returncode == 0, done.stderr

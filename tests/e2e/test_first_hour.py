@@ -316,7 +316,7 @@ def test_the_export_says_which_flag_brings_back_rows_cut_at_max_tokens(ws, make_
 
 
 def test_the_summary_of_a_launched_server_run_shows_the_start_up_apart(ws, tokenizers):
-    from test_launch_e2e import free_port, sim_command
+    from tests.e2e.test_launch_server import free_port, sim_command
 
     port = free_port()
     ws.dataset("short", "d", 2)

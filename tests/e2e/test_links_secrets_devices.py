@@ -223,7 +223,8 @@ def test_a_credential_in_the_server_url_is_printed_nowhere(ws, url, secrets):
 
 def test_the_launch_command_in_server_log_and_stderr_hides_the_api_key(ws, tokenizers):
     from simharness import SIM_SCRIPT
-    from test_launch_e2e import free_port
+
+    from tests.e2e.test_launch_server import free_port
 
     port = free_port()
     key = "sk-launch-SECRET-4242"
@@ -423,12 +424,12 @@ def test_a_bounded_template_renders_what_the_plain_sandbox_renders(tokenizers):
 def test_a_signal_stops_the_run_while_its_worker_is_stuck_in_a_render(tmp_path, tokenizers):
     """In-process: the render blocks until the test lets it go; SIGTERM must end the run anyway."""
     import httpx
-    from test_runner_inprocess import URL, ScriptedServer
 
     from synthgen.config import RunConfig
     from synthgen.run import prepare
     from synthgen.run.runner import Runner
     from synthgen.server.client import SGLangClient
+    from tests.unit.run.test_runner_scripted_server import URL, ScriptedServer
 
     folder = tmp_path / "prompts" / "p"
     folder.mkdir(parents=True)
