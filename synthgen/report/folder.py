@@ -177,20 +177,29 @@ class LiveReport:
         self.folder = FolderReport(output_dir, None, budgets)
         self.timeline = TimelineWriter(Path(output_dir) / TIMELINE, run_id(), on_message)
         self._told = False
+        self._final = False  # once the last page is written, a periodic write still under way is dropped
+        self._writing = threading.Lock()
         self.timeline.event("start")
 
     def event(self, kind: str, detail: str = "") -> None:
         self.timeline.event(kind, detail)
 
     def write(self, live: bool) -> bool:
-        try:
-            write_page(self.path, self.folder.page(self.interval if live else None, "run_inference.py"))
-        except (OSError, UsageError) as exc:
-            if not self._told:
-                self._told = True
-                self.on_message(f"note: the run report is not written ({self.path}: {exc}); the run goes on")
-            return False
-        return True
+        with self._writing:
+            if self._final:
+                return False
+            self._final = not live
+            try:
+                write_page(self.path, self.folder.page(self.interval if live else None, "run_inference.py"))
+            except (OSError, UsageError) as exc:
+                self._failed(exc)
+                return False
+            return True
+
+    def _failed(self, exc: Exception) -> None:
+        if not self._told:
+            self._told = True
+            self.on_message(f"note: the run report is not written ({self.path}: {exc}); the run goes on")
 
     async def run(self, sample: Callable[[], dict[str, Any]]) -> None:
         """A timeline sample every ``sample_every`` seconds, the page at once and then every ``interval``

@@ -23,6 +23,9 @@ from synthgen.report.figures import LENGTH, STOP, DatasetFigures, bins, quantile
 from synthgen.report.timeline import Timeline
 
 MAX_POINTS = 400  # per chart line: a day of 10 s samples is thinned to this
+# A folder of thousands of datasets: charts and sections for those with the most output tokens, every one in
+# the table.
+MAX_CHARTED = 24
 LENGTHS = (
     ("output", "output tokens", "Output tokens per row (every generated turn)"),
     ("reasoning", "reasoning tokens (estimated)", "Reasoning tokens per row (estimated from characters)"),
@@ -278,21 +281,37 @@ def header(data: PageData) -> str:
 
 
 # --- datasets -----------------------------------------------------------------------------------------
+def charted(ds: Sequence[DatasetFigures]) -> list[DatasetFigures]:
+    """The datasets with charts and a section: all, or the MAX_CHARTED with the most output tokens (in order)."""
+    if len(ds) <= MAX_CHARTED:
+        return list(ds)
+    top = {id(d) for d in sorted(ds, key=lambda d: d.output_tokens, reverse=True)[:MAX_CHARTED]}
+    return [d for d in ds if id(d) in top]
+
+
 def overview(ds: Sequence[DatasetFigures]) -> str:
-    items = [svg.Bar(d.name, d.output_tokens, d.budget, bool(d.budget and d.output_tokens > d.budget)) for d in ds]
+    shown = charted(ds)
+    items = [svg.Bar(d.name, d.output_tokens, d.budget, bool(d.budget and d.output_tokens > d.budget)) for d in shown]
+    more = f" The {len(shown)} of {len(ds)} datasets with the most output tokens." if len(shown) < len(ds) else ""
     chart = svg.bars(
         "ds-tokens",
         items,
         "Output tokens by dataset",
-        "Output tokens each dataset's rows hold; a tick marks a dataset's token budget where it has one. "
-        + "; ".join(f"{d.name}: {d.output_tokens:,}" + (f" of {d.budget:,}" if d.budget else "") for d in ds),
+        f"Output tokens each dataset's rows hold; a tick marks a dataset's token budget where it has one.{more} "
+        + "; ".join(f"{d.name}: {d.output_tokens:,}" + (f" of {d.budget:,}" if d.budget else "") for d in shown),
+    )
+    note = (
+        f"<p>Charts and sections below: the {len(shown)} of {len(ds):,} datasets with the most output tokens; "
+        "the table has every one.</p>"
+        if more
+        else ""
     )
     head = (
         "<tr><th>dataset</th><th>rows</th><th>stop</th><th>length</th><th>cut</th><th>empty</th>"
         "<th>output tokens</th><th>budget</th><th>failed</th><th>skipped</th></tr>"
     )
     body = "".join(
-        f'<tr><th scope="row"><a href="#ds-{escape(d.name)}">{escape(d.name)}</a></th>'
+        f'<tr><th scope="row">{_link(d, shown)}</th>'
         f"<td>{stat(d.name + '/rows', f'{d.rows:,}')}</td><td>{stat(d.name + '/stop', f'{d.finish[STOP]:,}')}</td>"
         f"<td>{stat(d.name + '/length', f'{d.finish[LENGTH]:,}')}</td>"
         f"<td>{stat(d.name + '/cut_share', share(d.cut, d.rows))}</td>"
@@ -303,9 +322,13 @@ def overview(ds: Sequence[DatasetFigures]) -> str:
         for d in ds
     )
     return (
-        f'<section id="datasets"><h2>Datasets</h2><figure class="wide">{chart}</figure>'
+        f'<section id="datasets"><h2>Datasets</h2>{note}<figure class="wide">{chart}</figure>'
         f'<div class="scroll"><table><thead>{head}</thead><tbody>{body}</tbody></table></div></section>'
     )
+
+
+def _link(d: DatasetFigures, shown: list[DatasetFigures]) -> str:
+    return f'<a href="#ds-{escape(d.name)}">{escape(d.name)}</a>' if any(s is d for s in shown) else escape(d.name)
 
 
 def _budget(d: DatasetFigures) -> str:
@@ -431,7 +454,7 @@ def build_page(data: PageData) -> str:
         glance(data),
         timeline_section(data.timeline),
         overview(data.datasets),
-        *(dataset_section(d, i) for i, d in enumerate(data.datasets)),
+        *(dataset_section(d, i) for i, d in enumerate(charted(data.datasets))),
     ]
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -118,3 +118,11 @@ def test_a_page_that_cannot_be_written_is_said_once_and_the_run_goes_on(tmp_path
     assert live.finish(None) == ""
     assert len(told) == 1 and "the run report is not written" in told[0] and "the run goes on" in told[0]
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_a_periodic_write_after_the_final_page_changes_nothing(tmp_path):
+    write_jsonl(tmp_path / "d" / "raw_responses.jsonl", make_rows("d", 3))
+    live = LiveReport(tmp_path, interval=300, sample_every=10)
+    assert live.finish(None) == f"report: {tmp_path / 'report.html'}"
+    assert live.write(live=True) is False  # a rewrite that was under way in its thread when the run ended
+    assert "Final." in (tmp_path / "report.html").read_text()

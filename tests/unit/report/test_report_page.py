@@ -175,3 +175,12 @@ def test_every_chart_has_a_title_and_a_description_for_screen_readers():
 def test_time_ticks_fall_on_round_times(t0, t1, step):
     ticks = svg.time_ticks(t0, t1)
     assert 1 <= len(ticks) <= 6 and all(t % step == 0 and t0 <= t <= t1 for t in ticks)
+
+
+def test_a_folder_of_many_datasets_charts_those_with_the_most_tokens_and_tables_every_one():
+    data = [figures(f"d{i:02d}", [{"id": "a", "finish_reason": "stop", "completion_tokens": i}]) for i in range(30)]
+    page = build_page(PageData("o", data, Timeline(), START))
+    sections = re.findall(r'<section class="dataset" id="ds-([^"]+)"', page)
+    assert sections == [f"d{i:02d}" for i in range(6, 30)]  # the 24 with the most output tokens, in folder order
+    assert all(page_stats(page)[f"d{i:02d}/rows"] == "1" for i in range(30))
+    assert "the 24 of 30 datasets with the most output tokens" in page
