@@ -439,7 +439,9 @@ th,td{border-bottom:1px solid var(--line);padding:.2rem .5rem;text-align:right;w
 th:first-child,td:first-child{text-align:left}td.example{text-align:left;white-space:normal;min-width:16rem}
 .facts{margin:.2rem 0 .6rem;padding-left:1.2rem}a{color:#2b6cb0}
 @media (max-width:40rem){body{padding:.5rem;font-size:14px}.card .big{font-size:1.3rem}h1{font-size:1.15rem}}
-@media print{body{max-width:none;padding:0;font-size:10pt}.card{break-inside:avoid}figure,table,tr{break-inside:avoid}
+@media print{body{max-width:none;padding:0;font-size:10pt}.scroll{overflow:visible}
+table{font-size:8pt}th,td{white-space:normal;padding:.1rem .3rem}.key,.card{print-color-adjust:exact;
+-webkit-print-color-adjust:exact}.card{break-inside:avoid}figure,table,tr{break-inside:avoid}
 .dataset{break-before:auto}details{display:none}a{color:inherit;text-decoration:none}
 .figs{grid-template-columns:1fr 1fr}}
 """
