@@ -114,3 +114,12 @@ def test_export_html_without_report_is_one_line_and_exit_2(done):
     assert result.stderr.strip().splitlines() == [
         "export_training.py: error: --html FILE goes with --report (e.g. --report --html outputs/report.html)"
     ]
+
+
+def test_a_rerun_with_nothing_to_do_writes_the_page_too(done):
+    # No server is needed (nor running) when every prompt is done; the page is written all the same.
+    result = done.ws.run("--server-url", "http://127.0.0.1:9", "--dataset", "alpha", "--max-tokens", "24")
+    assert result.returncode == 0, result.stderr
+    assert "nothing to do" in result.stderr
+    assert result.stderr.rstrip("\n").splitlines()[-1] == "report: outputs/report.html"
+    assert page_stats((done.ws.outputs / "report.html").read_text())["total/rows"] == "34"  # the whole folder

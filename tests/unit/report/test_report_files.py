@@ -126,3 +126,20 @@ def test_a_periodic_write_after_the_final_page_changes_nothing(tmp_path):
     assert live.finish(None) == f"report: {tmp_path / 'report.html'}"
     assert live.write(live=True) is False  # a rewrite that was under way in its thread when the run ended
     assert "Final." in (tmp_path / "report.html").read_text()
+
+
+def test_the_runs_outages_reach_the_timeline_as_events(tmp_path):
+    import io
+
+    from synthgen.run.progress import Progress
+
+    live = LiveReport(tmp_path, interval=0, sample_every=10)
+    progress = Progress(1, io.StringIO(), tty=False)
+    progress.on_outage = live.event  # as Runner.open_report sets it
+    progress.outage_began("http://127.0.0.1:1", "connection refused", 600)
+    progress.outage_ended(42.0)
+    live.finish(None)
+    events = read_timeline(tmp_path / "timeline.jsonl").events
+    assert [(e["event"], e["detail"]) for e in events] == [
+        ("start", ""), ("outage", "connection refused"), ("recovered", "after 42 s"), ("end", "")
+    ]  # fmt: skip
