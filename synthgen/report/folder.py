@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from synthgen.config import RunConfig
 from synthgen.data.openfiles import create_new, open_output
 from synthgen.errors import UsageError
 from synthgen.report.figures import DatasetFigures
@@ -180,6 +181,12 @@ class LiveReport:
         self._final = False  # once the last page is written, a periodic write still under way is dropped
         self._writing = threading.Lock()
         self.timeline.event("start")
+
+    @classmethod
+    def for_run(cls, cfg: RunConfig, names: list[str], on_message: Callable[[str], None]) -> LiveReport:
+        """The live report of a run: its output folder, intervals and datasets' budgets."""
+        budgets = token_budgets(names, cfg.max_tokens_per_dataset, cfg.budget, cfg.expected_tokens)
+        return cls(cfg.output_dir, cfg.report_interval, cfg.status_interval, budgets, on_message)
 
     def event(self, kind: str, detail: str = "") -> None:
         self.timeline.event(kind, detail)

@@ -42,7 +42,7 @@ from synthgen.errors import (
     UsageError,
 )
 from synthgen.fmt import fmt_duration
-from synthgen.report.folder import LiveReport, token_budgets
+from synthgen.report.folder import LiveReport
 from synthgen.report.timeline import sample_of
 from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor, interleave
 from synthgen.run.dataset_run import DatasetRun, WorkItem, claim_dataset, now_iso, open_dataset, recorded_settings
@@ -110,8 +110,7 @@ class Runner:
         self.signal_name: str | None = None
         self.fatal: BaseException | None = None
         self._ignored: set[signal.Signals] = set()  # signals ignored when the run began (SIGHUP under nohup)
-        # <output-dir>/report.html and timeline.jsonl, once the run goes ahead; the CLI sets restarts to the
-        # launched server's restart count.
+        # <output-dir>/report.html and timeline.jsonl once the run goes ahead; restarts: the launched server's.
         self.report: LiveReport | None = None
         self.restarts: Callable[[], int] = lambda: 0
 
@@ -187,19 +186,13 @@ class Runner:
             self.progress.close()
 
     def open_report(self) -> None:
-        cfg = self.config
-        names = [run.name for run in self.runs]
-        budgets = token_budgets(names, cfg.max_tokens_per_dataset, cfg.budget, cfg.expected_tokens)
-        interval = cfg.report_interval
-        self.report = LiveReport(cfg.output_dir, interval, cfg.status_interval, budgets, self.progress.message)
+        self.report = LiveReport.for_run(self.config, [run.name for run in self.runs], self.progress.message)
         self.progress.on_outage = self.report.event
 
     def finish_report(self) -> str:
         """The last page of the output folder (after the timeline's last sample); the line naming it."""
-        if self.report is None:
-            return ""
-        monitor = self.pool.monitor if self.pool is not None else None
-        return self.report.finish(sample_of(self.progress, monitor, self.restarts()) if self.pool else None)
+        sample = sample_of(self.progress, self.pool.monitor, self.restarts()) if self.pool is not None else None
+        return self.report.finish(sample) if self.report is not None else ""
 
     def plan(self) -> None:
         """Decide everything before anything is written: lock and read every dataset folder, compare
