@@ -271,7 +271,8 @@ def main(argv: list[str] | None = None, stream: TextIO | None = None, tty: bool 
                 code = await runner.run()
             finally:
                 report = runner.finish_report()  # the page of the output folder, also after an error
-        write_last("\n".join(line for line in (runner.end_text, report) if line), out, config.log_file)
+        # The report page first: what to do next (rows and the export command) stays the run's last line.
+        write_last("\n".join(line for line in (report, runner.end_text) if line), out, config.log_file)
         return code
 
     def body() -> int:
