@@ -1,7 +1,7 @@
 """The render check: does an exported row train on exactly what the model saw and wrote?
 
 Each exported specforge/messages row is rendered the way its trainer will render it, tokenized, and compared
-with what it must be (``exporter.Expected``: the stored prompt ids + output ids, the output span trained and
+with what it must be (``formats.Expected``: the stored prompt ids + output ids, the output span trained and
 nothing else). Two routes:
 
     template    the model's chat template with the row's kwargs (what a trainer calling
