@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from synthgen.export.config import ExportConfig
+import pytest
+
+from synthgen.errors import UsageError
+from synthgen.export.config import ExportConfig, ExportRequest
 from synthgen.export.scan import RowRef
-from synthgen.export.select import split_rows
+from synthgen.export.select import choose_datasets, split_rows
 
 
 def refs(n: int) -> list[RowRef]:
@@ -30,3 +33,18 @@ def test_shuffle_changes_the_order_but_not_the_rows_and_no_shuffle_keeps_input_o
     shuffled, _ = split_rows(refs(50), ExportConfig(datasets=(), shuffle=True, seed=3))
     assert ordered == refs(50)
     assert shuffled != ordered and sorted(shuffled, key=lambda r: r.offset) == ordered
+
+
+def test_a_dataset_without_results_is_a_note_and_none_with_results_is_an_error(tmp_path):
+    for name in ("alpha", "beta", "gamma"):
+        (tmp_path / "prompts/short").mkdir(parents=True, exist_ok=True)
+        (tmp_path / f"prompts/short/{name}.jsonl").write_text('{"id": "1", "prompt": "hi"}\n')
+    (tmp_path / "outputs/beta").mkdir(parents=True)
+    (tmp_path / "outputs/beta/raw_responses.jsonl").write_text("")
+    request = ExportRequest(partition="short", prompts_dir=tmp_path / "prompts", output_dir=tmp_path / "outputs")
+    notes: list[str] = []
+    assert [ref.name for ref in choose_datasets(request, notes.append)] == ["beta"]
+    assert [n.split(":")[0] for n in notes] == ["alpha", "gamma"]
+    assert "every prompt was skipped" in notes[0]
+    with pytest.raises(UsageError, match=r"no results for dataset 'alpha' \(nor the 1 other datasets chosen\)"):
+        choose_datasets(ExportRequest(datasets=("alpha", "gamma"), output_dir=tmp_path / "outputs"), notes.append)
