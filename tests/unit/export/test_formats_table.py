@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from result_rows import multi_turn_row
 
@@ -33,3 +35,20 @@ def test_a_multi_turn_row_whose_history_was_re_rendered_differently_is_one_row_p
         {"id": "chat/mt#0", "input_ids": [1, 5, 10, 2], "loss_mask": [0, 0, 1, 1]},
         {"id": "chat/mt#1", "input_ids": [1, 5, 99, 6, 11, 12, 2], "loss_mask": [0, 0, 0, 0, 1, 1, 1]},
     ]
+
+
+def test_the_formats_table_of_docs_export_md_follows_the_code():
+    docs = (Path(__file__).resolve().parents[3] / "docs/export.md").read_text()
+    rows = {}
+    for line in docs.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 5:
+            rows[cells[0].strip("`")] = cells[1:]
+    assert list(rows) == sorted(formats.names())
+    for name, (shape, ids, check, own) in rows.items():
+        entry = formats.get(name)
+        assert shape.startswith(f"`{entry.shape}`"), name
+        assert ids.startswith("yes" if entry.needs_ids else "no") and check.startswith(
+            "yes" if entry.render_check else "no"
+        )
+        assert (own == "-") == (entry.refuse is None), name
