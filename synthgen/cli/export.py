@@ -20,7 +20,7 @@ from synthgen.export.pipeline import export
 EXAMPLES = f"""\
 exit codes:
   0 done   1 rows drift under --fail-on-drift (nothing written)
-  2 bad arguments, unknown dataset, missing results, nothing to export, --out is an input   5 write error
+  2 bad arguments, unknown dataset, no results at all, nothing to export, --out is an input   5 write error
 
 examples:
   # what would be exported, why rows are dropped, length distributions (writes nothing)
@@ -58,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,  # so --debug is found in argv even when parsing fails
     )
+    _which_datasets(parser)
+    _output(parser)
+    _report(parser)
+    return parser
+
+
+def _which_datasets(parser: argparse.ArgumentParser) -> None:
+    """--partition, --dataset, --budget and where they are read."""
     which = parser.add_argument_group("which datasets (default: every dataset with results under --output-dir)")
     which.add_argument(
         "--partition",
@@ -83,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"where results are read: DIR/<dataset>/{RESULTS} (default: outputs)",
     )
 
+
+def _output(parser: argparse.ArgumentParser) -> None:
+    """The format, the file and which rows go into it."""
     out = parser.add_argument_group("output")
     out.add_argument(
         "--format",
@@ -110,9 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument(
         "--keep-truncated",
         action="store_true",
-        help="keep rows cut at --max-tokens (finish_reason length), even with unclosed reasoning",
+        help="keep rows cut at --max-tokens (finish_reason length), even with unclosed reasoning; specforge "
+        "leaves out those cut before any answer (cut_empty: SpecForge's validator refuses them)",
     )
 
+
+def _report(parser: argparse.ArgumentParser) -> None:
+    """The report, the render check and the error path."""
     report = parser.add_argument_group("report")
     report.add_argument(
         "--report",
@@ -151,7 +166,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--trust-remote-code", action="store_true", help="allow the tokenizer's own code")
     report.add_argument("--debug", action="store_true", help="show the traceback of an error instead of one line")
-    return parser
 
 
 def request_from_args(args: argparse.Namespace) -> ExportRequest:
