@@ -39,10 +39,10 @@ class Voice:
 def configure(request: ExportRequest, voice: Voice) -> ExportConfig:
     """The checks on the request, the datasets, the refused destinations, then the tokenizer and routes."""
     request.check()
-    datasets = choose_datasets(request, voice.note)
+    datasets, missing = choose_datasets(request, voice.note)
     inputs = [request.budget] if request.budget is not None else []
     for target in request.targets():
-        refuse_input_destination(target, datasets, inputs)
+        refuse_input_destination(target, datasets + missing, inputs)
     config = resolve(request, datasets, voice.note)
     if request.html is not None:
         write_html(request, datasets, voice.say)

@@ -20,9 +20,12 @@ from synthgen.export.config import DatasetRef, ExportConfig, ExportRequest
 from synthgen.export.scan import RowRef
 
 
-def choose_datasets(request: ExportRequest, note: Callable[[str], None]) -> tuple[DatasetRef, ...]:
-    """The datasets of --partition, --dataset and --budget, else every one with results; those without a
-    results file are left out with a note (an error when none is left)."""
+def choose_datasets(
+    request: ExportRequest, note: Callable[[str], None]
+) -> tuple[tuple[DatasetRef, ...], tuple[DatasetRef, ...]]:
+    """(the datasets to read, the chosen ones without results): those of --partition, --dataset and --budget,
+    else every one with results. One without a results file is left out with a note (an error when none is
+    left); its folder is still no place for the export (refuse_input_destination)."""
     names = list(request.datasets) + list(request.plan.names if request.plan else ())
     names = list(dict.fromkeys(names))
     output_dir = Path(request.output_dir)
@@ -49,7 +52,7 @@ def choose_datasets(request: ExportRequest, note: Callable[[str], None]) -> tupl
             f"{ref.name}: no results ({ref.path}), left out: not run yet, or every prompt was skipped "
             f"(see {ref.path.parent / 'errors.jsonl'})"
         )
-    return tuple(ref for ref in refs if ref not in missing)
+    return tuple(ref for ref in refs if ref not in missing), tuple(missing)
 
 
 def refuse_input_destination(target: Path, datasets: Sequence[DatasetRef], inputs: Sequence[Path]) -> None:

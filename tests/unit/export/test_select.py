@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from synthgen.errors import UsageError
 from synthgen.export.config import ExportConfig, ExportRequest
+from synthgen.export.pipeline import export
 from synthgen.export.scan import RowRef
 from synthgen.export.select import choose_datasets, split_rows
 
@@ -43,8 +45,13 @@ def test_a_dataset_without_results_is_a_note_and_none_with_results_is_an_error(t
     (tmp_path / "outputs/beta/raw_responses.jsonl").write_text("")
     request = ExportRequest(partition="short", prompts_dir=tmp_path / "prompts", output_dir=tmp_path / "outputs")
     notes: list[str] = []
-    assert [ref.name for ref in choose_datasets(request, notes.append)] == ["beta"]
+    present, missing = choose_datasets(request, notes.append)
+    assert [ref.name for ref in present] == ["beta"] and [ref.name for ref in missing] == ["alpha", "gamma"]
     assert [n.split(":")[0] for n in notes] == ["alpha", "gamma"]
     assert "every prompt was skipped" in notes[0]
     with pytest.raises(UsageError, match=r"no results for dataset 'alpha' \(nor the 1 other datasets chosen\)"):
         choose_datasets(ExportRequest(datasets=("alpha", "gamma"), output_dir=tmp_path / "outputs"), notes.append)
+    out = tmp_path / "outputs/alpha/raw_responses.jsonl"  # a later run would read the export as its results
+    with pytest.raises(UsageError, match="is inside the dataset folder .*alpha being read"):
+        export(replace(request, out=out))
+    assert not out.exists()
