@@ -243,16 +243,10 @@ class Supervisor:
                 f"demo server: at most {DEMO_MAX_TOKENS} tokens per answer (its tiny model's turns end within "
                 "about 50); pass --max-tokens N to change that"
             )
+        assert self.client is not None
+        ready, timeout, fatal = self._ready, cfg.server_start_timeout, self._fatal
         self._watcher = asyncio.create_task(
-            watch(
-                server,
-                self.client,
-                self._ready,
-                cfg.server_start_timeout,  # type: ignore[arg-type]
-                self.message,
-                self._fatal,
-                self.unhealthy_restart_after,
-            )  # fmt: skip
+            watch(server, self.client, ready, timeout, self.message, fatal, self.unhealthy_restart_after)
         )
 
     def _fatal(self, exc: BaseException) -> None:
