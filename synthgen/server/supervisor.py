@@ -4,9 +4,9 @@ This module owns the policy around one launched server for the length of a run; 
 mechanics (process group, log, backoff, killing the group) are synthgen.server.launcher's, the demo
 install is synthgen.server.demo's, and "healthy" is the HTTP client's. The CLI wraps the runner in it:
 
-    runner = Runner(config, out, tty)
-    async with Supervisor(config, runner.progress.message, on_fatal=runner.fail_run):
-        return await runner.run()
+    stop = RunStop(progress, config.drain_timeout)
+    async with Supervisor(config, progress.message, on_fatal=stop.fail, lazy=True) as supervisor:
+        return await Runner(config, progress, stop=stop, before_connect=supervisor.start).run()
 
 On enter (only with --launch-server): a server already healthy at --server-url is used as it is
 and never stopped; otherwise the command (or the demo server) is started and waited for, with a
@@ -15,9 +15,9 @@ process exits or /health fails for UNHEALTHY_RESTART_AFTER seconds in a row (the
 out the gap with its own outage logic); once --server-restarts are used up it reports the error
 to `on_fatal`. On exit the server is stopped (whole process group) unless --keep-server.
 
-Signals: from enter until the runner installs its own handlers (and again on exit) SIGINT,
-SIGTERM and SIGHUP stop the server and end the run with StoppedBySignal (exit 128 + signal); a
-second signal SIGKILLs the server's group at once.
+Signals: while the server starts (and again on exit) the supervisor holds SIGINT, SIGTERM and
+SIGHUP (``synthgen.signals``; the runner has them between the two): they stop the server and end
+the run with StoppedBySignal (exit 128 + signal); a second signal SIGKILLs the server's group at once.
 
 Errors: ServerLaunchError (exit 3) when the server exits or never becomes ready at start;
 DemoSetupError (exit 3) when the demo server cannot be installed; StoppedBySignal.
@@ -33,6 +33,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from synthgen import signals
 from synthgen.config import RunConfig
 from synthgen.errors import SynthgenError
 from synthgen.server.client import SGLangClient
@@ -54,7 +55,6 @@ DEMO = "demo"
 # The demo's tiny model ends its turns within about 50 tokens; the cap keeps a sampled answer that
 # wanders (a chance of about 1e-19 per answer) from running to its 2048-token context on two CPU cores.
 DEMO_MAX_TOKENS = 256
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 WATCH_INTERVAL = 1.0
 # /health may fail for a moment under load; this long in a row, with the process still there,
 # means a hung server that only a restart brings back.
@@ -81,10 +81,6 @@ class StoppedBySignal(SynthgenError):
     def __init__(self, name: str, signum: int):
         super().__init__(f"stopped by {name}; the launched server was stopped too. Rerun the same command to resume")
         self.exit_code = 128 + signum
-
-
-def _swallow(signum: int, frame: object) -> None:
-    """A signal while the process is already on its way out after stopping its server."""
 
 
 class Supervisor:
@@ -116,7 +112,6 @@ class Supervisor:
         self._watcher: asyncio.Task[None] | None = None
         self._main: asyncio.Task[Any] | None = None
         self._signal: tuple[str, int] | None = None
-        self._handled: list[signal.Signals] = []
         self.record_path = cfg.output_dir / RECORD
         self.adopted: LaunchRecord | None = None  # a server an earlier run launched, found still running
 
@@ -217,6 +212,7 @@ class Supervisor:
             if self._signal is not None and isinstance(exc, asyncio.CancelledError):
                 raise StoppedBySignal(*self._signal) from None
             raise
+        signals.release(self._on_signal)  # ready: the signals go back to whoever held them before (the runner)
         self.message(f"{self.server.name} ready in {took:.0f} s")
         if self._demo and cfg.max_tokens == DEMO_MAX_TOKENS:
             self.message(
@@ -343,22 +339,13 @@ class Supervisor:
 
     # ------------------------------------------------------------------ signals
     def _install_signals(self) -> None:
-        loop = asyncio.get_running_loop()
-        # A signal ignored on purpose (SIGHUP under nohup) stays ignored.
-        self._handled = [sig for sig in HANDLED_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
-        for sig in self._handled:
-            loop.add_signal_handler(sig, self._on_signal, sig)
+        signals.hold(self._on_signal)  # the one owner of the signals: synthgen.signals
 
     def _remove_signals(self) -> None:
         """Only on the way out (the server is stopped): a signal from here on is one more request to stop
         a process that is already stopping, so it is swallowed rather than left to its default, which
         would kill us mid-exit with 128+signal unreported."""
-        loop = asyncio.get_running_loop()
-        for sig in self._handled:
-            loop.remove_signal_handler(sig)
-            # Not a loop handler: closing the loop (the end of asyncio.run) would put the default back.
-            signal.signal(sig, _swallow)
-        self._handled = []
+        signals.release(self._on_signal, swallow=True)
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if self._signal is None:
