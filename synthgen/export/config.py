@@ -2,7 +2,8 @@
 (ExportConfig: the datasets found, the format's table entry, the tokenizer and render-check routes loaded).
 
     request = ExportRequest(partition="short", out=Path("train.jsonl"))   # the CLI builds this
-    config = routes.resolve(request, say)                                # pipeline: datasets, tokenizer, routes
+    datasets, missing = select.choose_datasets(request, note)            # pipeline.configure does these
+    config = routes.resolve(request, datasets, note)                     # the tokenizers and routes loaded
 """
 
 from __future__ import annotations
@@ -83,10 +84,8 @@ class ExportRequest:
 
 @dataclass(frozen=True)
 class ExportConfig:
-    """What to export and how, resolved (routes.resolve).
-
-    ``tokenizer`` is a loaded tokenizer (templating.load_tokenizer) for the vocabulary check, or None.
-    """
+    """What to export and how, resolved (routes.resolve): the datasets with results, the vocabulary of each
+    (ids at or above it are malformed) and the render check's route of each."""
 
     datasets: tuple[DatasetRef, ...]
     format: str = formats.DEFAULT
@@ -95,7 +94,6 @@ class ExportConfig:
     shuffle: bool = False
     seed: int = 0
     val_fraction: float = 0.0
-    tokenizer: Any = None
     vocabs: dict[str, int] = field(default_factory=dict)  # dataset -> vocabulary size, when known
     settings: str | None = None  # export only the rows of this settings set (its id)
     # the render check: dataset -> its route (rendercheck.TemplateRoute / SpecForgeRoute); absent: not checked

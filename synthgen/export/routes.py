@@ -27,7 +27,7 @@ Say = Callable[[str], None]  # a note for the user (stderr)
 
 def resolve(request: ExportRequest, datasets: tuple[DatasetRef, ...], note: Say) -> ExportConfig:
     """The config of an export of ``datasets`` (chosen by select.choose_datasets)."""
-    tokenizer, checkers, vocabs = render_setup(request, datasets, note)
+    checkers, vocabs = render_setup(request, datasets, note)
     return ExportConfig(
         datasets=datasets,
         format=request.format,
@@ -36,7 +36,6 @@ def resolve(request: ExportRequest, datasets: tuple[DatasetRef, ...], note: Say)
         shuffle=request.shuffle,
         seed=request.seed,
         val_fraction=request.val_fraction,
-        tokenizer=tokenizer,
         vocabs=vocabs,
         checkers=checkers,
         fail_on_drift=request.fail_on_drift,
@@ -82,8 +81,8 @@ def _route(request: ExportRequest, tokenizer: Any) -> Any:
 
 def render_setup(
     request: ExportRequest, datasets: tuple[DatasetRef, ...], note: Say
-) -> tuple[Any, dict[str, Any], dict[str, int]]:
-    """(the --tokenizer, the render check's route per dataset, the vocabulary size per dataset)."""
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """(the render check's route per dataset, the vocabulary size per dataset)."""
     from synthgen.chat.templating import model_config, model_vocab_size
 
     paths = {ref.name: request.tokenizer or recorded_tokenizer(ref) for ref in datasets}
@@ -107,8 +106,7 @@ def render_setup(
         if check and tokenizer is not None:
             _check_template(ref, tokenizer, note)
             checkers[ref.name] = _route(request, tokenizer)
-    tokenizer = loaded.get(request.tokenizer) if request.tokenizer else None
-    return tokenizer, checkers, vocabs
+    return checkers, vocabs
 
 
 def _check_template(ref: DatasetRef, tokenizer: Any, note: Say) -> None:
