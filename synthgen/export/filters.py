@@ -1,8 +1,8 @@
 """Which result rows become training rows (pure): malformed rows, then the drop reasons in order.
 
 A row counts under the first reason that applies; REASONS is that order and the report's. The format decides
-two of them through its table entry (formats/base.py): ``needs_ids`` (no_ids) and its own ``refuse``
-(specforge: cut_empty).
+two of them through its table entry (formats/base.py): ``needs_ids`` (no_ids) and its own ``refuse`` (a
+Refusal: specforge's cut_empty).
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from typing import Any
 
 from synthgen.data.records import ResultRecord, typed_list
 from synthgen.export.fields import as_text, turn_ids
-from synthgen.export.formats import Format
-from synthgen.export.formats.specforge import CUT_EMPTY
+from synthgen.export.formats import FORMATS, Format
 
 # Left in a reasoning or answer field, these mean the split into reasoning and answer went wrong.
 STRAY_MARKERS = (
@@ -46,14 +45,15 @@ REASONS = {
     UNCLOSED: "reasoning never closed",
     EMPTY: "empty answer",
     STRAY: "stray think/channel markers",
-    CUT_EMPTY: "cut, with an empty answer",
+    # then each format's own (formats/*.py: Refusal)
+    **{f.refuse.reason: f.refuse.text for f in FORMATS.values() if f.refuse is not None},
 }
 HINTS = {
     OTHER_SETTINGS: "not the set --settings picks",
     NO_IDS: "rows written before ids were stored; use --format specforge or messages",
     TRUNCATED: "finish_reason length; --keep-truncated keeps them",
     STRAY: "a tag left in reasoning_content or content",
-    CUT_EMPTY: "kept by --keep-truncated but SpecForge's validator refuses an empty answer; --format tokens keeps them",
+    **{f.refuse.reason: f.refuse.hint for f in FORMATS.values() if f.refuse is not None},
 }
 
 
@@ -155,6 +155,6 @@ def drop_reason(record: ResultRecord, fmt: Format, keep_truncated: bool) -> str 
     if fmt.needs_ids and any(turn_ids(t) is None for t in turns):
         return NO_IDS
     reason = _shared_reason(turns, keep_truncated)
-    if reason is None and fmt.refuse is not None:
-        reason = fmt.refuse(record, keep_truncated)
+    if reason is None and fmt.refuse is not None and fmt.refuse.applies(record, keep_truncated):
+        return fmt.refuse.reason
     return reason

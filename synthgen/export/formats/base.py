@@ -29,8 +29,16 @@ class Exported:
 
 
 RowMaker = Callable[[ResultRecord], list[Exported]]
-# A format's own reason to leave out a row the shared filters keep: (row, --keep-truncated) -> reason or None.
-Refusal = Callable[[ResultRecord, bool], "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A format's own reason to leave out a row the shared filters keep, counted and reported as ``reason``."""
+
+    reason: str  # its name in the counts, e.g. cut_empty
+    text: str  # the report's line for it
+    hint: str  # why, and what keeps such rows
+    applies: Callable[[ResultRecord, bool], bool]  # (row, --keep-truncated) -> leave it out
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,23 +27,31 @@ from synthgen.export.fields import (
     meta,
     template_kwargs,
 )
-from synthgen.export.formats.base import Exported, register
+from synthgen.export.formats.base import Exported, Refusal, register
 
 SPECFORGE_SETTING = "data.train_only_last_turn: true"
-CUT_EMPTY = "cut_empty"
 
 
-def cut_empty(record: ResultRecord, keep_truncated: bool) -> str | None:
+def cut_before_an_answer(record: ResultRecord, keep_truncated: bool) -> bool:
     """A turn cut at --max-tokens with no answer and no call, kept by --keep-truncated: SpecForge's data validator
     (scripts/validate_regenerated_data.py) refuses a file with an empty assistant content, and a drafter learns
     nothing from a turn that ends without an answer; --format tokens keeps these rows."""
     if not keep_truncated:
-        return None  # the shared filters drop every cut row already
-    for turn in record.finished_turns:
-        calls = turn.get("tool_calls")
-        if turn.get("finish_reason") == "length" and not as_text(turn.get("content")).strip() and not calls:
-            return CUT_EMPTY
-    return None
+        return False  # the shared filters drop every cut row already
+    return any(
+        turn.get("finish_reason") == "length"
+        and not as_text(turn.get("content")).strip()
+        and not turn.get("tool_calls")
+        for turn in record.finished_turns
+    )
+
+
+CUT_EMPTY = Refusal(
+    "cut_empty",
+    "cut, with an empty answer",
+    "kept by --keep-truncated but SpecForge's validator refuses an empty answer; --format tokens keeps them",
+    cut_before_an_answer,
+)
 
 
 @register(
@@ -51,7 +59,7 @@ def cut_empty(record: ResultRecord, keep_truncated: bool) -> str | None:
     shape="{id, conversations, tools?, status, synthgen_meta}",
     needs_ids=False,
     render_check=True,
-    refuse=cut_empty,
+    refuse=CUT_EMPTY,
     note=f"specforge rows end at the one turn the model generated: train with {SPECFORGE_SETTING} "
     "(SpecForge's config), or earlier assistant turns are trained too",
 )
