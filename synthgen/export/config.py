@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from synthgen.errors import UsageError
 from synthgen.export import formats
+from synthgen.export.rendercheck import Route
 
 PROG = "export_training.py"  # the script, named in pages and messages
 DEFAULT_PROMPTS_DIR = Path("prompts")
@@ -97,7 +97,7 @@ class ExportConfig:
     vocabs: dict[str, int] = field(default_factory=dict)  # dataset -> vocabulary size, when known
     settings: str | None = None  # export only the rows of this settings set (its id)
     # the render check: dataset -> its route (rendercheck.TemplateRoute / SpecForgeRoute); absent: not checked
-    checkers: dict[str, Any] = field(default_factory=dict)
+    checkers: dict[str, Route] = field(default_factory=dict)
     fail_on_drift: bool = False
 
     @property

@@ -22,7 +22,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from synthgen.chat.templating import TOOL_TURN_SHAPES
 from synthgen.data.conversations import template_messages
@@ -53,6 +53,17 @@ SPECFORGE_MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", 
 class Rendering:
     ids: list[int]
     mask: list[int] | None  # the trained tokens, or None when the route cannot tell
+
+
+class Route(Protocol):
+    """How a trainer renders an exported row: TemplateRoute or SpecForgeRoute."""
+
+    name: str
+    system_prompt: str | None
+
+    def render(self, row: dict[str, Any]) -> Rendering: ...
+
+    def decode(self, ids: list[int]) -> str: ...
 
 
 @dataclass

@@ -17,7 +17,7 @@ from synthgen.data.provenance import recorded_sets
 from synthgen.errors import TokenizerError, UsageError
 from synthgen.export import formats
 from synthgen.export.config import DatasetRef, ExportConfig, ExportRequest
-from synthgen.export.rendercheck import SpecForgeRoute, TemplateRoute, specforge_available
+from synthgen.export.rendercheck import Route, SpecForgeRoute, TemplateRoute, specforge_available
 
 # Columns of a specforge row that are not template variables (the trainer pops or ignores them).
 TEMPLATE_SKIP_KEYS = frozenset({"id", "conversations", "tools", "status", "synthgen_meta"})
@@ -70,7 +70,7 @@ def _check_flags(request: ExportRequest, check: bool) -> None:
         )
 
 
-def _route(request: ExportRequest, tokenizer: Any) -> Any:
+def _route(request: ExportRequest, tokenizer: Any) -> Route:
     try:
         if request.specforge_template:
             return SpecForgeRoute(tokenizer, request.specforge_template)
@@ -81,7 +81,7 @@ def _route(request: ExportRequest, tokenizer: Any) -> Any:
 
 def render_setup(
     request: ExportRequest, datasets: tuple[DatasetRef, ...], note: Say
-) -> tuple[dict[str, Any], dict[str, int]]:
+) -> tuple[dict[str, Route], dict[str, int]]:
     """(the render check's route per dataset, the vocabulary size per dataset)."""
     from synthgen.chat.templating import model_config, model_vocab_size
 
@@ -89,7 +89,7 @@ def render_setup(
     check = formats.get(request.format).render_check and request.render_check
     _check_flags(request, check)
     loaded: dict[str, Any] = {}
-    checkers: dict[str, Any] = {}
+    checkers: dict[str, Route] = {}
     vocabs: dict[str, int] = {}
     for ref in datasets:
         path = paths[ref.name]

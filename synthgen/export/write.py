@@ -16,7 +16,7 @@ import orjson
 from synthgen.errors import EXIT_FAILURES, StoreWriteError, SynthgenError
 from synthgen.export.config import ExportConfig, val_path
 from synthgen.export.formats import Exported
-from synthgen.export.rendercheck import TEXT, Tally, verdict
+from synthgen.export.rendercheck import TEXT, Route, Tally, verdict
 from synthgen.export.scan import DatasetScan, RowRef, read_row
 from synthgen.export.select import split_rows
 
@@ -36,7 +36,7 @@ def json_line(row: dict[str, Any]) -> bytes:
         return json.dumps(row, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
 
 
-def check_row(tally: Tally, checker: Any, exported: Exported) -> None:
+def check_row(tally: Tally, checker: Route, exported: Exported) -> None:
     """One exported row through the render check (see rendercheck)."""
     expected = exported.expected
     if expected is None:
