@@ -11,6 +11,7 @@ from synthgen.chat.parsers.calls import (
     dumps,
 )
 from synthgen.chat.parsers.registry import tool_parser
+from synthgen.chat.parsers.scan import BlockScan
 
 _G4_DELIM = '<|"|>'
 
@@ -143,19 +144,15 @@ def gemma4(text: str, tools: Tools) -> Found:
     if start_tag not in text:
         return None
     found: list[tuple[str, str]] = []
-    search = 0
-    while True:
-        start = text.find(start_tag, search)
-        end = text.find(end_tag, start) if start != -1 else -1
-        if start == -1 or end == -1:
+    for block in BlockScan(text, start_tag, end_tag):
+        if not block.closed:
             break
-        inner = text[start + len(start_tag) : end]
+        inner = block.inner
         if inner.startswith("call:") and inner.find("{") != -1:
             brace = inner.find("{")
             content = inner[brace + 1 :]
             at = _g4_matching_brace(content)
             found.append((inner[5:brace], content[:at] if at != -1 else content))
-        search = end + len(end_tag)
     if not found:
         return text, []
     try:

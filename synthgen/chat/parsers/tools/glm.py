@@ -19,6 +19,7 @@ from synthgen.chat.parsers.calls import (
     schema_properties,
 )
 from synthgen.chat.parsers.registry import tool_parser
+from synthgen.chat.parsers.scan import BlockScan
 
 
 def _glm_type(name: str, key: str, tools: Tools) -> str | None:
@@ -407,37 +408,27 @@ def spark25(text: str, tools: Tools) -> Found:
         return None
     calls: list[Item] = []
     normal: list[str] = []
-    cursor = 0
-    while cursor < len(text):
-        start = text.find(begin, cursor)
-        if start < 0:
-            normal.append(text[cursor:])
-            break
-        normal.append(text[cursor:start])
-        end = text.find(end_tag, start + len(begin))
-        if end < 0:
-            normal.append(text[start:])
-            break
-        end += len(end_tag)
-        body = text[start + len(begin) : end - len(end_tag)]
-        first = body.find("<arg_key>")
-        name = (body if first < 0 else body[:first]).strip()
-        if not name:
-            normal.append(text[start:end])
-        else:
-            arguments: dict[str, Any] = {}
-            for m in re.finditer(r"<arg_key>(.*?)</arg_key><arg_value>(.*?)</arg_value>", body, re.DOTALL):
-                if not m.group(1):
-                    continue
-                kind = "string"
-                if tools.schemas is not None and isinstance(tools.schemas.get(name), dict):
-                    definition = schema_properties(tools.schemas[name]).get(m.group(1))
-                    if isinstance(definition, dict) and isinstance(definition.get("type"), str):
-                        kind = definition["type"]
-                arguments[m.group(1)] = _spark_value(m.group(2), kind)
-            if base_json({"name": name, "arguments": arguments}, tools):
-                calls.append(Item(name, json.dumps(arguments, ensure_ascii=False, separators=(",", ":")), len(calls)))
-        cursor = end
+    scan = BlockScan(text, begin, end_tag)
+    for block in scan:
+        normal.append(block.before)
+        first = block.inner.find("<arg_key>")
+        name = (block.inner if first < 0 else block.inner[:first]).strip()
+        if not block.closed or not name:
+            normal.append(block.outer)
+            continue
+        arguments: dict[str, Any] = {}
+        for m in re.finditer(r"<arg_key>(.*?)</arg_key><arg_value>(.*?)</arg_value>", block.inner, re.DOTALL):
+            if not m.group(1):
+                continue
+            kind = "string"
+            if tools.schemas is not None and isinstance(tools.schemas.get(name), dict):
+                definition = schema_properties(tools.schemas[name]).get(m.group(1))
+                if isinstance(definition, dict) and isinstance(definition.get("type"), str):
+                    kind = definition["type"]
+            arguments[m.group(1)] = _spark_value(m.group(2), kind)
+        if base_json({"name": name, "arguments": arguments}, tools):
+            calls.append(Item(name, json.dumps(arguments, ensure_ascii=False, separators=(",", ":")), len(calls)))
+    normal.append(scan.rest)
     return "".join(normal), calls
 
 
@@ -450,17 +441,13 @@ def iquest_q1(text: str, tools: Tools) -> Found:
         return None
     calls: list[Item] = []
     normal: list[str] = []
-    content_start = search = 0
-    while (start := text.find(bot, search)) >= 0:
-        begin = start + len(bot)
-        end = text.find(eot, begin)
-        if end < 0:
+    content_start = 0
+    for block in BlockScan(text, bot, eot):
+        if not block.closed:
             break
-        body = text[begin:end]
-        search = end + len(eot)
-        cursor = body.find("<arg_key>")
-        name = body[:cursor].strip() if cursor >= 0 else body.strip()
-        raw = body[cursor:] if cursor >= 0 else ""
+        cursor = block.inner.find("<arg_key>")
+        name = block.inner[:cursor].strip() if cursor >= 0 else block.inner.strip()
+        raw = block.inner[cursor:] if cursor >= 0 else ""
         pairs = _GLM_ARG.findall(raw)
         if not name or _GLM_ARG.sub("", raw).strip() or any(not k.strip() for k, _ in pairs):
             continue
@@ -470,8 +457,8 @@ def iquest_q1(text: str, tools: Tools) -> Found:
                 arguments[key.strip()] = value
         for item in base_json({"name": name, "arguments": arguments}, tools):
             calls.append(Item(item.name, item.arguments, len(calls)))
-        normal.append(text[content_start:start])
-        content_start = search
+        normal.append(text[content_start : block.start])
+        content_start = block.end
     normal.append(text[content_start:])
     return "".join(normal), calls
 

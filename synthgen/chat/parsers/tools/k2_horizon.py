@@ -15,6 +15,7 @@ from synthgen.chat.parsers.calls import (
     schema_properties,
 )
 from synthgen.chat.parsers.registry import tool_parser
+from synthgen.chat.parsers.scan import BlockScan
 
 _K2H_CALLS, _K2H_CALLS_END = "<ifm|tool_calls>", "</ifm|tool_calls>"
 _K2H_CALL, _K2H_CALL_END, _K2H_KEY = "<ifm|tool_call>", "</ifm|tool_call>", "<ifm|arg_key>"
@@ -168,53 +169,35 @@ def k2_horizon(text: str, tools: Tools) -> Found:
         return None
     prefix, working = _k2h_leading_reasoning(text)
     group = working.find(_K2H_CALLS)
-    if group != -1:
-        body_start = group + len(_K2H_CALLS)
-        group_end = working.find(_K2H_CALLS_END, body_start)
-        if group_end != -1:
-            region = working[body_start:group_end]
-            parsed: list[tuple[str, dict[str, Any]]] | None = []
-            cursor = 0
-            while parsed is not None and cursor < len(region):
-                start = region.find(_K2H_CALL, cursor)
-                if start == -1:
-                    parsed = parsed if parsed and not region[cursor:].strip() else None
-                    break
-                if region[cursor:start].strip():
-                    parsed = None
-                    break
-                end = region.find(_K2H_CALL_END, start + len(_K2H_CALL))
-                if end == -1:
-                    parsed = None
-                    break
-                block = _k2h_block(region[start + len(_K2H_CALL) : end], tools)
-                if block is None:
-                    parsed = None
-                    break
-                parsed.extend(block)
-                cursor = end + len(_K2H_CALL_END)
-            if not parsed:
-                return prefix + working, []
-            normal = working[:group] + working[group_end + len(_K2H_CALLS_END) :]
-            return prefix + normal, _k2h_items(parsed, tools, 0)
+    group_end = working.find(_K2H_CALLS_END, group + len(_K2H_CALLS)) if group != -1 else -1
+    if group_end != -1:
+        parsed = _k2h_group(working[group + len(_K2H_CALLS) : group_end], tools)
+        if not parsed:
+            return prefix + working, []
+        normal = working[:group] + working[group_end + len(_K2H_CALLS_END) :]
+        return prefix + normal, _k2h_items(parsed, tools, 0)
     calls: list[Item] = []
     parts: list[str] = []
-    cursor = 0
-    while True:
-        start = working.find(_K2H_CALL, cursor)
-        if start == -1:
-            parts.append(working[cursor:])
-            break
-        parts.append(working[cursor:start])
-        end = working.find(_K2H_CALL_END, start + len(_K2H_CALL))
-        if end == -1:
-            parts.append(working[start:])
-            break
-        block = _k2h_block(working[start + len(_K2H_CALL) : end], tools)
-        if block is None:
-            parts.append(working[start : end + len(_K2H_CALL_END)])
+    scan = BlockScan(working, _K2H_CALL, _K2H_CALL_END)
+    for block in scan:
+        parts.append(block.before)
+        found = _k2h_block(block.inner, tools) if block.closed else None
+        if found is None:
+            parts.append(block.outer)
         else:
-            calls.extend(_k2h_items(block, tools, len(calls)))
-        cursor = end + len(_K2H_CALL_END)
+            calls.extend(_k2h_items(found, tools, len(calls)))
+    parts.append(scan.rest)
     normal = "".join(parts).replace(_K2H_CALLS, "").replace(_K2H_CALLS_END, "")
     return prefix + normal, calls
+
+
+def _k2h_group(region: str, tools: Tools) -> list[tuple[str, dict[str, Any]]] | None:
+    """The calls of a ``<ifm|tool_calls>`` group; None unless it holds only well-formed calls."""
+    parsed: list[tuple[str, dict[str, Any]]] = []
+    scan = BlockScan(region, _K2H_CALL, _K2H_CALL_END)
+    for block in scan:
+        found = _k2h_block(block.inner, tools) if block.closed and not block.before.strip() else None
+        if found is None:
+            return None
+        parsed.extend(found)
+    return None if scan.rest.strip() else parsed

@@ -15,6 +15,7 @@ from synthgen.chat.parsers.calls import (
     schema_properties,
 )
 from synthgen.chat.parsers.registry import tool_parser
+from synthgen.chat.parsers.scan import BlockScan
 from synthgen.chat.parsers.tools.glm import _glm47_json_type
 
 _MM_FUNCTION = re.compile(r"<invoke name=\"(.*?)</invoke>|<invoke name=\"(.*)$", re.DOTALL)
@@ -93,19 +94,13 @@ def minimax_m2(text: str, tools: Tools) -> Found:
         return None
     normal: list[str] = []
     calls: list[Item] = []
-    cursor = 0
-    while True:
-        s = text.find(start, cursor)
-        if s == -1:
-            normal.append(text[cursor:])
+    scan = BlockScan(text, start, end)
+    for found in scan:
+        normal.append(found.before)
+        if not found.closed:
+            normal.append(found.outer)
             break
-        normal.append(text[cursor:s])
-        e = text.find(end, s)
-        if e == -1:
-            normal.append(text[s:])
-            break
-        block = text[s : e + len(end)]
-        cursor = e + len(end)
+        block = found.outer
         for closed, open_ in _MM_FUNCTION.findall(block):
             body = closed or open_
             if '">' not in body:
@@ -123,6 +118,7 @@ def minimax_m2(text: str, tools: Tools) -> Found:
                 value = ptext[ptext.index('">') + 2 :].lstrip("\n").rstrip("\n")
                 params[key] = _mm_convert(value, _mm_types(config[key]) if key in config else ["string"])
             calls.extend(base_json({"name": name, "arguments": params}, tools))
+    normal.append(scan.rest)
     return "".join(normal), calls
 
 
@@ -261,50 +257,41 @@ def minimax_m3(text: str, tools: Tools) -> Found:
     """MinimaxM3Detector: ``]<]minimax[>[<tool_call>`` blocks of ``<invoke name="F">`` with nested,
     schema-typed parameter elements; a malformed call leaves the whole answer as it is."""
     start_tag, end_tag = _MM3 + "<tool_call>", _MM3 + "</tool_call>"
-    invoke, invoke_end = _MM3 + '<invoke name="', _MM3 + "</invoke>"
     normalized = re.sub(re.escape(_MM3) + r"[ \t\r\n]+(?=<)", _MM3, text)
     if start_tag not in normalized:
         return None
     try:
         parts: list[str] = []
         calls: list[Item] = []
-        cursor = 0
-        while True:
-            start = normalized.find(start_tag, cursor)
-            if start == -1:
-                parts.append(normalized[cursor:])
+        scan = BlockScan(normalized, start_tag, end_tag)
+        for block in scan:
+            parts.append(block.before)
+            if not block.closed:
+                parts.append(block.outer)
                 break
-            parts.append(normalized[cursor:start])
-            end = normalized.find(end_tag, start)
-            if end == -1:
-                parts.append(normalized[start:])
-                break
-            block = normalized[start + len(start_tag) : end]
-            cursor = end + len(end_tag)
-            at = 0
-            while True:
-                s = block.find(invoke, at)
-                e = block.find(invoke_end, s)
-                if s == -1 or e == -1:
-                    break
-                call = block[s:e]
-                at = e + len(invoke_end)
-                name_end = call.find('">', len(invoke))
-                if name_end == -1:
-                    continue
-                name = call[len(invoke) : name_end]
-                schema = tools.schemas.get(name) if tools.schemas is not None else None
-                params = _mm3_parameters(call[name_end + 2 :], schema if isinstance(schema, dict) else None)
-                try:
-                    found = (
-                        base_json({"name": name, "arguments": params}, tools)
-                        if tools.schemas
-                        else [Item(name, dumps(params))]
-                    )
-                except Exception:
-                    continue
-                for item in found:
-                    calls.append(Item(item.name, item.arguments, len(calls)))
+            _mm3_calls(block.inner, tools, calls)
+        parts.append(scan.rest)
         return "".join(parts), calls
     except Exception:
         return text, []
+
+
+def _mm3_calls(block: str, tools: Tools, calls: list[Item]) -> None:
+    """The ``<invoke name="F">`` calls of one block, appended to ``calls``; a malformed one raises."""
+    for invoke in BlockScan(block, _MM3 + '<invoke name="', _MM3 + "</invoke>"):
+        if not invoke.closed:
+            break
+        name_end = invoke.inner.find('">')
+        if name_end == -1:
+            continue
+        name = invoke.inner[:name_end]
+        schema = tools.schemas.get(name) if tools.schemas is not None else None
+        params = _mm3_parameters(invoke.inner[name_end + 2 :], schema if isinstance(schema, dict) else None)
+        try:
+            found = (
+                base_json({"name": name, "arguments": params}, tools) if tools.schemas else [Item(name, dumps(params))]
+            )
+        except Exception:
+            continue
+        for item in found:
+            calls.append(Item(item.name, item.arguments, len(calls)))
