@@ -54,19 +54,37 @@ def _reject_constant(value: str) -> None:
     raise ValueError(f"Invalid JSON constant: {value}")
 
 
-def _dsml(block_name: str, invoke_name: str = "invoke", parameter_name: str = "parameter") -> Any:
-    """DeepSeekV32Detector and its subclasses, which rename the DSML tags."""
-    dsml = "｜DSML｜"
-    block, invoke, parameter = f"{dsml}{block_name}", f"{dsml}{invoke_name}", f"{dsml}{parameter_name}"
-    bot, invoke_start = f"<{block}>", f"<{invoke}"
-    parameter_re = rf'<{parameter}\s+name="([^"]+)"\s+string="([^"]+)"\s*>(.*?)</{parameter}>'
-    invoke_re = (
-        rf'<{invoke}\s+name="(?P<name>[^"]+)"\s*'
-        r"(?:(?P<self_close>/>)"
-        rf"|>(?P<body>.*?)(?P<end>(?:</{invoke}>|$)))"
-    )
+_DSML = "｜DSML｜"
 
-    def parameters(body: str) -> str:
+
+def _dsml_before(text: str) -> str:
+    """The answer when no block opens: the text before the first DSML tag (its ``<``/``</`` too)."""
+    idx = text.find(_DSML)
+    if idx == -1:
+        return text
+    if idx >= 2 and text[idx - 2 : idx] == "</":
+        idx -= 2
+    elif idx >= 1 and text[idx - 1] == "<":
+        idx -= 1
+    return text[:idx].removesuffix("\n\n")
+
+
+class _Dsml:
+    """DeepSeekV32Detector and its subclasses, which rename the DSML tags."""
+
+    def __init__(self, block_name: str, invoke_name: str = "invoke", parameter_name: str = "parameter") -> None:
+        block, invoke, parameter = f"{_DSML}{block_name}", f"{_DSML}{invoke_name}", f"{_DSML}{parameter_name}"
+        self.bot, self.invoke_start = f"<{block}>", f"<{invoke}"
+        self.section_re = re.compile(rf"<{block}>(.*?)</{block}>", re.DOTALL)
+        self.parameter_re = re.compile(
+            rf'<{parameter}\s+name="([^"]+)"\s+string="([^"]+)"\s*>(.*?)</{parameter}>', re.DOTALL
+        )
+        self.invoke_re = re.compile(
+            rf'<{invoke}\s+name="(?P<name>[^"]+)"\s*(?:(?P<self_close>/>)|>(?P<body>.*?)(?P<end>(?:</{invoke}>|$)))',
+            re.DOTALL,
+        )
+
+    def parameters(self, body: str) -> str:
         stripped = body.strip()
         if stripped.startswith("{"):
             parsed = json.loads(stripped, parse_constant=_reject_constant)
@@ -74,7 +92,7 @@ def _dsml(block_name: str, invoke_name: str = "invoke", parameter_name: str = "p
                 raise ValueError("DeepSeek tool arguments must be a JSON object")
             return stripped
         params: dict[str, Any] = {}
-        matches = list(re.finditer(parameter_re, body, re.DOTALL))
+        matches = list(self.parameter_re.finditer(body))
         leftover: list[str] = []
         last = 0
         for m in matches:
@@ -90,60 +108,45 @@ def _dsml(block_name: str, invoke_name: str = "invoke", parameter_name: str = "p
                     params[key] = value.strip()
         leftover.append(body[last:])
         rest = "".join(leftover)
-        if dsml in rest or (not matches and rest.strip()):
+        if _DSML in rest or (not matches and rest.strip()):
             raise ValueError("Malformed DeepSeek tool parameter")
         return dumps(params)
 
-    def before_dsml(text: str) -> str:
-        idx = text.find(dsml)
-        if idx == -1:
-            return text
-        if idx >= 2 and text[idx - 2 : idx] == "</":
-            idx -= 2
-        elif idx >= 1 and text[idx - 1] == "<":
-            idx -= 1
-        return text[:idx].removesuffix("\n\n")
-
-    def parse(text: str, tools: Tools) -> Found:
-        if bot not in text and invoke_start not in text:
+    def __call__(self, text: str, tools: Tools) -> Found:
+        if self.bot not in text and self.invoke_start not in text:
             return None
-        idx = text.find(bot)
+        idx = text.find(self.bot)
         if idx != -1:
             normal = text[:idx].removesuffix("\n\n")
-            sections = re.findall(rf"<{block}>(.*?)</{block}>", text, re.DOTALL)
+            sections = self.section_re.findall(text)
         else:
-            normal, sections = before_dsml(text), [text[text.find(invoke_start) :]]
+            normal, sections = _dsml_before(text), [text[text.find(self.invoke_start) :]]
         calls: list[Item] = []
         try:
             for section in sections:
-                for m in re.finditer(invoke_re, section, re.DOTALL):
-                    name = m.group("name").strip()
-                    if m.group("self_close"):
-                        body, complete = "", True
-                    else:
-                        body, complete = m.group("body"), bool(m.group("end"))
-                    if not complete:
+                for m in self.invoke_re.finditer(section):
+                    if not (m.group("self_close") or m.group("end")):
                         continue
                     try:
-                        arguments = parameters(body)
+                        arguments = self.parameters("" if m.group("self_close") else m.group("body"))
                     except ValueError:
                         continue
-                    calls.extend(base_json({"name": name, "parameters": json.loads(arguments)}, tools))
+                    calls.extend(
+                        base_json({"name": m.group("name").strip(), "parameters": json.loads(arguments)}, tools)
+                    )
         except Exception:
             pass  # SGLang keeps the calls found so far
         return normal, calls
 
-    return parse
-
 
 deepseekv32 = tool_parser(
     "deepseekv32", family="DeepSeek", splits='`<｜DSML｜function_calls>` `<｜DSML｜invoke name="F">`'
-)(_dsml("function_calls"))
+)(_Dsml("function_calls"))
 # DeepSeekV4Detector: DeepSeekV32Detector with a <｜DSML｜tool_calls> block
 deepseekv4 = tool_parser("deepseekv4", family="DeepSeek", splits='`<｜DSML｜tool_calls>` `<｜DSML｜invoke name="F">`')(
-    _dsml("tool_calls")
+    _Dsml("tool_calls")
 )
 # DeepSeekV41Detector: V3.2 with renamed tags
 deepseekv41 = tool_parser("deepseekv41", family="DeepSeek", splits='`<｜DSML｜ calls>` `<｜DSML｜ invoke name="F">`')(
-    _dsml(" calls", " invoke", " parameter")
+    _Dsml(" calls", " invoke", " parameter")
 )
