@@ -3,6 +3,7 @@ chains them (``serving_chat``), with ids SGLang's shape but reproducible."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,17 +62,35 @@ class OutputParser:
         tool_call: str | None,
         think_start: str = "<think>",
         think_end: str = "</think>",
+        decode: Callable[[list[int]], str] | None = None,
     ) -> None:
+        """``decode``: token ids to text with special tokens kept (the served tokenizer's), to read the stop
+        token a generation ended on (:func:`synthgen.run.model.stop_token`)."""
         self.reasoning = reasoning if reasoning is None else _known("reasoning", reasoning)
         self.tool_call = tool_call if tool_call is None else _known("tool-call", tool_call)
         self.think_start = think_start
         self.think_end = think_end
+        self.decode = decode
 
     def opens_reasoning(self, prompt: str) -> bool:
         return prompt_opens_reasoning(prompt, self.reasoning, self.think_start)
 
-    def split(self, text: str, prompt_opens_reasoning: bool, tool_parsing: bool = False) -> Split:
-        """``tool_parsing``: a tool-call parser reads the answer next (Muse then keeps channel framing)."""
+    def grammar_ends(self, tool_parsing: bool) -> tuple[str, ...]:
+        """The tokens that close a block in the grammar of the parsers applied (reasoning, then tool calls)."""
+        ends = REASONING[self.reasoning].ends if self.reasoning is not None else ()
+        if tool_parsing and self.tool_call is not None:
+            ends += TOOL_CALL[self.tool_call].ends
+        return ends
+
+    def _written(self, text: str, stop: str, tool_parsing: bool) -> str:
+        """What the model wrote: ``text`` and the stop token it stopped on, when that token is part of the
+        parsers' grammar (gpt-oss's ``<|call|>``): SGLang's ``text`` leaves a matched stop token out."""
+        return text + stop if stop and stop in self.grammar_ends(tool_parsing) else text
+
+    def split(self, text: str, prompt_opens_reasoning: bool, tool_parsing: bool = False, stop: str = "") -> Split:
+        """``tool_parsing``: a tool-call parser reads the answer next (Muse then keeps channel framing);
+        ``stop``: the stop token the generation ended on, as text ("" if none or unknown)."""
+        text = self._written(text, stop, tool_parsing)
         if self.reasoning is None:
             return split_reasoning(text, prompt_opens_reasoning, self.think_start, self.think_end)
         return REASONING[self.reasoning].split(text, prompt_opens_reasoning, tool_parsing)
@@ -83,10 +102,12 @@ class OutputParser:
         call_id_prefix: str = "",
         history_tool_calls: int = 0,
         tools: list[Any] | None = None,
+        stop: str = "",
     ) -> ParsedOutput:
         """``history_tool_calls``: tool calls in the conversation before this turn (Kimi ids count on);
-        ``tools``: the request's OpenAI tool list (None: every function counts as declared)."""
-        split = self.split(text, prompt_opens_reasoning, self.tool_call is not None)
+        ``tools``: the request's OpenAI tool list (None: every function counts as declared); ``stop``: the
+        stop token the generation ended on, as text (see :meth:`split`)."""
+        split = self.split(text, prompt_opens_reasoning, self.tool_call is not None, stop)
         content, calls = split.content, list[dict[str, Any]]()
         if self.tool_call is not None:
             try:

@@ -54,6 +54,7 @@ class ReasoningEntry:
     family: str  # "think tags" or "own rule"
     splits: str  # what it splits, for the docs table
     opening: str | None  # the tag a rendered prompt may end with to open the reasoning (None: the prompt cannot)
+    ends: tuple[str, ...] = ()  # tokens that close a block of its grammar (see ``tool_parser``)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class ToolEntry:
     parse: ToolParser
     family: str
     splits: str
+    ends: tuple[str, ...] = ()  # tokens that close a call in its grammar (see ``tool_parser``)
 
 
 REASONING: dict[str, ReasoningEntry] = {}
@@ -78,29 +80,37 @@ def _check(kind: str, name: str, sglang: tuple[str, ...], registered: dict[str, 
         raise RuntimeError(f"{kind} parser {name!r} is registered twice")
 
 
-def add_reasoning(name: str, split: ReasoningSplit, family: str, splits: str, opening: str | None = None) -> None:
+def add_reasoning(
+    name: str, split: ReasoningSplit, family: str, splits: str, opening: str | None = None, ends: tuple[str, ...] = ()
+) -> None:
     _check("reasoning", name, SGLANG_REASONING, dict(REASONING))
-    REASONING[name] = ReasoningEntry(name, split, family, splits, opening)
+    REASONING[name] = ReasoningEntry(name, split, family, splits, opening, ends)
 
 
-def reasoning_parser(*names: str, splits: str, opening: str | None = None) -> Callable[[S], S]:
+def reasoning_parser(
+    *names: str, splits: str, opening: str | None = None, ends: tuple[str, ...] = ()
+) -> Callable[[S], S]:
     """Registers a reasoning detector with a one-shot rule of its own under SGLang's ``names``."""
 
     def register(split: S) -> S:
         for name in names:
-            add_reasoning(name, split, "own rule", splits, opening)
+            add_reasoning(name, split, "own rule", splits, opening, ends)
         return split
 
     return register
 
 
-def tool_parser(*names: str, family: str, splits: str) -> Callable[[T], T]:
-    """Registers a tool-call detector under SGLang's ``names``: ``(text, tools) -> Found``."""
+def tool_parser(*names: str, family: str, splits: str, ends: tuple[str, ...] = ()) -> Callable[[T], T]:
+    """Registers a tool-call detector under SGLang's ``names``: ``(text, tools) -> Found``.
+
+    ``ends``: the tokens that close a call in its grammar. When the model stops on one (a stop token:
+    gpt-oss's ``<|call|>``), the server's ``text`` leaves it out but the model wrote it; the row's parse
+    puts it back (:meth:`synthgen.chat.parsers.output.OutputParser.parse`, ``stop``)."""
 
     def register(parse: T) -> T:
         for name in names:
             _check("tool-call", name, SGLANG_TOOL_CALL, dict(TOOL_CALL))
-            TOOL_CALL[name] = ToolEntry(name, parse, family, splits)
+            TOOL_CALL[name] = ToolEntry(name, parse, family, splits, ends)
         return parse
 
     return register

@@ -260,7 +260,9 @@ def harmony_events(text: str) -> list[Event]:
     return kept
 
 
-@reasoning_parser("gpt-oss", splits="Harmony channels: `analysis` is reasoning, `final`/`commentary` the answer")
+@reasoning_parser(
+    "gpt-oss", splits="Harmony channels: `analysis` is reasoning, `final`/`commentary` the answer", ends=("<|call|>",)
+)
 def gpt_oss(text: str, opened: bool, tool_parsing: bool = False) -> Split:
     """GptOssDetector: HarmonyParser events; tool-call blocks stay in the answer with their markers."""
     events = harmony_events(text)

@@ -33,7 +33,9 @@ INKLING_CONTROL = sorted(
 )
 
 
-@reasoning_parser("inkling", splits="typed blocks `<|content_thinking|>` / `<|content_text|>`")
+@reasoning_parser(
+    "inkling", splits="typed blocks `<|content_thinking|>` / `<|content_text|>`", ends=("<|end_message|>",)
+)
 def inkling(text: str, opened: bool, tool_parsing: bool = False) -> Split:
     """InklingDetector._parse_blocks, one shot: typed content blocks (thinking, text, tool invocations)."""
 

@@ -140,13 +140,22 @@ class _Dsml:
 
 
 deepseekv32 = tool_parser(
-    "deepseekv32", family="DeepSeek", splits='`<｜DSML｜function_calls>` `<｜DSML｜invoke name="F">`'
+    "deepseekv32",
+    family="DeepSeek",
+    splits='`<｜DSML｜function_calls>` `<｜DSML｜invoke name="F">`',
+    ends=("</｜DSML｜function_calls>",),
 )(_Dsml("function_calls"))
 # DeepSeekV4Detector: DeepSeekV32Detector with a <｜DSML｜tool_calls> block
-deepseekv4 = tool_parser("deepseekv4", family="DeepSeek", splits='`<｜DSML｜tool_calls>` `<｜DSML｜invoke name="F">`')(
-    _Dsml("tool_calls")
-)
+deepseekv4 = tool_parser(
+    "deepseekv4",
+    family="DeepSeek",
+    splits='`<｜DSML｜tool_calls>` `<｜DSML｜invoke name="F">`',
+    ends=("</｜DSML｜tool_calls>",),
+)(_Dsml("tool_calls"))
 # DeepSeekV41Detector: V3.2 with renamed tags
-deepseekv41 = tool_parser("deepseekv41", family="DeepSeek", splits='`<｜DSML｜ calls>` `<｜DSML｜ invoke name="F">`')(
-    _Dsml(" calls", " invoke", " parameter")
-)
+deepseekv41 = tool_parser(
+    "deepseekv41",
+    family="DeepSeek",
+    splits='`<｜DSML｜ calls>` `<｜DSML｜ invoke name="F">`',
+    ends=("</｜DSML｜ calls>",),
+)(_Dsml(" calls", " invoke", " parameter"))

@@ -136,7 +136,12 @@ def _g4_matching_brace(text: str) -> int:
     return i - 1 if depth == 0 else -1
 
 
-@tool_parser("gemma4", family="Gemma-4 calls", splits='`<|tool_call>call:NAME{key:<|"|>v<|"|>}<tool_call|>`')
+@tool_parser(
+    "gemma4",
+    family="Gemma-4 calls",
+    splits='`<|tool_call>call:NAME{key:<|"|>v<|"|>}<tool_call|>`',
+    ends=("<tool_call|>",),
+)
 def gemma4(text: str, tools: Tools) -> Found:
     """Gemma4Detector: ``<|tool_call>call:NAME{key:value,...}<tool_call|>``, strings in ``<|"|>``;
     calls are not checked against the tools."""

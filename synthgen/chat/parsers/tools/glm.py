@@ -67,7 +67,11 @@ _GLM45_DETAIL = r"<tool_call>(.*?)(?:\\n|\n)(.*)</tool_call>"
 
 
 @tool_parser(
-    "glm", "glm45", family="XML arguments (schema-converted)", splits="`<tool_call>NAME\\n<arg_key>…<arg_value>…`"
+    "glm",
+    "glm45",
+    family="XML arguments (schema-converted)",
+    splits="`<tool_call>NAME\\n<arg_key>…<arg_value>…`",
+    ends=("</tool_call>",),
 )
 def glm45(text: str, tools: Tools, detail_re: str = _GLM45_DETAIL) -> Found:
     """Glm4MoeDetector: ``<tool_call>NAME\\n<arg_key>k</arg_key><arg_value>v</arg_value>...</tool_call>``."""
@@ -113,7 +117,12 @@ def _coerce47(value: Any, kind: str | None) -> Any:
     return value
 
 
-@tool_parser("glm47", family="XML arguments (schema-converted)", splits="`<tool_call>NAME<arg_key>…<arg_value>…`")
+@tool_parser(
+    "glm47",
+    family="XML arguments (schema-converted)",
+    splits="`<tool_call>NAME<arg_key>…<arg_value>…`",
+    ends=("</tool_call>",),
+)
 def glm47(text: str, tools: Tools) -> Found:
     """Glm47MoeDetector: GLM-4.7's ``<tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value>...``
     (no newline after the name); every text outside the calls is the answer; values typed by the schema,
@@ -325,7 +334,10 @@ def glm47_arguments(pairs: list[tuple[str, str]], name: str, tools: Tools) -> di
 
 
 @tool_parser(
-    "ling3", family="XML arguments (schema-converted)", splits="GLM-4.5's, the newline after the name optional"
+    "ling3",
+    family="XML arguments (schema-converted)",
+    splits="GLM-4.5's, the newline after the name optional",
+    ends=("</tool_call>",),
 )
 def ling3(text: str, tools: Tools) -> Found:
     """Ling3Detector: GLM-4.5's format, the name's newline optional before ``<arg_key>``/``</tool_call>``."""
@@ -349,7 +361,12 @@ def _poolside_value(raw: str, schema: dict[str, Any], key: str) -> Any:
     return raw
 
 
-@tool_parser("poolside_v1", family="XML arguments (schema-converted)", splits="`<tool_call>NAME<arg_key>…<arg_value>…`")
+@tool_parser(
+    "poolside_v1",
+    family="XML arguments (schema-converted)",
+    splits="`<tool_call>NAME<arg_key>…<arg_value>…`",
+    ends=("</tool_call>",),
+)
 def poolside_v1(text: str, tools: Tools) -> Found:
     """PoolsideV1Detector: ``<tool_call>NAME`` then ``<arg_key>``/``<arg_value>`` pairs."""
     if "<tool_call>" not in text:
@@ -398,7 +415,10 @@ def _spark_value(value: str, kind: str) -> Any:
 
 
 @tool_parser(
-    "spark25", family="XML arguments (schema-converted)", splits="`<tool_call>NAME<arg_key>…<arg_value>…`, compact JSON"
+    "spark25",
+    family="XML arguments (schema-converted)",
+    splits="`<tool_call>NAME<arg_key>…<arg_value>…`, compact JSON",
+    ends=("</tool_call>",),
 )
 def spark25(text: str, tools: Tools) -> Found:
     """Spark25Detector: ``<tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>``;
@@ -432,7 +452,12 @@ def spark25(text: str, tools: Tools) -> Found:
     return "".join(normal), calls
 
 
-@tool_parser("iquest_q1", family="XML arguments (schema-converted)", splits="GLM-4.7's inside `<iquest_tool_call>`")
+@tool_parser(
+    "iquest_q1",
+    family="XML arguments (schema-converted)",
+    splits="GLM-4.7's inside `<iquest_tool_call>`",
+    ends=("</iquest_tool_call>",),
+)
 def iquest_q1(text: str, tools: Tools) -> Found:
     """IQuestQ1Detector: GLM-4.7's arguments inside ``<iquest_tool_call>...</iquest_tool_call>``; a
     malformed block stays in the answer, string-typed values keep their raw text."""
@@ -535,7 +560,10 @@ _HY_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>",
 
 
 @tool_parser(
-    "hunyuan", family="XML arguments (schema-converted)", splits="`<tool_calls><tool_call>NAME<tool_sep><arg_key>…`"
+    "hunyuan",
+    family="XML arguments (schema-converted)",
+    splits="`<tool_calls><tool_call>NAME<tool_sep><arg_key>…`",
+    ends=("</tool_calls>",),
 )
 def hunyuan(text: str, tools: Tools) -> Found:
     """HunyuanDetector (no tokenizer: the bare tags): ``<tool_calls><tool_call>NAME<tool_sep>`` then

@@ -19,7 +19,7 @@ _OSS_CALL = re.compile(
 )
 
 
-@tool_parser("gpt-oss", family="Harmony", splits="`commentary to=functions.NAME` blocks")
+@tool_parser("gpt-oss", family="Harmony", splits="`commentary to=functions.NAME` blocks", ends=("<|call|>",))
 def gpt_oss(text: str, tools: Tools) -> Found:
     """GptOssDetector: Harmony ``commentary to=functions.NAME`` blocks; the answer is the other events."""
     if "<|start|>assistant<|channel|>commentary" not in text:

@@ -175,7 +175,9 @@ def _mistral_compact(text: str) -> tuple[str, Any, int] | None:
         return None
 
 
-@tool_parser("apertus2509", family="JSON", splits='`<|tools_prefix|>[{"NAME": {…}}]<|tools_suffix|>`')
+@tool_parser(
+    "apertus2509", family="JSON", splits='`<|tools_prefix|>[{"NAME": {…}}]<|tools_suffix|>`', ends=("<|tools_suffix|>",)
+)
 def apertus2509(text: str, tools: Tools) -> Found:
     """Apertus2509Detector: ``<|tools_prefix|>[{"NAME": {args}}, ...]<|tools_suffix|>`` blocks."""
     bot, suffix = "<|tools_prefix|>[", "<|tools_suffix|>"
@@ -255,7 +257,12 @@ def _reject_nonfinite(value: str) -> float:
     raise ValueError(f"{value} is not a valid JSON number")
 
 
-@tool_parser("inkling", family="JSON", splits='`<|content_invoke_tool_json|>{"name", "args"}<|end_message|>`')
+@tool_parser(
+    "inkling",
+    family="JSON",
+    splits='`<|content_invoke_tool_json|>{"name", "args"}<|end_message|>`',
+    ends=("<|end_message|>",),
+)
 def inkling(text: str, tools: Tools) -> Found:
     """InklingDetector: ``<|content_invoke_tool_json|>{"name", "args"}<|end_message|>`` blocks (and text
     invocations, a call with no name); a malformed turn falls back to its last JSON call."""
@@ -335,7 +342,12 @@ def _partial_json(text: str) -> Any:
         raise json.JSONDecodeError("partial_json_parser assertion (treat as incomplete)", text, 0) from e
 
 
-@tool_parser("cohere_command4", family="JSON", splits="`<|START_ACTION|>[{tool_name, parameters}]<|END_ACTION|>`")
+@tool_parser(
+    "cohere_command4",
+    family="JSON",
+    splits="`<|START_ACTION|>[{tool_name, parameters}]<|END_ACTION|>`",
+    ends=("<|END_ACTION|>",),
+)
 def cohere_command4(text: str, tools: Tools) -> Found:
     """CohereCommand4Detector: ``<|START_ACTION|>[{"tool_name", "parameters"}, ...]<|END_ACTION|>``; a
     cut-off action block is read as partial JSON."""

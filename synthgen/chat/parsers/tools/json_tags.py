@@ -15,7 +15,9 @@ from synthgen.chat.parsers.calls import (
 from synthgen.chat.parsers.registry import tool_parser
 
 
-@tool_parser("qwen", "qwen25", family="JSON in tags", splits="`<tool_call>\\n{json}\\n</tool_call>`")
+@tool_parser(
+    "qwen", "qwen25", family="JSON in tags", splits="`<tool_call>\\n{json}\\n</tool_call>`", ends=("</tool_call>",)
+)
 def qwen25(text: str, tools: Tools) -> Found:
     """Qwen25Detector: ``<tool_call>\\n{json}\\n</tool_call>``; the answer is the text before, stripped."""
     bot, eot = "<tool_call>\n", "\n</tool_call>"
@@ -31,7 +33,7 @@ def qwen25(text: str, tools: Tools) -> Found:
     return text[: text.find(bot)].strip(), calls
 
 
-@tool_parser("hermes", family="JSON in tags", splits="`<tool_call>{json}</tool_call>`")
+@tool_parser("hermes", family="JSON in tags", splits="`<tool_call>{json}</tool_call>`", ends=("</tool_call>",))
 def hermes(text: str, tools: Tools) -> Found:
     """HermesDetector: ``<tool_call>{json}</tool_call>`` (or unclosed at the end)."""
     if "<tool_call>" not in text:
@@ -48,7 +50,12 @@ def hermes(text: str, tools: Tools) -> Found:
     return normal, calls
 
 
-@tool_parser("interns1", family="JSON in tags", splits="`<|action_start|> <|plugin|>{json}<|action_end|>`")
+@tool_parser(
+    "interns1",
+    family="JSON in tags",
+    splits="`<|action_start|> <|plugin|>{json}<|action_end|>`",
+    ends=("<|action_end|>",),
+)
 def internlm(text: str, tools: Tools) -> Found:
     """InternlmDetector: ``<|action_start|> <|plugin|>{json}<|action_end|>``."""
     bot, eot = "<|action_start|> <|plugin|>", "<|action_end|>"
@@ -75,7 +82,9 @@ def internlm(text: str, tools: Tools) -> Found:
     return normal, calls
 
 
-@tool_parser("trinity", family="JSON in tags", splits="Qwen 2.5's, `<think>` tags removed first")
+@tool_parser(
+    "trinity", family="JSON in tags", splits="Qwen 2.5's, `<think>` tags removed first", ends=("</tool_call>",)
+)
 def trinity(text: str, tools: Tools) -> Found:
     """TrinityDetector: Qwen 2.5's format with any <think>/</think> removed first."""
     return qwen25(text.replace("<think>", "").replace("</think>", ""), tools)

@@ -161,6 +161,7 @@ def _k2h_leading_reasoning(text: str) -> tuple[str, str]:
     "k2_horizon",
     family="XML arguments (schema-converted)",
     splits="`<ifm|tool_call>NAME<ifm|arg_key>…<ifm|arg_value>…`",
+    ends=("</ifm|tool_call>",),
 )
 def k2_horizon(text: str, tools: Tools) -> Found:
     """K2V3Detector (K2 Horizon IFM tokens): ``<ifm|tool_call>NAME<ifm|arg_key>k</ifm|arg_key>

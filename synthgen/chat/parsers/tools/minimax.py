@@ -85,6 +85,7 @@ def _mm_convert(value: str, types: list[str]) -> Any:
     "minimax-m2",
     family="XML arguments (schema-converted)",
     splits='`<minimax:tool_call><invoke name="F"><parameter name="K">…`',
+    ends=("</minimax:tool_call>",),
 )
 def minimax_m2(text: str, tools: Tools) -> Found:
     """MinimaxM2Detector: ``<minimax:tool_call><invoke name="F"><parameter name="K">v</parameter>...``;
@@ -252,6 +253,7 @@ def _mm3_parameters(body: str, schema: Any) -> Any:
     "minimax-m3",
     family="XML arguments (schema-converted)",
     splits='`]<]minimax[>[<tool_call>` `<invoke name="F">`, nested elements',
+    ends=("</tool_call>",),
 )
 def minimax_m3(text: str, tools: Tools) -> Found:
     """MinimaxM3Detector: ``]<]minimax[>[<tool_call>`` blocks of ``<invoke name="F">`` with nested,

@@ -31,6 +31,7 @@ _QC_PARAMETER = re.compile(r"<parameter=(.*?)(?:</parameter>|(?=<parameter=)|(?=
     "step3p5",
     family="XML arguments (schema-converted)",
     splits="`<tool_call><function=NAME><parameter=KEY>…`",
+    ends=("</tool_call>",),
 )
 def qwen3_coder(text: str, tools: Tools) -> Found:
     """Qwen3CoderDetector: ``<tool_call><function=NAME><parameter=KEY>value</parameter>...``; values take
@@ -102,7 +103,12 @@ def _mimo_value(value: str, param: str, name: str, tools: Tools) -> Any:
         return value
 
 
-@tool_parser("mimo", family="XML arguments (schema-converted)", splits="`<tool_call><function=NAME><parameter=K>…`")
+@tool_parser(
+    "mimo",
+    family="XML arguments (schema-converted)",
+    splits="`<tool_call><function=NAME><parameter=K>…`",
+    ends=("</tool_call>",),
+)
 def mimo(text: str, tools: Tools) -> Found:
     """MiMoDetector: ``<tool_call><function=NAME><parameter=K>v</parameter></function></tool_call>``;
     a call to an undeclared function stays in the answer."""
@@ -181,7 +187,12 @@ def _dots_value(value: str, kind: Any) -> Any:
         return value
 
 
-@tool_parser("dots", family="XML arguments (schema-converted)", splits="`<dots_function_call>` JSON or `<invoke>`")
+@tool_parser(
+    "dots",
+    family="XML arguments (schema-converted)",
+    splits="`<dots_function_call>` JSON or `<invoke>`",
+    ends=("</dots_function_call>",),
+)
 def dots(text: str, tools: Tools) -> Found:
     """DotsToolDetector: ``<dots_function_call>`` blocks holding a JSON object or XML ``<invoke>``s."""
     at = text.find("<dots_function_call>")
@@ -234,7 +245,10 @@ def _step3_value(value: str) -> Any:
 
 
 @tool_parser(
-    "step3", family="XML arguments (schema-converted)", splits='`<｜tool_calls_begin｜>` `<steptml:invoke name="F">`'
+    "step3",
+    family="XML arguments (schema-converted)",
+    splits='`<｜tool_calls_begin｜>` `<steptml:invoke name="F">`',
+    ends=("<｜tool_calls_end｜>",),
 )
 def step3(text: str, tools: Tools) -> Found:
     """Step3Detector: ``<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke ...>``."""
@@ -286,7 +300,12 @@ def _gcml_strip(text: str) -> str:
     return re.sub(r"(?:<\|message_sep\|>|</s>)+\s*$", "", text)
 
 
-@tool_parser("gigachat35", family="XML arguments", splits='`<｜GCML｜tool_calls>` `<｜GCML｜invoke name="F">`')
+@tool_parser(
+    "gigachat35",
+    family="XML arguments",
+    splits='`<｜GCML｜tool_calls>` `<｜GCML｜invoke name="F">`',
+    ends=("</｜GCML｜tool_calls>",),
+)
 def gigachat35(text: str, tools: Tools) -> Found:
     """GigaChat35Detector: ``<｜GCML｜tool_calls><｜GCML｜invoke name="F"><｜GCML｜parameter ...>``."""
     if "<｜GCML｜tool_calls>" not in text:
@@ -363,6 +382,7 @@ def _cpm_xml(
     "minicpm5",
     family="XML arguments (schema-converted)",
     splits='`<function name="F"><param name="K">…</param></function>`',
+    ends=("</function>",),
 )
 def minicpm5(text: str, tools: Tools) -> Found:
     """MiniCPM5Detector: ``<function name="F"><param name="K">v</param></function>`` read as XML (then by
