@@ -75,6 +75,8 @@ def _g4_array(text: str) -> list[Any]:
             start = i
             while i < len(text) and text[i] not in ",]":
                 i += 1
+            if i == start:  # a stray "]" (a missing <|"|> moved the brackets): SGLang loops here forever
+                break
             items.append(_g4_scalar(text[start:i]))
     return items
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Callable
 from typing import Any, cast
 
 from synthgen.chat.parsers.calls import (
@@ -15,11 +16,126 @@ from synthgen.chat.parsers.calls import (
 )
 from synthgen.chat.parsers.registry import tool_parser
 
-_PYTHONIC = re.compile(
+# SGLang's pattern (pythonic_detector.py), a published ReDoS shape (CVE-2025-48887 in vLLM): nested
+# quantifiers over ".*" make Python's backtracking engine exponential on a call list cut before its "]".
+# :func:`_find_call_list` finds the same match as ``PATTERN.search`` in linear time; the tests compare them.
+PATTERN = re.compile(
     r"\[([a-zA-Z]+\w*\(([a-zA-Z]+\w*=.*,\s*)*([a-zA-Z]+\w*=.*\s)?\),\s*)*"
     r"([a-zA-Z]+\w*\(([a-zA-Z]+\w*=.*,\s*)*([a-zA-Z]+\w*=.*\s*)?\)\s*)+\]",
     re.DOTALL,
 )
+
+# PATTERN as a program of the backtracking machine below: (op, argument, argument).
+#   "c": consume one character the class accepts; "s": try the first target, then the second; "j": jump.
+_CLASSES: dict[str, Callable[[str], bool]] = {
+    "[": lambda c: c == "[",
+    "]": lambda c: c == "]",
+    "(": lambda c: c == "(",
+    ")": lambda c: c == ")",
+    ",": lambda c: c == ",",
+    "=": lambda c: c == "=",
+    "alpha": lambda c: c.isascii() and c.isalpha(),  # [a-zA-Z]
+    "word": lambda c: c.isalnum() or c == "_",  # \w (str patterns: Unicode)
+    "space": str.isspace,  # \s
+    "any": lambda c: True,  # . under DOTALL
+}
+
+
+class _Program:
+    def __init__(self) -> None:
+        self.ops: list[tuple[str, Any, Any]] = []
+
+    def emit(self, op: str, a: Any = None, b: Any = None) -> int:
+        self.ops.append((op, a, b))
+        return len(self.ops) - 1
+
+    def star(self, body: Callable[[], None]) -> None:
+        """Greedy ``(body)*``: another round first, then on."""
+        split = self.emit("s")
+        body()
+        self.emit("j", split)
+        self.ops[split] = ("s", split + 1, len(self.ops))
+
+    def optional(self, body: Callable[[], None]) -> None:
+        """Greedy ``(body)?``."""
+        split = self.emit("s")
+        body()
+        self.ops[split] = ("s", split + 1, len(self.ops))
+
+    def char(self, name: str) -> None:
+        self.emit("c", _CLASSES[name])
+
+    def ident(self) -> None:  # [a-zA-Z]+\w*
+        self.char("alpha")
+        self.star(lambda: self.char("alpha"))
+        self.star(lambda: self.char("word"))
+
+    def argument(self, tail: Callable[[], None]) -> None:  # [a-zA-Z]+\w*=.* then the tail
+        self.ident()
+        self.char("=")
+        self.star(lambda: self.char("any"))
+        tail()
+
+    def spaces(self) -> None:  # \s*
+        self.star(lambda: self.char("space"))
+
+    def comma_spaces(self) -> None:  # ,\s*
+        self.char(",")
+        self.spaces()
+
+    def space(self) -> None:  # \s
+        self.char("space")
+
+    def call(self, last: Callable[[], None], after: Callable[[], None]) -> None:
+        self.ident()
+        self.char("(")
+        self.star(lambda: self.argument(self.comma_spaces))
+        self.optional(lambda: self.argument(last))
+        self.char(")")
+        after()
+
+
+def _compile() -> list[tuple[str, Any, Any]]:
+    program = _Program()
+    program.char("[")
+    program.star(lambda: program.call(program.space, program.comma_spaces))
+    program.call(program.spaces, program.spaces)  # (...)+ is one round, then (...)*
+    program.star(lambda: program.call(program.spaces, program.spaces))
+    program.char("]")
+    program.emit("m")
+    return program.ops
+
+
+_OPS = _compile()
+
+
+def _find_call_list(text: str) -> tuple[int, int] | None:
+    """``PATTERN.search(text)``'s span: the backtracking engine's first match, explored in its order, each
+    (step, position) at most once (a step that failed from a position fails again), so O(len(text))."""
+    start = text.find("[")
+    if start == -1 or text.find("]", start) == -1:
+        return None
+    failed = [bytearray(len(text) + 1) for _ in _OPS]
+    while start != -1:
+        stack = [(0, start)]
+        while stack:
+            pc, pos = stack.pop()
+            if failed[pc][pos]:
+                continue
+            failed[pc][pos] = 1
+            op, a, b = _OPS[pc]
+            if op == "c":
+                if pos < len(text) and a(text[pos]):
+                    stack.append((pc + 1, pos + 1))
+            elif op == "s":
+                stack.append((b, pos))
+                stack.append((a, pos))
+            elif op == "j":
+                stack.append((a, pos))
+            else:
+                return start, pos
+        start = text.find("[", start + 1)
+    return None
 
 
 def _python_value(node: ast.expr) -> Any:
@@ -40,12 +156,12 @@ def _python_value(node: ast.expr) -> Any:
 def pythonic(text: str, tools: Tools) -> Found:
     """PythonicDetector: ``[func(a=1, b="x"), other()]``, optionally in <|python_start|>...<|python_end|>."""
     text = text.strip().replace("<|python_start|>", "").replace("<|python_end|>", "")
-    match = _PYTHONIC.search(text)
-    if match is None:
+    span = _find_call_list(text)
+    if span is None:
         return None
-    normal = text[: match.start()] + text[match.end() :]
+    normal = text[: span[0]] + text[span[1] :]
     try:
-        module = parse_python(text[match.start() : match.end()])
+        module = parse_python(text[span[0] : span[1]])
         parsed = getattr(module.body[0], "value", None)
         if not (isinstance(parsed, ast.List) and all(isinstance(e, ast.Call) for e in parsed.elts)):
             return normal, []
