@@ -36,6 +36,7 @@ def load_model(cfg: RunConfig, ctx: ServerContext) -> Model:
         cfg.think_start,
         cfg.think_end,
         decode=lambda ids: str(tokenizer.decode(ids, skip_special_tokens=False)),
+        chat_template_kwargs=cfg.chat_template_kwargs,
     )
     return Model(renderer, parser, templating.max_token_bytes(tokenizer))
 

@@ -3,7 +3,7 @@ chains them (``serving_chat``), with ids SGLang's shape but reproducible."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,14 +63,17 @@ class OutputParser:
         think_start: str = "<think>",
         think_end: str = "</think>",
         decode: Callable[[list[int]], str] | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         """``decode``: token ids to text with special tokens kept (the served tokenizer's), to read the stop
-        token a generation ended on (:func:`synthgen.run.model.stop_token`)."""
+        token a generation ended on (:func:`synthgen.run.model.stop_token`); ``chat_template_kwargs``: the
+        request's, which decide for some parsers whether the output starts in reasoning (iquest_q1)."""
         self.reasoning = reasoning if reasoning is None else _known("reasoning", reasoning)
         self.tool_call = tool_call if tool_call is None else _known("tool-call", tool_call)
         self.think_start = think_start
         self.think_end = think_end
         self.decode = decode
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
     def opens_reasoning(self, prompt: str) -> bool:
         return prompt_opens_reasoning(prompt, self.reasoning, self.think_start)
@@ -93,7 +96,10 @@ class OutputParser:
         text = self._written(text, stop, tool_parsing)
         if self.reasoning is None:
             return split_reasoning(text, prompt_opens_reasoning, self.think_start, self.think_end)
-        return REASONING[self.reasoning].split(text, prompt_opens_reasoning, tool_parsing)
+        entry = REASONING[self.reasoning]
+        if entry.forced_by_kwargs is not None:
+            prompt_opens_reasoning = entry.forced_by_kwargs(self.chat_template_kwargs)
+        return entry.split(text, prompt_opens_reasoning, tool_parsing)
 
     def parse(
         self,

@@ -8,9 +8,9 @@ registrations; importing :mod:`synthgen.chat.parsers` loads every parser module.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from synthgen.chat.parsers.calls import ToolParser
@@ -55,6 +55,9 @@ class ReasoningEntry:
     splits: str  # what it splits, for the docs table
     opening: str | None  # the tag a rendered prompt may end with to open the reasoning (None: the prompt cannot)
     ends: tuple[str, ...] = ()  # tokens that close a block of its grammar (see ``tool_parser``)
+    # SGLang's serving layer decides from the request's chat_template_kwargs whether the output starts in
+    # reasoning (iquest_q1's thinking flags), whatever the prompt: that decision, or None (the prompt decides)
+    forced_by_kwargs: Callable[[Mapping[str, Any]], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -80,11 +83,10 @@ def _check(kind: str, name: str, sglang: tuple[str, ...], registered: dict[str, 
         raise RuntimeError(f"{kind} parser {name!r} is registered twice")
 
 
-def add_reasoning(
-    name: str, split: ReasoningSplit, family: str, splits: str, opening: str | None = None, ends: tuple[str, ...] = ()
-) -> None:
+def add_reasoning(name: str, split: ReasoningSplit, family: str, splits: str, **details: Any) -> None:
+    """``details``: the other :class:`ReasoningEntry` fields (opening, ends, forced_by_kwargs)."""
     _check("reasoning", name, SGLANG_REASONING, dict(REASONING))
-    REASONING[name] = ReasoningEntry(name, split, family, splits, opening, ends)
+    REASONING[name] = ReasoningEntry(name, split, family, splits, **details)
 
 
 def reasoning_parser(
@@ -94,7 +96,7 @@ def reasoning_parser(
 
     def register(split: S) -> S:
         for name in names:
-            add_reasoning(name, split, "own rule", splits, opening, ends)
+            add_reasoning(name, split, "own rule", splits, opening=opening, ends=ends)
         return split
 
     return register
