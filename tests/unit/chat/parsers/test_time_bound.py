@@ -89,7 +89,7 @@ def corpus(seed: int, count: int) -> Iterator[str]:
         for _ in range(rng.randint(1, 3)):
             text = damaged(rng, text, markers)
         yield text
-    for text in bases[::7]:  # long inputs: a superlinear parser shows here
+    for text in bases[::11]:  # long inputs: a superlinear parser shows here
         yield text * 60
         yield text[: len(text) // 2] * 60
 
@@ -106,14 +106,14 @@ def assert_bounded(parser: OutputParser, text: str, opened: bool = False, tools:
 @pytest.mark.parametrize("name", sorted(TOOL_CALL))
 def test_every_tool_call_parser_works_in_time_linear_in_its_input(name):
     parser = OutputParser(None, name)
-    for i, text in enumerate(corpus(SEED + len(name), 60)):
+    for i, text in enumerate(corpus(SEED + len(name), 30)):
         assert_bounded(parser, text, tools=TOOLS if i % 2 else None)
 
 
 @pytest.mark.parametrize("name", sorted(REASONING))
 def test_every_reasoning_parser_works_in_time_linear_in_its_input(name):
     parser = OutputParser(name, None)
-    for i, text in enumerate(corpus(SEED - len(name), 30)):
+    for i, text in enumerate(corpus(SEED - len(name), 15)):
         assert_bounded(parser, text, opened=bool(i % 2))
 
 
@@ -127,7 +127,7 @@ def test_the_pythonic_machine_finds_sglangs_regex_match():
     rng = random.Random(SEED)
     names, separators = ["f", "g1", "aé", "x_y"], [", ", ",", " ", "", ",\n", " , "]
     arguments = ["", "a=1", "a=1, b='x'", "a=[1, 2]", "a=1,", "a=1 ", "b=(1)", "c=')'", "d=f(x=1)", "e=]"]
-    for _ in range(3000):
+    for _ in range(1500):
         calls = [f"{rng.choice(names)}({rng.choice(arguments)}){rng.choice(separators)}" for _ in range(4)]
         text = rng.choice(["", "x ", "["]) + "[" + "".join(calls[: rng.randint(1, 4)])
         text += rng.choice(["]", "", " ]", ")]", "] tail )]", "]]"])
