@@ -68,3 +68,21 @@ def test_the_think_tag_rules_are_registered_with_their_tags_and_opening():
 def test_think_tag_rules(name, text, opened, reasoning, answer, complete):
     out = OutputParser(name, None).parse(text, opened)
     assert (out.reasoning, out.content, out.reasoning_complete) == (reasoning, answer, complete)
+
+
+@pytest.mark.parametrize(
+    "kwargs,in_reasoning",
+    [
+        (None, True),
+        ({"enable_thinking": False}, False),
+        ({"thinking": False}, False),
+        ({"thinking": False, "enable_thinking": True}, True),
+        ({"other": 1}, True),
+    ],
+)
+def test_iquest_q1_starts_in_reasoning_unless_the_requests_thinking_flags_turn_it_off(kwargs, in_reasoning):
+    # IQuestQ1ReasoningDetector.thinking_enabled decides, whatever the prompt (SGLang's serving layer).
+    text = "The user asks for 17 × 23.</think>\n\n391."
+    out = OutputParser("iquest_q1", None, chat_template_kwargs=kwargs).parse(text, not in_reasoning)
+    expected = ("The user asks for 17 × 23.", "\n\n391.") if in_reasoning else ("", text)
+    assert (out.reasoning, out.content) == expected
