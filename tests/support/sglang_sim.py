@@ -119,6 +119,7 @@ exactly one line, ``SIM READY port=<port> pid=<pid>``, on stdout; everything els
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import hmac
 import json
@@ -149,6 +150,20 @@ KV_POOL_TOKENS = 65536
 # tp_worker.py reserves this many tokens below the context length for the scheduler-side check.
 SCHEDULER_RESERVED_TOKENS = 5
 
+# Prompt markers (in the last user turn) for the waste and loop guard tests: ``[sim:loop]`` makes
+# the model repeat LOOP_SENTENCE until max_new_tokens, ``[sim:long=N]`` makes its output N ids long.
+SIM_MARKER = re.compile(r"\[sim:(?:(?P<loop>loop)|long=(?P<long>\d+))\]")
+LOOP_SENTENCE = " Wait, let me check that step again."
+LOOP_LENGTH = 1 << 16
+# How far back a continuation's partial output may begin (the longest output the simulator writes).
+MAX_CONTINUED_OUTPUT = LOOP_LENGTH + 64
+FILLER_WORDS = (
+    "apple", "river", "stone", "cloud", "number", "garden", "signal", "window", "market", "candle",
+    "forest", "engine", "silver", "planet", "bridge", "letter", "shadow", "harbor", "pencil", "valley",
+    "rocket", "mirror", "ladder", "button", "circle", "meadow", "thread", "castle", "summer", "anchor",
+    "copper", "island", "lantern", "marble", "orchid", "puzzle", "quartz", "ribbon", "saddle", "tunnel",
+    "velvet", "walnut", "yellow", "zipper", "basket", "canyon", "dragon", "falcon", "glacier", "hammer",
+)  # fmt: skip
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 # Turn headers of the chat formats the fake model reads (see the module docstring); each named
@@ -395,11 +410,60 @@ class FakeModel:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def complete(self, input_ids: list[int]) -> list[int]:
-        """The full output, ending with a stop id, that the model would write given unlimited tokens."""
+        """The output, ending with a stop id unless it loops, that the model would write given
+        unlimited tokens. Greedy and stateless, as a model is: when the ids are a prompt followed
+        by the start of this model's output for it (a continuation: prompt + partial ids), the
+        answer is the rest of that output.
+
+        A ``<think>`` that ends the ids can be the template's (Kimi-style) or the model's first
+        token; the text is the same either way. Without a ``[sim:...]`` marker it is the prompt's,
+        as before continuations existed; with one it is the model's, so ``[sim:long=N]`` stays N ids
+        long whatever the partial. Lengths from ``--output-len-dist`` therefore hold across a
+        continuation only for partials longer than that one token and prompts not ending in it."""
+        marked = SIM_MARKER.search(self.decode(input_ids, skip_special_tokens=False)) is not None
+        for split in self._continuation_splits(input_ids, marked):
+            rest = self._continued(input_ids, split)
+            if rest is not None:
+                return rest
+        return self._complete_prompt(input_ids)
+
+    def _continued(self, input_ids: list[int], split: int) -> list[int] | None:
+        full = self._complete_prompt(input_ids[:split])
+        partial = len(input_ids) - split
+        return full[partial:] if input_ids[split:] == full[:partial] else None
+
+    def _continuation_splits(self, input_ids: list[int], marked: bool) -> list[int]:
+        """Where a partial output could begin, longest partial first: positions whose ids begin
+        one of the output's forms (full think block, open think tag left out, no think block)."""
+        tail = self.decode(input_ids[-8:], skip_special_tokens=False)
+        if not marked and tail.rstrip().endswith(THINK_OPEN):
+            return []
+        starts = self._output_starts
+        firsts = {ids[0] for ids in starts}
+        end = len(input_ids)
+        return [
+            i
+            for i in range(max(1, end - MAX_CONTINUED_OUTPUT), end)
+            if input_ids[i] in firsts and any(input_ids[i : i + len(ids)] == ids[: end - i] for ids in starts)
+        ]
+
+    @functools.cached_property
+    def _output_starts(self) -> list[list[int]]:
+        starts = [THINK_OPEN + "Reasoning", "Reasoning", "Answer", "<|channel|>", "<tool_call>"]
+        starts += ["<|tool_calls_section_begin|>"]
+        return [ids for ids in (self.encode_text(text) for text in starts) if ids]
+
+    def _complete_prompt(self, input_ids: list[int]) -> list[int]:
         prompt = self.decode(input_ids, skip_special_tokens=False)
+        kind, message = last_turn(prompt)
+        marker = SIM_MARKER.search(message)
+        if marker and marker["loop"] is not None:
+            return self._looping(prompt)
         ids = self.encode_text(self.output_text(prompt))
         if not ids or ids[-1] not in self.stop_ids:
             ids.append(self.eos_id)
+        if marker and marker["long"]:
+            return self._lengthened(prompt, input_ids, ids, int(marker["long"]))
         if self.length_dist is None:
             return ids
         low, high = self.length_dist
@@ -408,6 +472,38 @@ class FakeModel:
         if length <= len(ids):
             return body[: length - 1] + [stop]
         return body + [self.pad_id] * (length - len(ids)) + [stop]
+
+    def _looping(self, prompt: str) -> list[int]:
+        """``[sim:loop]``: the start of the reasoning, then one sentence over and over, never a stop."""
+        head = self.output_text(prompt)
+        reasoning = f"Reasoning about: {last_turn(prompt)[1]}"
+        cut = head.find(reasoning)
+        head = head[: cut + len(reasoning)] if cut >= 0 else ""
+        ids = self.encode_text(head + LOOP_SENTENCE)
+        sentence = self.encode_text(LOOP_SENTENCE)
+        repeats = max(1, (LOOP_LENGTH - len(ids)) // max(1, len(sentence)) + 1)
+        return ids + sentence * repeats
+
+    def _lengthened(self, prompt: str, input_ids: list[int], ids: list[int], length: int) -> list[int]:
+        """``[sim:long=N]``: exactly N ids (stop id included), the reasoning (else the answer)
+        lengthened with varied words that never repeat a pattern, so a loop guard stays quiet."""
+        text = self.output_text(prompt)
+        kind, message = last_turn(prompt)
+        for part in (f"Reasoning about: {message}", f"Answer: {message}"):
+            at = text.find(part)
+            if at >= 0:
+                cut = at + len(part)
+                break
+        else:
+            cut = len(text)
+        before = self.encode_text(text[:cut])
+        after = ids[len(before) :] if ids[: len(before)] == before else ids[-1:]
+        words = random.Random(prompt_sha1(input_ids))
+        filler: list[int] = []
+        while len(before) + len(filler) + len(after) < length:
+            filler += self.encode_text(" " + " ".join(words.choice(FILLER_WORDS) for _ in range(64)))
+        body = (before + filler[: max(0, length - len(before) - len(after))] + after)[: length - 1]
+        return body + [ids[-1]]
 
     def output_text(self, prompt: str) -> str:
         kind, message = last_turn(prompt)
