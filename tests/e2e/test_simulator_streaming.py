@@ -19,6 +19,7 @@ import pytest
 from simharness import Sim, start_sim, wait_until
 from transformers import AutoTokenizer
 
+from synthgen.run.loopguard import LoopGuard
 from synthgen.server.client import SGLangClient, Transient
 
 ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
@@ -197,13 +198,18 @@ def test_a_continuation_from_prompt_plus_partial_ids_equals_the_uninterrupted_an
         assert partial + rest["output_ids"] == whole["output_ids"], cut
 
 
-def test_a_looping_prompt_repeats_one_sentence_until_max_new_tokens(sim, tokenizers):
-    answer = plain(
-        sim,
-        {"input_ids": chat_ids(tokenizers["chatml"], "think [sim:loop]"), "sampling_params": {"max_new_tokens": 500}},
-    )
-    assert answer["meta_info"]["finish_reason"] == {"type": "length", "length": 500}
-    assert answer["text"].count("Wait, let me check that step again.") > 20
+def test_a_looping_prompt_loops_and_a_long_one_does_not_for_the_loop_guard(sim, tokenizers):
+    def answer(user: str) -> dict:
+        payload = {"input_ids": chat_ids(tokenizers["chatml"], user), "sampling_params": {"max_new_tokens": 3000}}
+        return plain(sim, payload)
+
+    looping, long = answer("think [sim:loop]"), answer("write [sim:long=2500]")
+    assert looping["meta_info"]["finish_reason"] == {"type": "length", "length": 3000}
+    assert looping["text"].count("Wait, let me check that step again.") > 100
+    assert LoopGuard().check(looping["output_ids"]) is not None
+    assert len(long["output_ids"]) == 2500 and long["meta_info"]["finish_reason"]["type"] == "stop"
+    guard, ids = LoopGuard(min_tokens=0), long["output_ids"]
+    assert all(guard.check(ids[:end]) is None for end in range(64, len(ids) + 1, 64))
 
 
 def run_client(sim: Sim, payload: dict, interval: int, abort_after: int | None = None):
