@@ -62,8 +62,9 @@ request's ``stream_interval`` (else ``--stream-interval``, default 1), cumulativ
 ``--incremental-streaming-output``, the last with the finish reason, then ``data: [DONE]``; a check
 that SGLang makes after the stream began (input too long, duplicate rid, ...) is a 200 with a
 ``data: {"error": ...}`` event. Only single requests (one prompt, n=1) stream here.
-``POST /abort_request`` ends the requests whose rid starts with the given one (or all with
-``abort_all``): a plain request answers 200 with ``finish_reason`` abort and the output so far, a
+``POST /abort_request`` with the rid of a request in flight ends it and every request whose rid
+starts with that rid (an unknown rid is ignored, as 0.5.23's tokenizer manager does; ``abort_all``
+ends all): a plain request answers 200 with ``finish_reason`` abort and the output so far, a
 streamed one sends that as its last chunk. A client that disconnects aborts its request (outcome
 ``disconnected``): streamed at once, plain at the next check (``--disconnect-check``, 4 s as SGLang).
 The model is stateless and greedy: input ids that are a prompt followed by the start of its
@@ -1030,8 +1031,12 @@ class SimState:
             self.busy_clock.update(self.jobs_in_flight > 0, time.monotonic())
 
     def abort(self, rid: str, abort_all: bool) -> None:
-        # The scheduler matches by prefix, so aborting "job" also aborts "job_0", "job_1", ...
+        # The tokenizer manager passes an abort on only when its rid is in flight (one tokenizer
+        # worker, the default); the scheduler then matches by prefix, so aborting "row#s1" also
+        # aborts "row#s10", while "job" alone reaches no part of a batch "job" (job_0, job_1).
         with self.lock:
+            if not abort_all and rid not in self.inflight:
+                return
             for seq_rid, (job, seq) in self.inflight.items():
                 if abort_all or (rid and seq_rid.startswith(rid)):
                     seq.aborted = True
