@@ -7,17 +7,14 @@ shuffled export of a few million long reasoning rows costs a few hundred bytes p
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import orjson
-
 from synthgen.data.provenance import recorded_sets
-from synthgen.data.records import ResultRecord
+from synthgen.data.records import ResultRecord, parse_line
 from synthgen.errors import InputFileError
 from synthgen.export.config import DatasetRef, ExportConfig
 from synthgen.export.fields import as_int, as_text
@@ -90,18 +87,12 @@ def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 
 def load_row(line: bytes) -> dict[str, Any] | None:
-    r"""One results line as a dict, or None for a torn or non-JSON line.
-
-    orjson refuses a lone surrogate escape (``"\ud83d"``), which a row holds when its tool-call arguments
-    decoded to one and the run wrote it with ASCII escapes; the standard library reads it."""
+    r"""One results line as a dict, or None for a torn or non-JSON line (``records.parse_line``, which also
+    reads the ASCII-escaped line a row with a lone surrogate, ``"\ud83d"``, is written as)."""
     try:
-        row = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        try:
-            row = json.loads(line)
-        except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-            return None
-    return row if isinstance(row, dict) else None
+        return parse_line(line)
+    except RecursionError:  # a hostile line nested thousands deep
+        return None
 
 
 def scan_dataset(ref: DatasetRef, config: ExportConfig) -> DatasetScan:

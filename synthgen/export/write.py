@@ -3,16 +3,14 @@ them, write them atomically (both files complete in temp files before either is 
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
-import orjson
-
+from synthgen.data.records import json_line  # a lone surrogate is written with ASCII escapes
 from synthgen.errors import EXIT_FAILURES, StoreWriteError, SynthgenError
 from synthgen.export.config import ExportConfig, val_path
 from synthgen.export.formats import Exported
@@ -25,15 +23,6 @@ class DriftError(SynthgenError):
     """--fail-on-drift and some exported rows do not render to the stored ids: nothing is written."""
 
     exit_code = EXIT_FAILURES
-
-
-def json_line(row: dict[str, Any]) -> bytes:
-    r"""One output row as one JSONL line. orjson refuses a lone surrogate (a tool call's arguments that decoded
-    to ``\ud83d``): such a row is written with ASCII escapes instead of ending the export with a traceback."""
-    try:
-        return orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
-    except TypeError:
-        return json.dumps(row, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
 
 
 def check_row(tally: Tally, checker: Route, exported: Exported) -> None:
