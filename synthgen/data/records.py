@@ -76,6 +76,7 @@ class ResultRecord:
     turns: list[dict[str, Any]] | None = None  # regenerate=all: every generated turn (Turn.to_dict), in order
     stopped_early: str | None = None  # regenerate=all: why the conversation ends before its last turn
     settings: str | None = None  # id of the settings set in the dataset's settings.jsonl
+    worker: str | None = None  # the replica that wrote the (last) turn: smg's worker id, else the server URL
 
     def to_json(self) -> bytes:
         return json_line(self.to_dict())
@@ -138,6 +139,7 @@ class Turn:
     server_latency_s: float | None
     attempts: int
     request_id: str
+    worker: str | None = None  # the replica that generated it
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -222,6 +224,7 @@ def build_result(
         turns=[t.to_dict() for t in turns] if ctx.regenerate == "all" else None,
         stopped_early=stopped_early,
         settings=ctx.settings,
+        worker=last.worker,
     )
 
 
@@ -235,6 +238,7 @@ class ErrorRecord:
     attempts: int
     http_status: int | None
     at: str
+    worker: str | None = None  # the replica whose answer was the last failure, when one answered
 
     def to_json(self) -> bytes:
         row = dataclasses.asdict(self)
@@ -258,6 +262,7 @@ class ErrorRecord:
             attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else 0,
             http_status=status if isinstance(status, int) and not isinstance(status, bool) else None,
             at=str(row.get("at", "")),
+            worker=row["worker"] if isinstance(row.get("worker"), str) else None,
         )
 
 

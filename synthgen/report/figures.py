@@ -89,6 +89,7 @@ class DatasetFigures:
     errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (status, error_type) -> prompts
     error_example: dict[tuple[str, str], str] = field(default_factory=dict)
     budget: int | None = None  # output tokens the dataset may use
+    by_worker: Counter[tuple[str, str]] = field(default_factory=Counter)  # (worker, finish or error kind) -> rows
     budget_kind: str = ""  # "cap" (--max-tokens-per-dataset) or "plan" (a budget file's expected tokens)
     _ids: set[str] = field(default_factory=set, repr=False)
 
@@ -103,6 +104,7 @@ class DatasetFigures:
         turns = turns_of(row)
         finish = _text(row.get("finish_reason")) or "unknown"
         self.finish[finish] += 1
+        self.by_worker[_text(row.get("worker")) or "-", finish] += 1
         output, prompt = _count(row.get("completion_tokens")), _count(row.get("prompt_tokens"))
         self.output_tokens += output
         self.prompt_tokens += prompt
@@ -133,11 +135,14 @@ class DatasetFigures:
                 latest[rid] = row
         self.errors = Counter()
         self.error_example = {}
+        self.by_worker = Counter({k: n for k, n in self.by_worker.items() if not k[1].startswith("error ")})
         for rid, row in latest.items():
             if rid in self._ids:
                 continue
             key = (_text(row.get("status")) or "failed", _text(row.get("error_type")) or "unknown")
             self.errors[key] += 1
+            if key[0] == "failed":
+                self.by_worker[_text(row.get("worker")) or "-", "error " + key[1]] += 1
             self.error_example.setdefault(key, f"{rid}: {_text(row.get('error'))}")
 
     @property

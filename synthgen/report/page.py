@@ -383,13 +383,33 @@ def dataset_section(d: DatasetFigures, index: int) -> str:
     return (
         f'<section class="dataset" id="ds-{escape(d.name)}"><h3>{escape(d.name)}</h3>'
         f'<ul class="facts">{"".join(facts)}</ul>'
-        f'{FINISH_LEGEND}<div class="figs">{"".join(figs)}</div>{lengths_table(d)}{errors_table(d)}</section>'
+        f'{FINISH_LEGEND}<div class="figs">{"".join(figs)}</div>{lengths_table(d)}{workers_table(d)}'
+        f"{errors_table(d)}</section>"
     )
 
 
 FINISH_LEGEND = legend_of(
     ("s-stop", "stop (ended on its own)"), ("s-length", "length (cut at --max-tokens)"), lead="finish reason:"
 )
+
+
+def workers_table(d: DatasetFigures) -> str:
+    """Finish reasons and failures by the worker that answered (issue 28), when more than one did."""
+    workers = sorted({w for w, _ in d.by_worker})
+    if len(workers) < 2:
+        return ""
+    kinds = sorted({k for _, k in d.by_worker})
+    head = "".join(f"<th>{escape(k)}</th>" for k in kinds)
+    body = "".join(
+        f"<tr><td>{escape(w)}</td>"
+        + "".join(f"<td>{stat(f'{d.name}/worker/{w}/{k}', f'{d.by_worker[w, k]:,}')}</td>" for k in kinds)
+        + "</tr>"
+        for w in workers
+    )
+    return (
+        f'<div class="scroll"><table class="workers"><thead><tr><th>worker</th>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
 
 
 def errors_table(d: DatasetFigures) -> str:

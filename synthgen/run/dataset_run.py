@@ -88,6 +88,7 @@ class WorkItem:
             server_latency_s=gen.server_latency,
             attempts=attempts,
             request_id=gen.request_id or rid,
+            worker=gen.worker,
         )
 
     def conversation_done(self, turn: Turn, positions: int) -> str | None:
@@ -240,9 +241,16 @@ class DatasetRun:
         c.cached_tokens += turn.cached_tokens or 0
 
     def record_error(
-        self, prompt_id: str, status: str, kind: str, message: str, attempts: int, http_status: int | None = None
+        self,
+        prompt_id: str,
+        status: str,
+        kind: str,
+        message: str,
+        attempts: int,
+        http_status: int | None = None,
+        worker: str | None = None,
     ) -> None:
-        record = ErrorRecord(prompt_id, self.name, status, kind, message, attempts, http_status, now_iso())
+        record = ErrorRecord(prompt_id, self.name, status, kind, message, attempts, http_status, now_iso(), worker)
         assert self.store is not None
         self.store.append_error(record)
         self.counts.last_finish = time.monotonic()

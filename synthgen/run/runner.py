@@ -40,13 +40,23 @@ from synthgen.report.folder import LiveReport
 from synthgen.report.timeline import sample_of
 from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor
 from synthgen.run.dataset_run import DatasetRun, WorkItem, claim_dataset, now_iso, open_dataset, recorded_settings
+from synthgen.run.fleet import Fleet, status_text
 from synthgen.run.model import flag_settings, load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
 from synthgen.run.producer import Producer
 from synthgen.run.progress import Progress, end_of_run, export_command, summary_table
 from synthgen.run.stopping import RunStop
-from synthgen.server.client import Generation, Rejected, SGLangClient, Transient, build_payload, new_rid
+from synthgen.server.client import (
+    Generation,
+    Rejected,
+    RequestFailure,
+    SGLangClient,
+    Transient,
+    build_payload,
+    new_rid,
+)
 from synthgen.server.discovery import ServerContext, ServerHealth, changed_identity, discover
+from synthgen.server.gateway import routing_key
 
 # A prompt in flight at this many server deaths is recorded as failed rather than retried forever.
 OUTAGES_PER_PROMPT = 3
@@ -174,11 +184,11 @@ class Runner:
         )
         await self.pool.execute()
         # The last status line: a log under nohup ends on the final counts, however short the run.
-        self.progress.tick(self.pool.monitor.status_text())
+        self.progress.tick(status_text(self.pool.monitor, self.pool.fleet))
         self.progress.close_bar()  # its last line before the summary, not after it
         # The run's own figures: the server's start (a demo install, a model load) is shown apart.
         summary = summary_table([run.counts for run in self.runs], time.monotonic() - self.progress.started)
-        summary += "\n" + self.pool.monitor.summary_line()
+        summary += "\n" + "\n".join([self.pool.monitor.summary_line(), *self.pool.fleet.summary_lines()])
         if startup >= 1.0 or cfg.launch_server is not None:
             summary += f"\nnot in these figures: {fmt_duration(startup)} before the first request (server start-up)"
         self.progress.print_block(summary)
@@ -314,6 +324,7 @@ class Pool:
         self.limit = InFlightLimit(fixed or FALLBACK_CONCURRENCY)
         controller = AutoConcurrency(max_concurrency=cfg.max_concurrency, initial=fixed)
         self.monitor = LoadMonitor(client, self.limit, controller, on_message=progress.message, steer=fixed is None)
+        self.fleet = Fleet(self.limit, controller, on_message=progress.message)
         self.tasks: set[asyncio.Task[None]] = set()  # one per prompt admitted
         self.sampling = cfg.sampling_params()
         # Rendering and tokenizing: one worker for the producer, one for the next turns of conversations.
@@ -411,7 +422,7 @@ class Pool:
     async def ticker(self) -> None:
         while True:
             await asyncio.sleep(self.cfg.status_interval)
-            self.progress.tick(self.monitor.status_text())
+            self.progress.tick(status_text(self.monitor, self.fleet))
 
     # ------------------------------------------------------------------ one prompt
     async def process(self, item: WorkItem) -> None:
@@ -459,9 +470,15 @@ class Pool:
             payload = build_payload(item.input_ids, item.max_new_tokens, self.sampling, new_rid())
             started = time.monotonic()
             try:
-                generation = await self.client.generate(payload)
+                generation = await self.client.generate(payload, routing_key=self._routing_key(item))
+                self.fleet.judge(generation)  # garbage: retried (Transient), a burst stops the run
+                self.fleet.answered(generation)
                 return self._turn(item, generation, attempts, time.monotonic() - started, payload["rid"])
             except Transient as exc:
+                if exc.shed is not None:  # the gateway's backpressure: not an attempt
+                    await self._hold_off(self.fleet.shed(exc))
+                    attempts -= 1
+                    continue
                 if exc.outage and await health.suspect(exc.message):
                     # The server was down: usually this says nothing about the prompt, but a
                     # prompt that keeps being in flight when the server dies may be killing it.
@@ -482,12 +499,24 @@ class Pool:
                     attempts -= 1
                     continue
                 if attempts >= self.cfg.max_attempts:
-                    run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
+                    self._failed(item, exc, attempts)
                     return None
                 await self._backoff(attempts)
             except Rejected as exc:
-                run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
+                self._failed(item, exc, attempts)
                 return None
+
+    def _failed(self, item: WorkItem, exc: RequestFailure, attempts: int) -> None:
+        self.fleet.failed(exc.worker, exc.kind)
+        item.run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status, exc.worker)
+
+    def _routing_key(self, item: WorkItem) -> str | None:
+        """--regenerate each|all: one key per conversation, so a gateway keeps its turns on one worker."""
+        mode = self.cfg.regenerate
+        if mode == "last":
+            return None
+        conversation = item.prompt.id.rpartition("#")[0] if mode == "each" else item.prompt.id
+        return routing_key(item.run.name, conversation or item.prompt.id)
 
     def _turn(self, item: WorkItem, generation: Generation, attempts: int, latency: float, rid: str) -> Turn:
         """The answer parsed into a turn; anything unexpected in it is a bad answer of this prompt
@@ -501,5 +530,8 @@ class Pool:
         cfg = self.cfg
         delay = min(cfg.backoff_max, cfg.backoff_base * 2 ** (attempt - 1))
         delay *= random.uniform(0.5, 1.0)  # jitter: retries from many workers do not arrive together
+        await self._hold_off(delay)
+
+    async def _hold_off(self, delay: float) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.stop.wait(), timeout=delay)

@@ -22,8 +22,8 @@ from __future__ import annotations
 import inspect
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -31,6 +31,7 @@ import orjson
 
 from synthgen.errors import AuthError, ServerError
 from synthgen.redact import redact
+from synthgen.server.gateway import request_headers, shed_delay, worker_of
 
 OUTAGE_STATUSES = frozenset({502, 503, 504})
 RETRYABLE_4XX = frozenset({408, 429})  # sglang-router's queue timeout and rate limiter
@@ -42,6 +43,7 @@ class RequestFailure(Exception):
     def __init__(self, kind: str, message: str, status: int | None = None):
         super().__init__(message)
         self.kind, self.message, self.status = kind, message, status
+        self.worker: str | None = None  # the replica that answered, when known (gateway.worker_of)
 
 
 class Transient(RequestFailure):
@@ -56,6 +58,7 @@ class Transient(RequestFailure):
         super().__init__(kind, message, status)
         self.outage = outage
         self.partial = partial  # output ids generated before the attempt ended, when known
+        self.shed: float | None = None  # a gateway shedding load: hold off this many seconds (not a failure)
 
 
 class Rejected(RequestFailure):
@@ -72,6 +75,7 @@ class Generation:
     cached_tokens: int | None
     server_latency: float | None
     request_id: str | None
+    worker: str | None = None  # the replica that served it: smg's x-smg-routed-worker-id, else the server URL
 
     @property
     def finish_type(self) -> str:
@@ -125,9 +129,9 @@ def check_auth(status: int, body: bytes) -> None:
         )
 
 
-def parse_generation(status: int, body: bytes) -> Generation:
+def parse_generation(status: int, body: bytes, headers: Mapping[str, str] | None = None) -> Generation:
     """Turn one /generate answer into a Generation or raise the matching RequestFailure."""
-    check_status(status, body)
+    check_status(status, body, headers)
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -140,12 +144,17 @@ def parse_generation(status: int, body: bytes) -> Generation:
     return generation_from(data, meta, status)
 
 
-def check_status(status: int, body: bytes) -> None:
-    """Raise the RequestFailure (or AuthError) of any answer but a 200."""
+def check_status(status: int, body: bytes, headers: Mapping[str, str] | None = None) -> None:
+    """Raise the RequestFailure (or AuthError) of any answer but a 200; with the answer's ``headers``, a
+    gateway's shed (gateway.shed_delay) is a Transient with ``shed`` set."""
     check_auth(status, body)
     if status >= 500 or status in RETRYABLE_4XX:
         message = f"HTTP {status}: {error_message(body)}"
-        raise Transient(f"http_{status}", message, status, outage=status in OUTAGE_STATUSES)
+        shed = None if headers is None else shed_delay(status, headers, message)
+        exc = Transient(f"http_{status}", message, status, outage=status in OUTAGE_STATUSES and shed is None)
+        if shed is not None:
+            exc.kind, exc.shed = f"shed_{status}", shed
+        raise exc
     if status != 200:
         raise Rejected(f"http_{status}", f"HTTP {status}: {error_message(body)}", status)
 
@@ -456,6 +465,7 @@ class SGLangClient:
         # Whether streamed requests got chunks at the interval they asked for: None until a
         # stream could tell, False for good once one did not (sglang_api.md §11: smg drops it).
         self.stream_interval_honoured: bool | None = None
+        self.gateway_seen = False  # an answer named its worker (x-smg-routed-worker-id): smg is in front
         self.shown_url = redact(self.base_url)  # for messages: a credential in the URL is never printed
         # httpx's defaults (5 s read timeout, 100 connections) would time out every long
         # generation and queue requests beyond 100; the runner's semaphore bounds in-flight
@@ -478,32 +488,48 @@ class SGLangClient:
         payload: dict[str, Any],
         progress: Progress | None = None,
         stream_interval: int = DEFAULT_STREAM_INTERVAL,
+        routing_key: str | None = None,
     ) -> Generation:
         """One /generate. With ``progress``, the answer streams at ``stream_interval`` tokens a
         chunk and ``progress(ids_so_far)`` follows each chunk; a stream cut short raises Transient
-        with the ids it delivered as ``partial``."""
-        if progress is not None:
-            return await self._generate_streamed(payload, progress, stream_interval)
+        with the ids it delivered as ``partial``. The answer's ``worker`` (and a failure's) names the
+        replica that served it; a gateway's shed raises Transient with ``shed`` set."""
+        worker = None
         try:
-            response = await self.http.post(
-                "/generate", content=orjson.dumps(payload), headers={"Content-Type": "application/json"}
-            )
-        except httpx.HTTPError as exc:
-            raise transport_failure(exc, None) from exc
-        return parse_generation(response.status_code, response.content)
+            if progress is not None:
+                return await self._generate_streamed(payload, progress, stream_interval, routing_key)
+            try:
+                response = await self.http.post(
+                    "/generate", content=orjson.dumps(payload), headers=request_headers(routing_key)
+                )
+            except httpx.HTTPError as exc:
+                raise transport_failure(exc, None) from exc
+            worker = self._worker_of(response.headers)
+            return replace(parse_generation(response.status_code, response.content, response.headers), worker=worker)
+        except RequestFailure as exc:
+            exc.worker = exc.worker or worker
+            raise
 
-    async def _generate_streamed(self, payload: dict[str, Any], progress: Progress, interval: int) -> Generation:
+    def _worker_of(self, headers: Mapping[str, str]) -> str:
+        worker = worker_of(headers, self.shown_url)
+        self.gateway_seen |= worker != self.shown_url  # smg's worker header: a gateway is in front
+        return worker
+
+    async def _generate_streamed(
+        self, payload: dict[str, Any], progress: Progress, interval: int, routing_key: str | None
+    ) -> Generation:
+        headers = request_headers(routing_key)
         params = {**(payload.get("sampling_params") or {}), "stream_interval": interval}
         body = orjson.dumps({**payload, "sampling_params": params, "stream": True})
         state = StreamState(interval)
+        worker = None
         try:
-            async with self.http.stream(
-                "POST", "/generate", content=body, headers={"Content-Type": "application/json"}
-            ) as response:
+            async with self.http.stream("POST", "/generate", content=body, headers=headers) as response:
+                worker = self._worker_of(response.headers)
                 if response.status_code != 200:
-                    check_status(response.status_code, await response.aread())
+                    check_status(response.status_code, await response.aread(), response.headers)
                 if not response.headers.get("content-type", "").startswith("text/event-stream"):
-                    return parse_generation(200, await response.aread())  # a server that does not stream
+                    return replace(parse_generation(200, await response.aread()), worker=worker)  # not streaming
                 async for data in sse_data(response.aiter_bytes()):
                     if data == b"[DONE]":
                         break
@@ -513,8 +539,15 @@ class SGLangClient:
                             await called
         except httpx.HTTPError as exc:
             raise transport_failure(exc, state.ids) from exc
+        except RequestFailure as exc:
+            exc.worker = worker
+            raise
         self._note_interval(state.interval_honoured)
-        return state.result()
+        try:
+            return replace(state.result(), worker=worker)
+        except RequestFailure as exc:
+            exc.worker = worker
+            raise
 
     def _note_interval(self, honoured: bool | None) -> None:
         """Once a stream shows the server ignoring ``stream_interval`` (a gateway that drops the

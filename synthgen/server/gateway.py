@@ -102,6 +102,14 @@ def worker_of(headers: Mapping[str, str], server_url: str) -> str:
     return server_url
 
 
+def request_headers(routing_key: str | None = None) -> dict[str, str]:
+    """A /generate's headers; with a routing key, smg sends every request of that key to one worker."""
+    headers = {"Content-Type": "application/json"}
+    if routing_key is not None:
+        headers[ROUTING_KEY_HEADER] = routing_key
+    return headers
+
+
 def routing_key(dataset: str, conversation_id: str) -> str:
     """One stable key per conversation: its turns go to one worker, whose prefix cache holds the history."""
     return hashlib.blake2b(f"{dataset}\0{conversation_id}".encode(), digest_size=12).hexdigest()
