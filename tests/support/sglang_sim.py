@@ -312,6 +312,13 @@ class Faults:
     fail_first_n: int = 0
     malformed: str | None = None  # one of MALFORMED_KINDS: every 200 /generate answer is broken so
     no_workers: bool = False  # /generate answers sglang-router's 503 "No available workers"
+    # smg 1.13 in front (sglang_api.md §11): the first N /generate answer its admission shed (429,
+    # Retry-After, x-smg-error-code); answers name a worker from ``worker_ids`` (comma-separated, by
+    # arrival); after ``garbage_after`` answers the last worker (or the server) answers "!!!!" to the end.
+    shed_first_n: int = 0
+    shed_retry_after: float = 2.0
+    worker_ids: str = ""
+    garbage_after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -919,6 +926,11 @@ def validate_config_change(key: str, value) -> None:
     if key == "malformed":
         if value is not None and value not in MALFORMED_KINDS:
             raise HttpError(400, {"error": f"malformed must be null or one of {list(MALFORMED_KINDS)}"})
+    elif key == "worker_ids":
+        if not isinstance(value, str):
+            raise HttpError(400, {"error": "worker_ids must be a string of comma-separated names"})
+    elif key == "garbage_after" and value is None:
+        pass
     elif key == "no_workers":
         if not isinstance(value, bool):
             raise HttpError(400, {"error": "no_workers must be true or false"})
@@ -949,6 +961,8 @@ class SimState:
     def _reset_locked(self) -> None:
         self.faults = replace(self.initial_faults)
         self.fail_remaining = self.faults.fail_first_n
+        self.shed_remaining = self.faults.shed_first_n
+        self.sick_answers = 0
         self.generate_requests = 0
         self.by_outcome: dict[str, int] = {}
         self.prompt_counts: dict[str, int] = {}
@@ -976,11 +990,28 @@ class SimState:
             self.faults = replace(self.faults, **changes)
             if "fail_first_n" in changes:
                 self.fail_remaining = int(changes["fail_first_n"])
+            if "shed_first_n" in changes:
+                self.shed_remaining = int(changes["shed_first_n"])
             return asdict(self.faults)
 
     def current_faults(self) -> Faults:
         with self.lock:
             return replace(self.faults)
+
+    def take_shed(self) -> bool:
+        """Whether this /generate is one of the first ``shed_first_n``: shed by the admission limit."""
+        with self.lock:
+            if self.shed_remaining <= 0:
+                return False
+            self.shed_remaining -= 1
+            return True
+
+    def sick_answer(self) -> bool:
+        """Count an answer of the sick worker; True once it is past ``garbage_after`` answers."""
+        with self.lock:
+            self.sick_answers += 1
+            after = self.faults.garbage_after
+            return after is not None and self.sick_answers > after
 
     def arrive(self) -> int:
         """Count a /generate request as received; returns its arrival number (1-based)."""
@@ -1551,6 +1582,17 @@ def response_item(
     }
 
 
+SHED_CODE = "admission_queue_full"
+
+
+def garbage(item: dict, model: FakeModel) -> dict:
+    """A sick engine's answer: "!" to the end of the length limit (at least 32 tokens)."""
+    bang = model.encode_text("!")[0]
+    n = max(32, len(item["output_ids"]))
+    item["meta_info"] |= {"finish_reason": {"type": "length", "length": n}, "completion_tokens": n}
+    return item | {"text": model.decode([bang] * n, skip_special_tokens=False), "output_ids": [bang] * n}
+
+
 def malform(item: dict, kind: str) -> dict:
     """Break one /generate answer item the way ``kind`` says (see MALFORMED_KINDS)."""
     meta = item.get("meta_info", {})
@@ -1909,6 +1951,12 @@ class SimHandler(BaseHTTPRequestHandler):
             faults = state.current_faults()
             if faults.no_workers:
                 raise HttpError(503, NO_WORKERS_TEXT)
+            workers = [w for w in faults.worker_ids.split(",") if w]
+            if workers:
+                self.extra_headers["x-smg-routed-worker-id"] = workers[arrival % len(workers)]
+            if faults.shed_first_n and state.take_shed():
+                self.extra_headers |= {"Retry-After": f"{faults.shed_retry_after:g}", "x-smg-error-code": SHED_CODE}
+                raise HttpError(429, {"error": {"message": "Admission queue is full", "code": SHED_CODE}})
             body = self._json(raw)
             rid = body.get("rid") if isinstance(body, dict) else None
             streamed = isinstance(body, dict) and body.get("stream") is True
@@ -1954,6 +2002,9 @@ class SimHandler(BaseHTTPRequestHandler):
             kind = state.current_faults().malformed
             if kind:
                 items = [malform(item, kind) for item in items]
+            sick = not workers or self.extra_headers.get("x-smg-routed-worker-id") == workers[-1]
+            if faults.garbage_after is not None and sick and state.sick_answer():
+                items = [garbage(item, model) for item in items]
             if watch.stream:
                 seq = job.sequences[0]
                 watch.stream.finish(items[0], len(seq.planned), waiting_abort=seq.aborted_waiting)

@@ -1,0 +1,38 @@
+"""Issue 28 through the CLI: behind a gateway (the simulator answering as smg 1.13 does, sglang_api.md
+§11) every row names its worker, sheds are waited out, a worker answering garbage is caught."""
+
+from __future__ import annotations
+
+COMMON = ("--max-tokens", "32", "--status-interval", "0.5")
+
+
+def test_sheds_are_waited_out_without_using_attempts_and_rows_name_their_workers(ws, make_sim):
+    sim = make_sim("chatml")
+    ws.dataset("short", "d", 12)
+    # 30 sheds, 2 attempts each: before issue 28 most prompts ended as http_429.
+    sim.configure(shed_first_n=30, shed_retry_after=0.01, worker_ids="http://w1,http://w2")
+    result = ws.run("--server-url", sim.url, "--concurrency", "4", "--max-attempts", "2", *COMMON)
+    assert result.returncode == 0, result.stderr
+    assert ws.errors("d") == []
+    rows = ws.results("d")
+    assert len(rows) == 12 and all(row["attempts"] == 1 for row in rows)
+    assert {row["worker"] for row in rows} == {"http://w1", "http://w2"}
+    assert "the gateway is shedding load" in result.stderr
+    assert "the gateway shed 30 requests" in result.stderr
+    assert "by worker:" in result.stderr and "  http://w1: answers" in result.stderr
+    page = (ws.root / "outputs" / "report.html").read_text()
+    assert 'class="workers"' in page and "http://w2" in page
+
+
+def test_a_worker_answering_garbage_is_retried_named_and_stops_the_run(ws, make_sim):
+    sim = make_sim("chatml")
+    ws.dataset("short", "d", 40)
+    # w2 turns sick after its first 3 answers; w1 stays good. Concurrency 1: the order is fixed.
+    sim.configure(worker_ids="http://w1,http://w2", garbage_after=3)
+    result = ws.run("--server-url", sim.url, "--concurrency", "1", "--max-attempts", "5", *COMMON)
+    assert result.returncode == 3, result.stderr
+    assert "worker http://w2 answered garbage" in result.stderr
+    assert "it is sick" in result.stderr.strip().splitlines()[-1] or "it is sick" in result.stderr
+    rows = ws.results("d")
+    assert rows and all(set(row["output_text"]) != {"!"} for row in rows)
+    assert {row["worker"] for row in rows} <= {"http://w1", "http://w2"}
