@@ -4,6 +4,7 @@
     Fleet.judge(gen)           garbage (sickworker.garbage_reason) -> a Transient to retry; a burst -> ServerError
     Fleet.shed(exc)            a gateway's 429/503 with Retry-After: the in-flight target comes down, the wait
     Fleet.failed(exc, kind)    a prompt's recorded failure, by worker
+    Fleet.gateway_found(keys)  once, behind a gateway: the sampling keys it drops
     Fleet.status_text()        the fleet's part of the status line ("gateway shedding", sick workers)
     Fleet.summary_lines()      finish reasons and errors by worker, when more than one worker answered
 
@@ -15,12 +16,13 @@ up to where it was (additive increase), so a gateway's admission limit is found 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from synthgen.errors import ServerError
 from synthgen.run.concurrency import AutoConcurrency, InFlightLimit, LoadMonitor
 from synthgen.run.sickworker import WorkerHealth, garbage_reason
 from synthgen.server.client import Generation, Transient
+from synthgen.server.gateway import dropped_keys
 
 SHED_CUT = 0.75
 
@@ -42,6 +44,21 @@ class Fleet:
         self.ceiling: int | None = None  # the target before the first shed
         self._calm = 0
         self._told: set[str] = set()
+        self.told_keys = False
+
+    def gateway_found(self, sampling_keys: Iterable[str]) -> None:
+        """Behind a gateway (its /readiness, or smg's worker header on an answer): say once which of the
+        sampling keys the run sends it drops (smg 1.13 forwards a fixed set, gateway.SMG_FORWARDED_KEYS)."""
+        if self.told_keys:
+            return
+        self.told_keys = True
+        dropped = dropped_keys(sampling_keys)
+        if dropped:
+            self.on_message(
+                f"warning: a gateway is in front and smg 1.13 does not pass {', '.join(dropped)} on to its workers: "
+                "those settings have no effect (settings.jsonl records them as sent); talk to a worker directly "
+                "to use them"
+            )
 
     # ------------------------------------------------------------------ answers
     def judge(self, gen: Generation) -> None:

@@ -52,6 +52,7 @@ from synthgen.server.client import (
     RequestFailure,
     SGLangClient,
     Transient,
+    behind_router,
     build_payload,
     new_rid,
 )
@@ -338,6 +339,8 @@ class Pool:
         # The first target from the server's own load, before anything is sent; bounded, so a slow
         # load endpoint costs the start at most FIRST_POLL_TIMEOUT.
         await self.monitor.first_poll()
+        if behind_router(self.client):
+            self.fleet.gateway_found(self.sampling)
         self.producer.keep_ahead(self.limit.target)
         producer = self._producing = asyncio.create_task(self.producer.produce())
         dispatcher = asyncio.create_task(self.dispatch())
@@ -473,6 +476,8 @@ class Pool:
                 generation = await self.client.generate(payload, routing_key=self._routing_key(item))
                 self.fleet.judge(generation)  # garbage: retried (Transient), a burst stops the run
                 self.fleet.answered(generation)
+                if self.client.gateway_seen:
+                    self.fleet.gateway_found(self.sampling)
                 return self._turn(item, generation, attempts, time.monotonic() - started, payload["rid"])
             except Transient as exc:
                 if exc.shed is not None:  # the gateway's backpressure: not an attempt

@@ -64,3 +64,14 @@ def test_the_summary_breaks_answers_and_failures_down_by_worker_when_there_are_s
     f.answered(gen("w2", finish="length"))
     f.failed("w2", "http_500")
     assert f.summary_lines() == ["by worker:", "  w1: answers 1 stop", "  w2: answers 1 length; failed 1 http_500"]
+
+
+def test_behind_a_gateway_the_dropped_sampling_keys_are_said_once():
+    f, messages = fleet()
+    f.gateway_found(["temperature", "top_p", "stream_interval", "logit_bias"])
+    f.gateway_found(["temperature", "stop_regex"])
+    assert len(messages) == 1
+    assert "does not pass logit_bias, stream_interval on to its workers" in messages[0]
+    quiet, said = fleet()
+    quiet.gateway_found(["temperature", "top_p", "top_k", "max_new_tokens", "skip_special_tokens"])
+    assert said == []
