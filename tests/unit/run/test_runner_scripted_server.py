@@ -18,6 +18,7 @@ from synthgen.errors import AuthError
 from synthgen.run.progress import Progress
 from synthgen.run.runner import Runner
 from synthgen.server.client import SGLangClient
+from synthgen.server.gateway import routing_key
 
 URL = "http://sglang.test"
 
@@ -257,3 +258,45 @@ def test_each_mode_sends_a_turn_only_after_the_turn_before_it_is_answered(tmp_pa
     assert asyncio.run(main()) == 0
     assert sorted(r["id"] for r in rows(tmp_path)) == sorted(f"c{c}#{k}" for c in range(4) for k in range(3))
     assert violations == []
+
+
+# --- issue 28: sheds, garbage, the routing key, the worker --------------------------------------------
+
+
+def shed() -> httpx.Response:
+    return httpx.Response(
+        429, json={"error": "full"}, headers={"Retry-After": "0", "x-smg-error-code": "admission_queue_full"}
+    )
+
+
+def garbage() -> httpx.Response:
+    meta = {"finish_reason": {"type": "length", "length": 40}, "prompt_tokens": 3, "completion_tokens": 40}
+    return httpx.Response(200, json={"text": "!" * 40, "output_ids": [9] * 40, "meta_info": meta})
+
+
+def test_sheds_use_no_attempt_and_garbage_is_retried_not_written(tmp_path, tokenizers):
+    server = ScriptedServer(tokenizers["chatml"], [shed, shed, shed, garbage])
+    code, out = run(tmp_path, server, max_attempts=2)
+    assert code == 0, out
+    (row,) = rows(tmp_path)
+    assert row["attempts"] == 2 and row["output_text"] != "!" * 40
+    assert row["worker"] == "http://sglang.test"
+    assert "the gateway is shedding load" in out and "answered garbage" in out
+
+
+def test_regenerate_all_sends_one_routing_key_per_conversation(tmp_path, tokenizers):
+    seen = []
+    server = ScriptedServer(tokenizers["chatml"])
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/generate":
+            seen.append(request.headers.get("x-smg-routing-key"))
+            return answer()
+        return server(request)
+
+    code, out = run(tmp_path, handle, regenerate="all", prompts=2)
+    assert code == 0, out
+    assert sorted(seen) == sorted([routing_key("d", "q0"), routing_key("d", "q1")])
+    seen.clear()
+    code, out = run(tmp_path / "last", handle, prompts=1)
+    assert code == 0 and seen == [None]
