@@ -19,11 +19,11 @@ from synthgen.config import CHANGED_PROMPTS, RunConfig, default_of
 from synthgen.data.prompts import REGENERATE_MODES
 from synthgen.data.selection import SAMPLE_MODES
 from synthgen.errors import OneLineParser, UsageError, run_guarded
+from synthgen.launch.supervisor import DEMO_MAX_TOKENS, Supervisor, default_max_tokens
 from synthgen.redact import redact
 from synthgen.run.progress import Progress, write_last
 from synthgen.run.runner import Runner
 from synthgen.run.stopping import RunStop
-from synthgen.server.supervisor import DEMO_MAX_TOKENS, Supervisor, default_max_tokens
 
 PROG = "run_inference.py"
 PROG_CALL = "python run_inference.py"
