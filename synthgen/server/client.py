@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import orjson
 
+from synthgen.data.failures import BAD_RESPONSE, CONNECTION, TIMEOUT, http_kind
 from synthgen.errors import AuthError, ServerError
 from synthgen.redact import redact
 
@@ -113,23 +114,23 @@ def parse_generation(status: int, body: bytes) -> Generation:
     check_auth(status, body)
     if status >= 500 or status in RETRYABLE_4XX:
         message = f"HTTP {status}: {error_message(body)}"
-        raise Transient(f"http_{status}", message, status, outage=status in OUTAGE_STATUSES)
+        raise Transient(http_kind(status), message, status, outage=status in OUTAGE_STATUSES)
     if status != 200:
-        raise Rejected(f"http_{status}", f"HTTP {status}: {error_message(body)}", status)
+        raise Rejected(http_kind(status), f"HTTP {status}: {error_message(body)}", status)
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
-        raise Transient("bad_response", f"response is not JSON: {body[:200]!r}", status) from None
+        raise Transient(BAD_RESPONSE.name, f"response is not JSON: {body[:200]!r}", status) from None
     if isinstance(data, list) and len(data) == 1:
         data = data[0]
     meta = data.get("meta_info") if isinstance(data, dict) else None
     if not isinstance(meta, dict) or not isinstance(data.get("text"), str):
-        raise Transient("bad_response", f"response has no text/meta_info: {body[:200]!r}", status)
+        raise Transient(BAD_RESPONSE.name, f"response has no text/meta_info: {body[:200]!r}", status)
     finish = meta.get("finish_reason")
     if isinstance(finish, str):  # very old servers sent a bare string
         finish = {"type": finish}
     if not isinstance(finish, dict) or not isinstance(finish.get("type"), str):
-        raise Transient("bad_response", f"response has no usable finish_reason ({_shown(finish)})", status)
+        raise Transient(BAD_RESPONSE.name, f"response has no usable finish_reason ({_shown(finish)})", status)
     if finish["type"] == "abort":
         code = finish.get("status_code")
         raise Transient(
@@ -140,7 +141,7 @@ def parse_generation(status: int, body: bytes) -> Generation:
         )
     output_ids = data.get("output_ids")
     if output_ids is not None and not _int_list(output_ids):
-        raise Transient("bad_response", f"output_ids is not a list of token ids ({_shown(output_ids)})", status)
+        raise Transient(BAD_RESPONSE.name, f"output_ids is not a list of token ids ({_shown(output_ids)})", status)
     completion = _count(meta, "completion_tokens", status)
     if completion is None:
         completion = len(output_ids) if output_ids is not None else 0
@@ -174,7 +175,7 @@ def _count(meta: dict[str, Any], key: str, status: int) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise Transient("bad_response", f"meta_info.{key} is {_shown(value)}, not a token count", status)
+        raise Transient(BAD_RESPONSE.name, f"meta_info.{key} is {_shown(value)}, not a token count", status)
     return value
 
 
@@ -304,11 +305,11 @@ class SGLangClient:
                 "/generate", content=orjson.dumps(payload), headers={"Content-Type": "application/json"}
             )
         except httpx.TimeoutException as exc:
-            raise Transient("timeout", f"{type(exc).__name__}: no answer in time", outage=True) from exc
+            raise Transient(TIMEOUT.name, f"{type(exc).__name__}: no answer in time", outage=True) from exc
         except httpx.TransportError as exc:
-            raise Transient("connection", f"{type(exc).__name__}: {exc or 'connection lost'}", outage=True) from exc
+            raise Transient(CONNECTION.name, f"{type(exc).__name__}: {exc or 'connection lost'}", outage=True) from exc
         except httpx.RequestError as exc:  # DecodingError: e.g. a body marked gzip that is not gzip
-            raise Transient("bad_response", f"{type(exc).__name__}: {exc}") from exc
+            raise Transient(BAD_RESPONSE.name, f"{type(exc).__name__}: {exc}") from exc
         return parse_generation(response.status_code, response.content)
 
     async def abort(self, rid: str) -> bool:
