@@ -56,6 +56,7 @@ class DatasetStats:
     skip_example: dict[str, str] = field(default_factory=dict)  # kind -> the first reason (and id)
     # Skips an earlier run settled (run.settled): not taken again, listed at the end with their fix.
     settled: dict[str, int] = field(default_factory=dict)
+    cut: int = 0  # rows of this run with an answer that stopped at --max-tokens (finish_reason length)
 
     def hold_settled(self, records: Iterable[ErrorRecord]) -> None:
         for record in records:
@@ -389,6 +390,13 @@ def summary_table(stats: list[DatasetStats], wall: float) -> str:
                 f"{s.name}: token budget {s.token_budget:,} {reached}; "
                 f"{s.budget_tokens_done:,} output tokens in total ({state})"
             )
+    cut = sum(s.cut for s in stats)
+    if cut:
+        where = ", ".join(f"{s.name} {s.cut:,}" for s in stats if s.cut)
+        notes.append(
+            f"cut at --max-tokens: {cut:,} of the {sum(s.done for s in stats):,} answers of this run ({where}); "
+            "the export leaves them out unless --keep-truncated"
+        )
     return "\n".join(lines + notes)
 
 
@@ -400,8 +408,23 @@ def _paths(paths: list[str]) -> str:
     return shown + (f" and {len(paths) - SHOWN_PATHS} more" if len(paths) > SHOWN_PATHS else "")
 
 
-def export_command(output_dir: Path, names: list[str], partition: str, whole_partition: bool, prompts_dir: Path) -> str:
-    """The export_training.py command for the rows of these datasets, runnable as printed."""
+def every_row_cut(stats: list[DatasetStats]) -> bool:
+    """Whether every row the datasets hold was written by this run and cut at --max-tokens: the export
+    then has nothing to write without --keep-truncated."""
+    rows = [s for s in stats if s.already_done + s.done]
+    return bool(rows) and all(s.already_done == 0 and s.cut == s.done for s in rows)
+
+
+def export_command(
+    output_dir: Path,
+    names: list[str],
+    partition: str,
+    whole_partition: bool,
+    prompts_dir: Path,
+    keep_truncated: bool = False,
+) -> str:
+    """The export_training.py command for the rows of these datasets, runnable as printed (with
+    ``keep_truncated`` when every row was cut at --max-tokens: else the export has nothing to write)."""
     parts = ["python", "export_training.py"]
     if whole_partition:
         parts += ["--partition", partition]
@@ -412,6 +435,8 @@ def export_command(output_dir: Path, names: list[str], partition: str, whole_par
             parts += ["--dataset", name]
     if output_dir != Path("outputs"):
         parts += ["--output-dir", str(output_dir)]
+    if keep_truncated:
+        parts.append("--keep-truncated")
     return " ".join(shlex.quote(p) for p in [*parts, "--out", "train.jsonl"])
 
 
@@ -450,5 +475,11 @@ def end_of_run(stats: list[DatasetStats], output_dir: Path, rerun: str, export: 
         lines.append("WARNING: every selected prompt was skipped, no row was written; see the reasons above")
     if rows:
         where = _paths([str(output_dir / s.name / "raw_responses.jsonl") for s in rows])
+        cut = sum(s.cut for s in stats)
+        if cut:
+            where += (
+                f" ({cut:,} of this run's {sum(s.done for s in stats):,} answers cut at --max-tokens: raise "
+                "--max-tokens for whole answers, or export the cut ones too with --keep-truncated)"
+            )
         lines.append(f"rows: {where}; export them with: {export}")
     return "\n".join(lines), bool(failed or retry_skips or nothing)

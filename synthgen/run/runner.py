@@ -44,7 +44,7 @@ from synthgen.run.dataset_run import DatasetRun, WorkItem, claim_dataset, now_is
 from synthgen.run.model import flag_settings, load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
 from synthgen.run.producer import Producer, record_skip
-from synthgen.run.progress import Progress, end_of_run, export_command, summary_table
+from synthgen.run.progress import Progress, end_of_run, every_row_cut, export_command, summary_table
 from synthgen.run.stopping import RunStop
 from synthgen.server.client import Generation, Rejected, SGLangClient, Transient, build_payload, new_rid
 from synthgen.server.discovery import ServerContext, ServerHealth, changed_identity, discover
@@ -287,8 +287,11 @@ class Runner:
         """What to do next (progress.end_of_run), with this run's rerun and export commands."""
         cfg = self.config
         names = [run.name for run in self.runs]
-        export = export_command(cfg.output_dir, names, cfg.partition, not cfg.datasets, cfg.prompts_dir)
-        return end_of_run([run.counts for run in self.runs], cfg.output_dir, self.rerun_command, export)
+        stats = [run.counts for run in self.runs]
+        export = export_command(
+            cfg.output_dir, names, cfg.partition, not cfg.datasets, cfg.prompts_dir, every_row_cut(stats)
+        )
+        return end_of_run(stats, cfg.output_dir, self.rerun_command, export)
 
 
 class Pool:
@@ -436,6 +439,8 @@ class Pool:
                 ended = item.conversation_done(turn, positions)
                 if ended is not None:
                     run.record_result(item, turn, self.cfg, self.server.model, ended)
+                    if any(t.finish_reason == "length" for t in [*item.turns, turn]):
+                        run.counts.cut += 1
                     return
                 run.record_turn(item, turn)
                 following = await asyncio.get_running_loop().run_in_executor(

@@ -4,10 +4,13 @@ the summary and the last lines, with what to do about them."""
 
 from __future__ import annotations
 
+import shlex
 import socket
+import subprocess
 import sys
 
 from simharness import SIM_SCRIPT
+from workspace import REPO, cli_env
 
 DEADLINE = 120.0
 
@@ -63,3 +66,27 @@ def test_a_rerun_left_with_only_skips_no_rerun_changes_has_nothing_to_do_and_sta
     assert "d: 1 prompts skipped (prompt_too_long), a rerun will not change that: " in second.stderr
     assert "mt: 1 prompts skipped (cannot_regenerate), a rerun will not change that: " in second.stderr
     assert len(ws.errors("d")) == len(ws.errors("mt")) == 1  # kept as they were
+
+
+def test_a_run_whose_answers_all_hit_max_tokens_says_how_many_were_cut_and_what_to_do(ws, make_sim):
+    sim = make_sim("chatml")
+    ws.dataset("short", "d", 3)
+    result = ws.run("--server-url", sim.url, "--partition", "short", "--max-tokens", "3", "--concurrency", "2")
+    assert result.returncode == 0, result.stderr
+    assert "cut at --max-tokens: 3 of the 3 answers of this run (d 3); the export leaves them out unless " in (
+        result.stderr
+    )
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "rows: outputs/d/raw_responses.jsonl (3 of this run's 3 answers cut at --max-tokens: raise --max-tokens "
+        "for whole answers, or export the cut ones too with --keep-truncated)"
+    ), last
+    # The export command it prints runs: with nothing but cut rows, it keeps them (and says so in the line above).
+    command = last.split("export them with: ")[1]
+    assert command.endswith("--keep-truncated --out train.jsonl"), command
+    argv = shlex.split(command)
+    exported = subprocess.run(
+        [sys.executable, str(REPO / argv[1]), *argv[2:]], cwd=ws.root, env=cli_env(), capture_output=True, text=True
+    )
+    assert exported.returncode == 0, exported.stderr
+    assert len((ws.root / "train.jsonl").read_text().splitlines()) == 3
