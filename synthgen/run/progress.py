@@ -408,23 +408,14 @@ def _paths(paths: list[str]) -> str:
     return shown + (f" and {len(paths) - SHOWN_PATHS} more" if len(paths) > SHOWN_PATHS else "")
 
 
-def every_row_cut(stats: list[DatasetStats]) -> bool:
-    """Whether every row the datasets hold was written by this run and cut at --max-tokens: the export
-    then has nothing to write without --keep-truncated."""
-    rows = [s for s in stats if s.already_done + s.done]
-    return bool(rows) and all(s.already_done == 0 and s.cut == s.done for s in rows)
-
-
 def export_command(
     output_dir: Path,
     names: list[str],
     partition: str,
     whole_partition: bool,
     prompts_dir: Path,
-    keep_truncated: bool = False,
 ) -> str:
-    """The export_training.py command for the rows of these datasets, runnable as printed (with
-    ``keep_truncated`` when every row was cut at --max-tokens: else the export has nothing to write)."""
+    """The export_training.py command for the rows of these datasets, runnable as printed."""
     parts = ["python", "export_training.py"]
     if whole_partition:
         parts += ["--partition", partition]
@@ -435,8 +426,6 @@ def export_command(
             parts += ["--dataset", name]
     if output_dir != Path("outputs"):
         parts += ["--output-dir", str(output_dir)]
-    if keep_truncated:
-        parts.append("--keep-truncated")
     return " ".join(shlex.quote(p) for p in [*parts, "--out", "train.jsonl"])
 
 

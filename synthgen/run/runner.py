@@ -44,7 +44,7 @@ from synthgen.run.dataset_run import DatasetRun, WorkItem, claim_dataset, now_is
 from synthgen.run.model import flag_settings, load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
 from synthgen.run.producer import Producer, record_skip
-from synthgen.run.progress import Progress, end_of_run, every_row_cut, export_command, summary_table
+from synthgen.run.progress import Progress, end_of_run, export_command, summary_table
 from synthgen.run.stopping import RunStop
 from synthgen.server.client import Generation, Rejected, SGLangClient, Transient, build_payload, new_rid
 from synthgen.server.discovery import ServerContext, ServerHealth, changed_identity, discover
@@ -288,9 +288,7 @@ class Runner:
         cfg = self.config
         names = [run.name for run in self.runs]
         stats = [run.counts for run in self.runs]
-        export = export_command(
-            cfg.output_dir, names, cfg.partition, not cfg.datasets, cfg.prompts_dir, every_row_cut(stats)
-        )
+        export = export_command(cfg.output_dir, names, cfg.partition, not cfg.datasets, cfg.prompts_dir)
         return end_of_run(stats, cfg.output_dir, self.rerun_command, export)
 
 
