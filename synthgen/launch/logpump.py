@@ -58,9 +58,10 @@ class BoundedLog:
             os.replace(self.path, self.path.with_name(self.path.name + ".1"))
             self._fh = None
             fh = self._open()
-            fh.write(rotated_line(self.path))
-            self._size += len(rotated_line(self.path))
-        data = data[: self.cap]  # one write never passes the cap on its own
+            header = rotated_line(self.path)
+            fh.write(header)
+            self._size += len(header)
+        data = data[: max(0, self.cap - self._size)]  # a line longer than the cap is cut
         fh.write(data)
         fh.flush()
         self._size += len(data)
