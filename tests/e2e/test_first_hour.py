@@ -122,10 +122,11 @@ def test_a_run_ends_with_where_the_rows_are_and_an_export_command_that_runs_as_p
     result = ws.run("--partition", "short", "--server-url", sim.url, *COMMON)
     assert result.returncode == 0, result.stderr
     last = last_line(result.stderr)
-    match = re.fullmatch(r"rows: (.*); export them with: (.*)", last)
+    match = re.fullmatch(r"rows: (.*); report: (.*); export them with: (.*)", last)
     assert match, result.stderr
     assert match.group(1) == "outputs/alpha/raw_responses.jsonl, outputs/beta/raw_responses.jsonl"
-    exported = run_as_printed(ws, match.group(2))
+    assert (ws.root / match.group(2)).is_file()  # the run's report page
+    exported = run_as_printed(ws, match.group(3))
     assert exported.returncode == 0, exported.stderr
     assert len((ws.root / "train.jsonl").read_text().splitlines()) == 5
 
