@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+import synthgen
 from synthgen.data.openfiles import open_output_file
 from synthgen.launch.serverlog import APPEND, rotated_line
 from synthgen.redact import redact, remember
@@ -119,6 +122,21 @@ def pump(source: int, log: BoundedLog) -> None:
     if pending:
         log.write(mask(pending) + b"\n")
     log.close()
+
+
+def start_pump(read_end: int, log: Path, cap: int, secrets: Sequence[str]) -> subprocess.Popen[bytes]:
+    """This module as a process reading the server's output from `read_end` into `log`."""
+    package_root = str(Path(synthgen.__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, SECRETS_ENV: "\n".join(secrets)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "synthgen.launch.logpump", str(log), str(cap)],
+        stdin=read_end,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,  # outlives a Ctrl-C and the run: the server's last lines still land
+    )
 
 
 def main(argv: list[str]) -> int:
