@@ -123,7 +123,7 @@ def _how_many(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--max-samples", type=int, metavar="N", help="at most N prompts per dataset (done ones count)")
     g.add_argument("--budget", type=Path, metavar="FILE", help="per-dataset counts from compute_budget.py --out")
     g.add_argument(
-        "--max-tokens-per-dataset", metavar="N", help="stop a dataset at N output tokens, earlier runs included (10M)"
+        "--max-tokens-per-dataset", metavar="N", help="stop a dataset at N output tokens, earlier runs too (e.g. 10M)"
     )
     g.add_argument(
         "--sample", choices=SAMPLE_MODES, default=default_of("sample"), help="which prompts a cap keeps (%(default)s)"
