@@ -19,7 +19,7 @@ from synthgen.chat.parsers.calls import (
     schema_properties,
 )
 from synthgen.chat.parsers.registry import tool_parser
-from synthgen.chat.parsers.scan import BlockScan
+from synthgen.chat.parsers.scan import BlockScan, through_last
 
 
 def _glm_type(name: str, key: str, tools: Tools) -> str | None:
@@ -80,7 +80,7 @@ def glm45(text: str, tools: Tools, detail_re: str = _GLM45_DETAIL) -> Found:
     normal = text[: text.find("<tool_call>")].strip()
     calls: list[Item] = []
     try:
-        for block in re.findall(r"<tool_call>.*?</tool_call>", text, re.DOTALL):
+        for block in re.findall(r"<tool_call>.*?</tool_call>", through_last(text, "</tool_call>"), re.DOTALL):
             detail = re.search(detail_re, block, re.DOTALL)
             if detail is None:
                 continue
@@ -131,7 +131,7 @@ def glm47(text: str, tools: Tools) -> Found:
         return None
     parts: list[str] = []
     last = 0
-    for m in re.finditer(r"<tool_call>.*?</tool_call>", text, re.DOTALL):
+    for m in re.finditer(r"<tool_call>.*?</tool_call>", through_last(text, "</tool_call>"), re.DOTALL):
         if m.start() > last:
             parts.append(text[last : m.start()])
         last = m.end()
@@ -140,7 +140,7 @@ def glm47(text: str, tools: Tools) -> Found:
     normal = "".join(parts).strip()
     calls: list[Item] = []
     try:
-        for block in re.findall(r"<tool_call>.*?</tool_call>", text, re.DOTALL):
+        for block in re.findall(r"<tool_call>.*?</tool_call>", through_last(text, "</tool_call>"), re.DOTALL):
             detail = re.search(r"<tool_call>(.*?)(<arg_key>.*?)?</tool_call>", block, re.DOTALL)
             if detail is None:
                 continue
@@ -373,7 +373,7 @@ def poolside_v1(text: str, tools: Tools) -> Found:
         return None
     first = text.find("<tool_call>")
     calls: list[Item] = []
-    for body in re.findall(r"<tool_call>(.*?)</tool_call>", text, re.DOTALL):
+    for body in re.findall(r"<tool_call>(.*?)</tool_call>", through_last(text, "</tool_call>"), re.DOTALL):
         hits = [h for h in (body.find("\n"), body.find("<arg_key>"), body.find("</tool_call>")) if h != -1]
         name = (body[: min(hits)] if hits else body).strip()
         if not name or not tools.declared(name):
@@ -574,7 +574,7 @@ def hunyuan(text: str, tools: Tools) -> Found:
     normal = text[:idx].strip() if idx > 0 else ""
     calls: list[Item] = []
     try:
-        for name, args in _HY_CALL.findall(text):
+        for name, args in _HY_CALL.findall(through_last(text, "</tool_call>")):
             name = name.strip()
             if not tools.declared(name):
                 continue
