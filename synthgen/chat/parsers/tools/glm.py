@@ -81,7 +81,7 @@ def glm45(text: str, tools: Tools, detail_re: str = _GLM45_DETAIL) -> Found:
     calls: list[Item] = []
     try:
         for block in re.findall(r"<tool_call>.*?</tool_call>", through_last(text, "</tool_call>"), re.DOTALL):
-            detail = re.search(detail_re, block, re.DOTALL)
+            detail = re.match(detail_re, block, re.DOTALL)  # search's first try, at 0, succeeds if any does
             if detail is None:
                 continue
             name = detail.group(1) or ""
@@ -141,7 +141,7 @@ def glm47(text: str, tools: Tools) -> Found:
     calls: list[Item] = []
     try:
         for block in re.findall(r"<tool_call>.*?</tool_call>", through_last(text, "</tool_call>"), re.DOTALL):
-            detail = re.search(r"<tool_call>(.*?)(<arg_key>.*?)?</tool_call>", block, re.DOTALL)
+            detail = re.match(r"<tool_call>(.*?)(<arg_key>.*?)?</tool_call>", block, re.DOTALL)
             if detail is None:
                 continue
             name = detail.group(1) or ""

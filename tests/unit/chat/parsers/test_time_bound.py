@@ -20,6 +20,7 @@ import pytest
 from parser_samples import REASONING_TEXTS, SGLANG_TEST_TEXTS, TOOL_TEXTS, TOOLS
 
 from synthgen.chat.parsers import OutputParser
+from synthgen.chat.parsers.reasoning import harmony
 from synthgen.chat.parsers.registry import REASONING, TOOL_CALL
 from synthgen.chat.parsers.tools import pythonic
 
@@ -190,3 +191,26 @@ def test_no_pattern_a_parser_uses_nests_unbounded_repeats(monkeypatch):
     assert len(used) > 40
     nested = [p for p in used if isinstance(p, str) and _unbounded_repeat_inside_repeat(sre_parse.parse(p))]
     assert not nested, nested
+
+
+def test_the_harmony_plain_text_patterns_match_as_sglangs_do():
+    # Rewritten so a run of whitespace is scanned once (a model looping on newlines took seconds).
+    flags = [re.IGNORECASE | re.DOTALL] * 3 + [re.IGNORECASE] * 2
+    theirs = [re.compile(p, f) for p, f in zip(harmony.SGLANG_TEXT_PATTERNS, flags, strict=True)]
+    ours = [
+        harmony._TEXT_ANALYSIS_THEN_FINAL,
+        harmony._TEXT_FINAL_ONLY,
+        harmony._TEXT_ANALYSIS_ONLY,
+        harmony._TEXT_CHANNEL_WORD,  # used only to ask whether it is found
+        harmony._TEXT_STRATEGY,
+    ]
+    words = [" ", "\n", "\t", "assistant", "analysis", "commentary", "assistantfinal", "final", "x", "ANALYSIS", "."]
+    rng = random.Random(SEED)
+    for _ in range(5000):
+        text = "".join(rng.choice(words) for _ in range(rng.randint(0, 10)))
+        for i, (sglang, pattern) in enumerate(zip(theirs, ours, strict=True)):
+            if i < 3:
+                a, b = sglang.match(text), pattern.match(text)
+                assert (a and (a.span(), a.groups())) == (b and (b.span(), b.groups())), (i, text)
+            else:
+                assert bool(sglang.search(text)) == bool(pattern.search(text)), (i, text)
