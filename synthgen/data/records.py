@@ -310,7 +310,7 @@ def parse_line(line: bytes) -> dict[str, Any] | None:
             return None
         try:  # json_line's fallback: a lone surrogate escape, which orjson refuses to read
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a hostile line nested thousands deep
             return None
     return row if isinstance(row, dict) else None
 
