@@ -11,7 +11,7 @@ import signal
 from simharness import wait_until
 from workspace import cli_env
 
-from synthgen.server.launcher import LOG_ROTATE_BYTES, progress_line
+from synthgen.launch.serverlog import LOG_ROTATE_BYTES, progress_line
 from tests.e2e.test_launch_server import (
     COMMON,
     DEADLINE,
@@ -120,7 +120,8 @@ def test_start_up_status_shows_the_servers_progress_not_its_warnings():
 def test_the_launch_record_never_holds_a_key_from_the_command(tmp_path):
     import sys
 
-    from synthgen.server.launcher import ServerProcess, read_record
+    from synthgen.launch.launcher import ServerProcess
+    from synthgen.launch.record import read_record
 
     record = tmp_path / "launched_server.json"
     command = [sys.executable, "-c", "import time; time.sleep(600)", "--api-key", "s3cret-value"]

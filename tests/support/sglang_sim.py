@@ -32,6 +32,9 @@ Output styles (``--output-style``), as text; ``R = "Reasoning about: U"``, ``A =
   ``json.dumps({"name": "lookup", "arguments": {"query": U}}, ensure_ascii=False)``; for a tool
   result ``<think>R</think>A``.
 - ``harmony``: ``<|channel|>analysis<|message|>R<|end|><|start|>assistant<|channel|>final<|message|>A<|return|>``.
+- ``harmony_tool``: for a user turn ``<|channel|>analysis<|message|>R<|end|><|start|>assistant<|channel|>``
+  ``commentary to=functions.lookup <|constrain|>json<|message|>ARGS<|call|>`` (ARGS as ``kimi_tool``'s;
+  a gpt-oss ``generation_config.json`` makes ``<|call|>`` a stop id); for a tool result as ``harmony``.
 
 In the three think-tag styles the reasoning part follows the prompt's tail: when the prompt ends
 with ``<think>`` (Kimi-K2.5 style, ignoring trailing whitespace) the opening tag is left out; when
@@ -206,7 +209,7 @@ END_MARKERS = {
     "ds_user": "<｜Assistant｜>",
     "ds_tool": "<｜tool▁output▁end｜>",
 }
-OUTPUT_STYLES = ("think", "kimi_tool", "qwen_tool", "harmony")
+OUTPUT_STYLES = ("think", "kimi_tool", "qwen_tool", "harmony", "harmony_tool")
 TOOL_NAME = "lookup"
 HARMONY_RETURN = "<|return|>"
 # Reasoning parsers whose end-of-thinking marker is not </think>.
@@ -533,7 +536,13 @@ class FakeModel:
     def output_text(self, prompt: str) -> str:
         kind, message = last_turn(prompt)
         reasoning, answer = f"Reasoning about: {message}", f"Answer: {message}"
-        if self.style == "harmony":
+        if kind == "user" and self.style == "harmony_tool":
+            arguments = json.dumps({"query": message}, ensure_ascii=False)
+            return (
+                f"<|channel|>analysis<|message|>{reasoning}<|end|><|start|>assistant<|channel|>commentary "
+                f"to=functions.{TOOL_NAME} <|constrain|>json<|message|>{arguments}<|call|>"
+            )
+        if self.style in ("harmony", "harmony_tool"):
             final = f"<|channel|>final<|message|>{answer}{HARMONY_RETURN}"
             if not self.reasoning:
                 return final
