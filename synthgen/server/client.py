@@ -228,16 +228,20 @@ async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         buffer += chunk
         start = 0
         while match := _EVENT_END.search(buffer, max(start, scan)):
-            event = bytes(buffer[start : match.start()])
+            data = _event_data(bytes(buffer[start : match.start()]))
             start = match.end()
-            data = [line[5:].removeprefix(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
-            if data:
-                yield b"\n".join(line.rstrip(b"\r") for line in data)
+            if data is not None:
+                yield data
         del buffer[:start]
-    if buffer.strip():  # a last event without its blank line (the stream was cut, or a lax server)
-        data = [line[5:].removeprefix(b" ") for line in bytes(buffer).split(b"\n") if line.startswith(b"data:")]
-        if data:
-            yield b"\n".join(line.rstrip(b"\r") for line in data)
+    # A last event without its blank line (a lax server; a cut stream raises before this).
+    if (data := _event_data(bytes(buffer))) is not None:
+        yield data
+
+
+def _event_data(event: bytes) -> bytes | None:
+    lines = [line.rstrip(b"\r") for line in event.split(b"\n")]
+    data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]
+    return b"\n".join(data) if data else None
 
 
 class StreamState:
