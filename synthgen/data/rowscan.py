@@ -16,9 +16,11 @@ a per-line read call.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, overload
 
 import orjson
+
+from synthgen.data.openfiles import Oversize
 
 _IDS_KEY = b'_ids":['
 
@@ -56,14 +58,24 @@ def resume_row(line: bytes) -> dict[str, Any] | None:
     return row if isinstance(row, dict) else None
 
 
-def lines(fh: BinaryIO, block: int = 1 << 23) -> Iterator[bytes]:
-    """The lines of ``fh``, each with its newline (the last may have none), read ``block`` bytes at a time."""
+@overload
+def lines(fh: BinaryIO, limit: None = None, block: int = ...) -> Iterator[bytes]: ...
+
+
+@overload
+def lines(fh: BinaryIO, limit: int, block: int = ...) -> Iterator[bytes | Oversize]: ...
+
+
+def lines(fh: BinaryIO, limit: int | None = None, block: int = 1 << 23) -> Iterator[bytes | Oversize]:
+    """The lines of ``fh``, each with its newline (the last may have none), read ``block`` bytes at a time.
+    With ``limit``, a longer line is given as its ``Oversize`` and never held whole (as ``bounded_lines``)."""
     pieces: list[bytes] = []  # the start of a line that spans blocks
+    held = 0  # its bytes so far
     while True:
         data = fh.read(block)
         if not data:
-            if pieces:
-                yield b"".join(pieces)
+            if held:
+                yield Oversize(held) if limit is not None and held > limit else b"".join(pieces)
             return
         start = 0
         find = data.find
@@ -71,12 +83,18 @@ def lines(fh: BinaryIO, block: int = 1 << 23) -> Iterator[bytes]:
             newline = find(b"\n", start)
             if newline < 0:
                 break
-            if pieces:
+            if limit is not None and held + newline + 1 - start > limit:
+                yield Oversize(held + newline + 1 - start)
+            elif held:
                 pieces.append(data[start : newline + 1])
                 yield b"".join(pieces)
-                pieces = []
             else:
                 yield data[start : newline + 1]
+            pieces, held = [], 0
             start = newline + 1
         if start < len(data):
-            pieces.append(data[start:])
+            held += len(data) - start
+            if limit is None or held <= limit:
+                pieces.append(data[start:])
+            else:
+                pieces = []  # over the limit: only its size is kept

@@ -5,6 +5,7 @@ import io
 import orjson
 import pytest
 
+from synthgen.data.openfiles import Oversize, bounded_lines
 from synthgen.data.rowscan import lines, resume_row
 
 ROWS = [
@@ -53,5 +54,13 @@ def test_a_line_orjson_rejects_is_no_row(line):
 def test_lines_are_the_file_lines_whatever_the_block_size():
     data = b"".join(orjson.dumps(r) + b"\n" for r in ROWS) + b"\n\n" + b'{"torn": tr'
     for block in (1, 3, 7, 64, 1 << 20):
-        assert list(lines(io.BytesIO(data), block)) == list(io.BytesIO(data))
+        assert list(lines(io.BytesIO(data), block=block)) == list(io.BytesIO(data))
     assert list(lines(io.BytesIO(b""))) == []
+
+
+def test_a_line_over_the_limit_is_its_size_only():
+    data = b"short\n" + b"x" * 50 + b"\n" + b"y" * 9 + b"\nlast" + b"z" * 40
+    expected = list(bounded_lines(io.BytesIO(data), 10, chunk=4))
+    assert expected == [b"short\n", Oversize(51), b"y" * 9 + b"\n", Oversize(44)]
+    for block in (1, 3, 7, 64):
+        assert list(lines(io.BytesIO(data), 10, block=block)) == expected
