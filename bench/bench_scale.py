@@ -51,6 +51,15 @@ DATASET = "big"
 class Startup:
     first_request_s: float | None
     peak_mb: float
+    cpu_s: float  # the CLI's CPU time up to its first request: moves less with other load than the wall
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def vm_hwm_mb(pid: int) -> float | None:
@@ -112,10 +121,11 @@ def startup(ws: Path, sim_url: str, timeout: float = 600.0) -> Startup:
     proc = subprocess.Popen(
         command, cwd=ws, env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
-    first, peak = None, 0.0
+    first, peak, cpu = None, 0.0, 0.0
     try:
         while proc.poll() is None and time.monotonic() - t0 < timeout:
             peak = max(peak, vm_hwm_mb(proc.pid) or 0.0)
+            cpu = cpu_seconds(proc.pid) or cpu
             stats = httpx.get(stats_url).json()
             if stats["in_flight"] or stats["generate_requests"] > before:
                 first = time.monotonic() - t0
@@ -128,7 +138,7 @@ def startup(ws: Path, sim_url: str, timeout: float = 600.0) -> Startup:
         _, err = proc.communicate(timeout=120)
     if first is None:
         print(err.decode(errors="replace")[-2000:], file=sys.stderr)
-    return Startup(first, peak)
+    return Startup(first, peak, cpu)
 
 
 def spread(values: list[float], spec: str = ".2f") -> str:
@@ -143,7 +153,7 @@ def bench_prompts(root: Path, sim_url: str, prompts: int, baseline: int, repeat:
         write_prompts(ws / "prompts" / PARTITION / f"{DATASET}.jsonl", count)
         sizes[count] = ws
     mb = (sizes[prompts] / "prompts" / PARTITION / f"{DATASET}.jsonl").stat().st_size / 1e6
-    firsts, peaks, per_prompt = [], [], []
+    firsts, peaks, per_prompt, cpus = [], [], [], []
     for k in range(repeat):
         base = startup(sizes[baseline], sim_url)
         big = startup(sizes[prompts], sim_url)
@@ -154,16 +164,19 @@ def bench_prompts(root: Path, sim_url: str, prompts: int, baseline: int, repeat:
         firsts.append(big.first_request_s)
         peaks.append(big.peak_mb)
         per_prompt.append(cost)
+        cpus.append(big.cpu_s - base.cpu_s)
         print(
-            f"  run {k + 1}: {prompts:,} prompts first request {big.first_request_s:.2f} s, peak {big.peak_mb:.0f} MB; "
-            f"{baseline:,} prompts first request {base.first_request_s or 0:.2f} s, peak {base.peak_mb:.0f} MB; "
+            f"  run {k + 1}: {prompts:,} prompts first request {big.first_request_s:.2f} s (CPU {big.cpu_s:.1f} s), "
+            f"peak {big.peak_mb:.0f} MB; {baseline:,} prompts first request {base.first_request_s or 0:.2f} s "
+            f"(CPU {base.cpu_s:.1f} s), peak {base.peak_mb:.0f} MB; "
             f"{cost:.0f} B a prompt (load average {os.getloadavg()[0]:.1f})",
             flush=True,
         )
     if firsts:
         print(
             f"prompts: {prompts:,} ({mb:.0f} MB): first request {spread(firsts)} s, "
-            f"peak RSS {spread(peaks, '.0f')} MB, memory a prompt {spread(per_prompt, '.0f')} B"
+            f"peak RSS {spread(peaks, '.0f')} MB, memory a prompt {spread(per_prompt, '.0f')} B, CPU over the "
+            f"baseline's {spread(cpus)} s"
         )
 
 
@@ -196,7 +209,7 @@ def bench_resume(root: Path, sim_url: str, args: argparse.Namespace) -> None:
     started = time.monotonic()
     rows, size = write_results(ws, int(gigabytes * 1e9), args.left, args.prompt_chars, args.answer_tokens)
     print(f"  wrote {rows:,} rows, {size / 1e9:.2f} GB in {time.monotonic() - started:.0f} s", flush=True)
-    firsts, peaks, scans = [], [], []
+    firsts, peaks, scans, cpus = [], [], [], []
     for k in range(repeat):
         t = time.perf_counter()
         state = DatasetStore(ws / "outputs", DATASET).scan()
@@ -208,14 +221,17 @@ def bench_resume(root: Path, sim_url: str, args: argparse.Namespace) -> None:
             continue
         firsts.append(run.first_request_s)
         peaks.append(run.peak_mb)
+        cpus.append(run.cpu_s)
         print(
-            f"  run {k + 1}: first request {run.first_request_s:.2f} s, peak {run.peak_mb:.0f} MB; "
+            f"  run {k + 1}: first request {run.first_request_s:.2f} s (CPU {run.cpu_s:.1f} s), "
+            f"peak {run.peak_mb:.0f} MB; "
             f"DatasetStore.scan alone {scans[-1]:.2f} s (load average {os.getloadavg()[0]:.1f})",
             flush=True,
         )
     if firsts:
         print(
-            f"resume: {size / 1e9:.2f} GB, {rows:,} rows: first request {spread(firsts)} s, peak RSS "
+            f"resume: {size / 1e9:.2f} GB, {rows:,} rows: first request {spread(firsts)} s "
+            f"(CPU {spread(cpus)} s), peak RSS "
             f"{spread(peaks, '.0f')} MB; DatasetStore.scan {spread(scans)} s "
             f"= {size / 1e9 / min(scans):.2f} GB/s at best"
         )
