@@ -186,10 +186,10 @@ def discover(prompts_dir: Path, partition: str, names: Iterable[str] = ()) -> li
 _PLAIN_ROLES = frozenset(("system", "user", "assistant"))
 
 
-def _plain(record: dict[str, Any]) -> Conversation | None:
-    """The conversation of a plain chat record (``messages`` of role/content pairs, canonical roles, no
-    empty turn, no tools) without ``parse_record``'s copies, or None to let it read the record; both
-    give the same conversation of such a record."""
+def _plain(record: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The messages of a plain chat record (``messages`` of role/content pairs in that order, canonical
+    roles, no empty turn, a user turn, no tools), or None to let ``parse_record`` read the record; for
+    such a record it makes the same conversation of the same messages, copied."""
     messages = record.get("messages")
     if type(messages) is not list or not messages or record.get("tools") is not None:
         return None
@@ -201,7 +201,21 @@ def _plain(record: dict[str, Any]) -> Conversation | None:
         if type(role) is not str or role not in _PLAIN_ROLES or type(content) is not str or not content.strip():
             return None
         user = user or role == "user"
-    return Conversation(messages) if user else None
+    return messages if user else None
+
+
+def _plain_id(line: bytes) -> str | None:
+    """The id of a plain chat line with a string id, or None: then ``parse_line`` reads it."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if type(record) is not dict:
+        return None
+    rid = record.get("id")
+    if type(rid) is not str or not rid or rid.isspace() or _plain(record) is None:
+        return None
+    return rid
 
 
 def parse_line(line: bytes) -> tuple[str, Conversation] | None:
@@ -214,8 +228,10 @@ def parse_line(line: bytes) -> tuple[str, Conversation] | None:
         raise BadLine(f"not valid JSON ({exc})") from exc
     if not isinstance(record, dict):
         raise BadLine(f"expected a JSON object, got {type(record).__name__}")
-    conversation = _plain(record)
-    if conversation is None:
+    messages = _plain(record)
+    if messages is not None:
+        conversation = Conversation(messages)
+    else:
         try:
             conversation = parse_record(record)
         except ConversationError as exc:
@@ -306,9 +322,18 @@ def _scan(
 ) -> DatasetIndex:
     index = DatasetIndex(source, mode=mode)
     ids, starts, linenos = index.ids, index.offsets.starts, index.offsets.lines
+    quick = mode != "each" and records is None  # a line makes one prompt of its own id: ids are all it keeps
     offset = 0
     for lineno, line in _lines(source.path):
         index.lines = lineno
+        if quick and type(line) is bytes and len(line) <= LONG_LINE:
+            rid = _plain_id(line)
+            if rid is not None and not (done and rid in done) and rid not in track:
+                ids.append(rid)  # the common case: the whole of the loop below for it
+                starts.append(offset)
+                linenos.append(lineno)
+                offset += len(line)
+                continue
         size = line.size if isinstance(line, Oversize) else len(line)
         start, offset = offset, offset + size
         try:
@@ -332,11 +357,6 @@ def _scan(
                 continue
             records.add(rid)
         index.dropped_empty_system += conversation.dropped_empty_system
-        if mode != "each" and len(line) <= LONG_LINE and (not done or rid not in done) and rid not in track:
-            ids.append(rid)  # the common case, the whole of the loop below for it
-            starts.append(start)
-            linenos.append(lineno)
-            continue
         for prompt_id, messages in prompts_of(rid, conversation, mode):
             ids.append(prompt_id)
             starts.append(start)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from synthgen.data.conversations import parse_record
+from synthgen.data.conversations import Conversation, parse_record
 from synthgen.data.idtable import PromptOffsets
 from synthgen.data.prompts import DatasetSource, PromptReader, _plain, scan_dataset
 
@@ -21,7 +21,7 @@ def test_a_plain_record_reads_as_parse_record_reads_it(msgs, tools):
     fast = _plain(record)
     if fast is None:
         return
-    assert fast == parse_record(record)
+    assert Conversation(fast) == parse_record(record)
 
 
 def test_records_other_than_plain_chats_take_the_full_reading():
