@@ -134,8 +134,12 @@ def startup(ws: Path, sim_url: str, timeout: float = 600.0) -> Startup:
     finally:
         peak = max(peak, vm_hwm_mb(proc.pid) or 0.0)
         if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
+            proc.send_signal(signal.SIGTERM)  # it finishes what is in flight and its closing work
+        try:
+            _, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
     if first is None:
         print(err.decode(errors="replace")[-2000:], file=sys.stderr)
     return Startup(first, peak, cpu)
