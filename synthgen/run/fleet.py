@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 
+from synthgen.data.failures import GARBAGE
 from synthgen.errors import ServerError
 from synthgen.run.concurrency import AutoConcurrency, InFlightLimit, LoadMonitor
 from synthgen.run.sickworker import WorkerHealth, garbage_reason
@@ -77,7 +78,7 @@ class Fleet:
         if worker not in self._told:
             self._told.add(worker)
             self.on_message(f"worker {worker} answered garbage ({reason}); such answers are retried, not written")
-        exc = Transient("garbage", f"worker {worker} answered garbage: {reason}")
+        exc = Transient(GARBAGE.name, f"worker {worker} answered garbage: {reason}")
         exc.worker = worker
         raise exc
 
