@@ -8,7 +8,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import orjson
 
@@ -152,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=float, metavar="T", help="default: the model's")
     g.add_argument("--top-p", type=float, metavar="P", help="default: the server's")
     g.add_argument("--top-k", type=int, metavar="K", help="default: the server's")
+    g.add_argument(
+        "--sampling-params",
+        default="{}",
+        metavar="JSON",
+        help="more SGLang sampling keys, e.g. '{\"min_p\": 0.05}'",
+    )
 
     g = p.add_argument_group("running")
     g.add_argument(
@@ -163,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--retry-backoff", type=float, default=1.0, metavar="S", help="first retry delay (default: 1)")
     g.add_argument("--server-wait", type=float, default=600.0, metavar="S", help="outage before giving up (600)")
     g.add_argument("--drain-timeout", type=float, default=30.0, metavar="S", help="after SIGTERM/SIGINT (30)")
+    g.add_argument(
+        "--keep-partials",
+        choices=("on", "off"),
+        default="on",
+        help="on a stop, end requests and keep their output so far to continue (on)",
+    )
     g.add_argument("--dry-run", action="store_true", help="print the plan and the first request; send nothing")
     g.add_argument("--log-file", type=Path, metavar="FILE", help="also append status lines here")
     g.add_argument("--status-interval", type=float, default=10.0, metavar="S", help="without a terminal (10)")
@@ -181,6 +193,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise UsageError(f"--chat-template-kwargs is not valid JSON ({exc}); e.g. '{{\"thinking\": true}}'") from None
     if not isinstance(template_kwargs, dict):
         raise UsageError("--chat-template-kwargs must be a JSON object, e.g. '{\"thinking\": true}'")
+    extra_sampling = json_object(args.sampling_params, "--sampling-params", '{"min_p": 0.05}')
     budget = read_budget(args.budget) if args.budget else None
     token_cap = None
     if args.max_tokens_per_dataset is not None:
@@ -221,6 +234,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k,
+        extra_sampling=extra_sampling,
         concurrency=args.concurrency,
         max_concurrency=args.max_concurrency,
         request_timeout=args.request_timeout,
@@ -228,11 +242,22 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         backoff_base=args.retry_backoff,
         server_wait=args.server_wait,
         drain_timeout=args.drain_timeout,
+        keep_partials=args.keep_partials == "on",
         status_interval=args.status_interval,
         log_file=args.log_file,
         report_interval=args.report_interval,
         dry_run=args.dry_run,
     ).validate()
+
+
+def json_object(text: str, flag: str, example: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"{flag} is not valid JSON ({exc}); e.g. '{example}'") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag} must be a JSON object, e.g. '{example}'")
+    return value
 
 
 def rerun_command(argv: list[str]) -> str:

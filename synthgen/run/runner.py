@@ -8,7 +8,7 @@ write error stops it.
     Pool.execute()    producer (prepare.Preparer, in a worker thread) -> queue -> dispatcher (one
                       task per prompt, as the in-flight limit admits: fixed, or moved by the
                       server's load) -> Pool.process -> DatasetRun.record_*
-    Pool.request()    one request with its retries: backoff, outages, aborts, bad answers
+    request.Requests  one request with its retries: backoff, outages, aborts, partial outputs
 
 This module owns scheduling only. What a dataset knows and writes is in ``dataset_run``, how a
 prompt becomes a request in ``prepare``, what the server is and whether it is up in ``server``.
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
@@ -29,7 +28,6 @@ from synthgen.config import RunConfig
 from synthgen.data import provenance
 from synthgen.data.prompts import DatasetSource
 from synthgen.data.prompts import discover as discover_datasets
-from synthgen.data.records import Turn
 from synthgen.data.store import DatasetStore, ResumeState
 from synthgen.errors import (
     EXIT_FAILURES,
@@ -37,7 +35,6 @@ from synthgen.errors import (
     EXIT_SIGHUP,
     EXIT_SIGINT,
     EXIT_SIGTERM,
-    ServerError,
     SynthgenError,
     UsageError,
 )
@@ -46,14 +43,16 @@ from synthgen.report.folder import LiveReport
 from synthgen.report.timeline import sample_of
 from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor, interleave
 from synthgen.run.dataset_run import DatasetRun, WorkItem, claim_dataset, now_iso, open_dataset, recorded_settings
+from synthgen.run.ledger import TokenLedger
 from synthgen.run.model import flag_settings, load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
 from synthgen.run.progress import Progress, end_of_run, export_command, summary_table
-from synthgen.server.client import Generation, Rejected, SGLangClient, Transient, build_payload, new_rid
+from synthgen.run.request import Requests
+from synthgen.server.client import SGLangClient
 from synthgen.server.discovery import ServerContext, ServerHealth, changed_identity, discover
 
-# A prompt in flight at this many server deaths is recorded as failed rather than retried forever.
-OUTAGES_PER_PROMPT = 3
+# After a stop has aborted the requests in flight, their answers (one decode step away) are awaited this long.
+ABORT_GRACE = 10.0
 # When this many prompts (or every prompt, if fewer) fail the chat template the same way before any
 # could be sent, the cause is the configuration (template, --chat-template-kwargs), not the data.
 SKIPS_BEFORE_STOP = 20
@@ -109,6 +108,8 @@ class Runner:
         self.stopping = asyncio.Event()
         self.signal_name: str | None = None
         self.fatal: BaseException | None = None
+        self._aborting: asyncio.Task[Any] | None = None  # a stop's /abort_request calls
+        self._stopping_now = False  # the drain ran out or a second signal came: in-flight requests are ended
         self._ignored: set[signal.Signals] = set()  # signals ignored when the run began (SIGHUP under nohup)
         # <output-dir>/report.html and timeline.jsonl once the run goes ahead; restarts: the launched server's.
         self.report: LiveReport | None = None
@@ -165,16 +166,18 @@ class Runner:
             self.pool = Pool(self, client, self.preparer)
             await self.pool.execute()
             # The last status line: a log under nohup ends on the final counts, however short the run.
-            self.progress.tick(self.pool.monitor.status_text())
+            self.progress.tick(self.pool.status_text())
             self.progress.close_bar()  # its last line before the summary, not after it
             # The run's own figures: the server's start (a demo install, a model load) is shown apart.
             summary = summary_table([run.counts for run in self.runs], time.monotonic() - self.progress.started)
-            summary += "\n" + self.pool.monitor.summary_line()
+            summary += "\n" + self.pool.monitor.summary_line() + "\n" + self.tokens().line()
             if startup >= 1.0 or cfg.launch_server is not None:
                 summary += f"\nnot in these figures: {fmt_duration(startup)} before the first request (server start-up)"
             self.progress.print_block(summary)
             return self.exit_code()
         finally:
+            if self._aborting is not None:
+                self._aborting.cancel()
             for sig in SIGNALS.keys() - self._ignored:
                 loop.remove_signal_handler(sig)
             if self.client is None:
@@ -184,6 +187,13 @@ class Runner:
             for run in self.runs:
                 run.close()
             self.progress.close()
+
+    def tokens(self) -> TokenLedger:
+        """Where the output tokens of this run went, over all datasets."""
+        total = TokenLedger()
+        for run in self.runs:
+            total = total.add(run.tokens)
+        return total
 
     def open_report(self) -> None:
         self.report = LiveReport.for_run(self.config, [run.name for run in self.runs], self.progress.message)
@@ -295,7 +305,7 @@ class Runner:
 
     def _on_signal(self, name: str) -> None:
         if self.signal_name is not None:
-            self._cancel_tasks(f"second {name}")
+            self._stop_now(f"second {name}")
             return
         self.signal_name = name
         self.stopping.set()
@@ -304,11 +314,41 @@ class Runner:
         if self.pool is not None and self.pool.health.is_down:
             self._cancel_tasks(f"{name} during an outage: nothing in flight can finish")
             return
-        asyncio.get_running_loop().call_later(self.config.drain_timeout, self._cancel_tasks, "drain timeout")
+        asyncio.get_running_loop().call_later(self.config.drain_timeout, self._stop_now, "drain timeout")
+        if self.pool is not None and self.pool.requests.keeps_partials:
+            # Nothing is lost by ending them now: their output so far is kept and the next run continues it.
+            self._aborting = asyncio.create_task(self.pool.requests.abort_all())
+            self.progress.message(
+                f"{name}: no new requests; ending the {self.progress.in_flight} in flight through /abort_request, "
+                f"their output so far kept for the next run to continue (send {name} again to stop now)"
+            )
+            return
         self.progress.message(
             f"{name}: no new requests; waiting up to {fmt_duration(self.config.drain_timeout)} for "
             f"{self.progress.in_flight} in flight (send {name} again to stop now)"
         )
+
+    def _stop_now(self, why: str) -> None:
+        """The drain ran out, or a second signal: requests in flight are ended through /abort_request
+        (the server stops generating for nobody; their output so far is kept where it can be
+        continued), then cancelled if their answers do not come back within ABORT_GRACE."""
+        if self.pool is None or self._stopping_now:
+            self._cancel_tasks(why)
+            return
+        self._stopping_now = True
+        pool = self.pool
+
+        async def abort_then_cancel() -> None:
+            alive = [t for t in pool.tasks if not t.done()]
+            if alive:
+                self.progress.message(f"stopping now ({why}): ending {self.progress.in_flight} requests in flight")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(pool.requests.abort_all(), ABORT_GRACE)
+            if alive:
+                await asyncio.wait(alive, timeout=ABORT_GRACE)
+            self._cancel_tasks(why)
+
+        self._aborting = asyncio.create_task(abort_then_cancel())
 
     def _cancel_tasks(self, why: str) -> None:
         alive = [t for t in self.pool.tasks if not t.done()] if self.pool is not None else []
@@ -357,7 +397,12 @@ class Pool:
         self.ahead = InFlightLimit(max(PREPARED_AHEAD_MIN, self.limit.target))
         self.queue: asyncio.Queue[WorkItem | None] = asyncio.Queue()
         self.tasks: set[asyncio.Task[None]] = set()  # one per prompt admitted
-        self.sampling = cfg.sampling_params()
+        self.requests = Requests(client, cfg, self.health, self.stopping, preparer.parser, runner.fail_run)
+        if cfg.keep_partials and self.requests.blocker is not None:
+            progress.message(
+                f"note: requests ended early restart instead of continuing ({self.requests.blocker}); a stop "
+                "waits --drain-timeout for them"
+            )
         self.total = sum(len(run.selection.pending) for run in runner.runs)
         # Rendering and tokenizing: one worker for the producer, one for the next turns of conversations.
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
@@ -517,7 +562,12 @@ class Pool:
     async def ticker(self) -> None:
         while True:
             await asyncio.sleep(self.cfg.status_interval)
-            self.progress.tick(self.monitor.status_text())
+            self.progress.tick(self.status_text())
+
+    def status_text(self) -> str:
+        """The load monitor's part of the status line, and how much of what was generated is kept."""
+        kept = self.runner.tokens().status()
+        return "; ".join(part for part in (self.monitor.status_text(), kept) if part)
 
     def _check_skips(self, skip: Skip) -> None:
         if self._sendable or skip.kind != "template_error":
@@ -537,7 +587,7 @@ class Pool:
         run.request_started()
         try:
             while True:
-                turn = await self.request(item)
+                turn = await self.requests.request(item)
                 if turn is None:
                     return
                 conversation = item.prompt.conversation
@@ -558,65 +608,3 @@ class Pool:
             self.runner.fail_run(exc)
         finally:
             run.request_ended()
-
-    async def request(self, item: WorkItem) -> Turn | None:
-        """One request with its retries: the parsed turn, or None once the prompt's failure is
-        recorded (or the run is stopping)."""
-        run, health = item.run, self.health
-        attempts = outages = 0
-        while True:
-            try:
-                await health.wait_up()
-            except ServerError as exc:  # gone for too long, or back with another model
-                self.runner.fail_run(exc)
-                return None
-            if self.stopping.is_set():
-                return None
-            attempts += 1
-            payload = build_payload(item.input_ids, item.max_new_tokens, self.sampling, new_rid())
-            started = time.monotonic()
-            try:
-                generation = await self.client.generate(payload)
-                return self._turn(item, generation, attempts, time.monotonic() - started, payload["rid"])
-            except Transient as exc:
-                if exc.outage and await health.suspect(exc.message):
-                    # The server was down: usually this says nothing about the prompt, but a
-                    # prompt that keeps being in flight when the server dies may be killing it.
-                    outages += 1
-                    if outages >= OUTAGES_PER_PROMPT:
-                        run.record_error(
-                            item.prompt.id,
-                            "failed",
-                            "server_died",
-                            (
-                                f"the server went down {outages} times while this prompt was in flight "
-                                f"(last: {exc.message})"
-                            ),
-                            attempts,
-                            exc.status,
-                        )
-                        return None
-                    attempts -= 1
-                    continue
-                if attempts >= self.cfg.max_attempts:
-                    run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
-                    return None
-                await self._backoff(attempts)
-            except Rejected as exc:
-                run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
-                return None
-
-    def _turn(self, item: WorkItem, generation: Generation, attempts: int, latency: float, rid: str) -> Turn:
-        """The answer parsed into a turn; anything unexpected in it is a bad answer of this prompt
-        (retried, then recorded), never the death of a worker."""
-        try:
-            return item.turn(generation, self.preparer.parser, attempts, latency, rid)
-        except Exception as exc:
-            raise Transient("bad_response", f"could not read the answer ({type(exc).__name__}: {exc})") from exc
-
-    async def _backoff(self, attempt: int) -> None:
-        cfg = self.cfg
-        delay = min(cfg.backoff_max, cfg.backoff_base * 2 ** (attempt - 1))
-        delay *= random.uniform(0.5, 1.0)  # jitter: retries from many workers do not arrive together
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.stopping.wait(), timeout=delay)

@@ -36,9 +36,18 @@ class RequestFailure(Exception):
 
 
 class Transient(RequestFailure):
-    def __init__(self, kind: str, message: str, status: int | None = None, outage: bool = False):
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        status: int | None = None,
+        outage: bool = False,
+        partial: Generation | None = None,
+    ):
         super().__init__(kind, message, status)
         self.outage = outage
+        # An abort's output so far (HTTP 200, finish_reason abort, sglang_api.md §10): kept to continue.
+        self.partial = partial
 
 
 class Rejected(RequestFailure):
@@ -130,15 +139,19 @@ def parse_generation(status: int, body: bytes) -> Generation:
         finish = {"type": finish}
     if not isinstance(finish, dict) or not isinstance(finish.get("type"), str):
         raise Transient("bad_response", f"response has no usable finish_reason ({_shown(finish)})", status)
+    output_ids = data.get("output_ids")
     if finish["type"] == "abort":
         code = finish.get("status_code")
+        partial = None
+        if output_ids and _int_list(output_ids):
+            partial = Generation(data["text"], output_ids, finish, 0, len(output_ids), None, None, None)
         raise Transient(
             "abort",
             f"server aborted the request: {finish.get('message') or 'Aborted'}",
             code if isinstance(code, int) else None,
             outage=isinstance(code, int) and code in OUTAGE_STATUSES,
+            partial=partial,
         )
-    output_ids = data.get("output_ids")
     if output_ids is not None and not _int_list(output_ids):
         raise Transient("bad_response", f"output_ids is not a list of token ids ({_shown(output_ids)})", status)
     completion = _count(meta, "completion_tokens", status)

@@ -394,8 +394,41 @@ class FakeModel:
     def decode(self, ids: list[int], skip_special_tokens: bool) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
+    continuation = False  # --continuation: a prompt followed by the start of its output is continued
+
     def complete(self, input_ids: list[int]) -> list[int]:
-        """The full output, ending with a stop id, that the model would write given unlimited tokens."""
+        """The full output, ending with a stop id, that the model would write given unlimited tokens;
+        with ``continuation``, the rest of it when the ids end with its beginning (``continued``)."""
+        if self.continuation:
+            rest = self.continued(input_ids)
+            if rest is not None:
+                return rest
+        return self._complete(input_ids)
+
+    def continued(self, input_ids: list[int]) -> list[int] | None:
+        """A prompt P plus the first ids of the output for P (as a client continues a request that was
+        aborted: P + partial output ids): the rest of that output. P is the shortest prefix that fits."""
+        starts = getattr(self, "_starts", None)
+        if starts is None:
+            texts = (
+                THINK_OPEN,
+                "Reasoning about:",
+                "Answer:",
+                "<|channel|>",
+                "<tool_call>",
+                "<|tool_calls_section_begin|>",
+            )
+            starts = self._starts = {ids[0] for ids in map(self.encode_text, texts) if ids}
+        for k in range(max(1, len(input_ids) - 8192), len(input_ids)):
+            if input_ids[k] not in starts:
+                continue
+            full = self._complete(input_ids[:k])
+            done = len(input_ids) - k
+            if len(full) > done and full[:done] == input_ids[k:]:
+                return full[done:]
+        return None
+
+    def _complete(self, input_ids: list[int]) -> list[int]:
         prompt = self.decode(input_ids, skip_special_tokens=False)
         ids = self.encode_text(self.output_text(prompt))
         if not ids or ids[-1] not in self.stop_ids:
@@ -1934,6 +1967,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--exit-after", type=int, help="exit with code 1, unanswered, when the N-th /generate request arrives")
     add("--malformed", choices=MALFORMED_KINDS, help="break every 200 /generate answer this way")
     add("--no-workers", action="store_true", help="answer /generate with sglang-router's 503 'No available workers'")
+    add("--continuation", action="store_true", help="continue a prompt + the start of its output (FakeModel.continued)")
     sched = parser.add_argument_group("scheduler mode (on with --max-total-tokens)")
     sched.add_argument("--max-total-tokens", type=int, help="KV pool size in tokens; switches the scheduler on")
     sched.add_argument(
@@ -2006,6 +2040,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s sglang_sim %(message)s")
     model = FakeModel(args.tokenizer_dir, args.reasoning, args.output_style, args.length_dist, args.reasoning_parser)
+    model.continuation = args.continuation
     settings = build_settings(args, model.tokenizer)
     faults = Faults(
         rate_503=args.rate_503,

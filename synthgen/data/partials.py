@@ -1,0 +1,194 @@
+"""Partial outputs: what the server generated for a request that was ended before it finished (the
+run stopped and aborted it, or the server aborted it), kept so that a later attempt or run continues
+it instead of paying for it again.
+
+    outputs/<dataset>/partial_outputs.jsonl
+        {"id", "turn", "output_ids", "text", "segments", "prompt_hash", "settings"} per kept partial
+
+``segments`` is the number of tokens each attempt added (their sum is ``len(output_ids)``). A
+request is continued by sending the prompt ids plus ``output_ids`` with what is left of its
+``max_new_tokens``: for plain temperature/top-p/top-k sampling that draws from the same
+distribution as one uninterrupted request (``continuation_blocker`` names the settings where it
+does not).
+
+The rules are those of ``store.PartialTurns``: every line is one ``os.write`` of a whole line on
+an O_APPEND descriptor; the latest line of an id wins; a torn or unreadable line is passed over. A
+run continues only partials made for the prompt its line makes now and under the run's settings
+(``usable``); ``open`` rewrites the file with those alone (atomically) before the first append,
+and ``compact`` at the end drops those of prompts whose row is written.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from synthgen.data.openfiles import create_new, limit_error, open_output
+from synthgen.data.records import typed_list
+from synthgen.data.store import WRITE_POOL, iter_rows
+from synthgen.errors import StoreWriteError
+
+NAME = "partial_outputs.jsonl"
+
+# Sampling keys whose effect depends on the tokens already generated (or on the request being one
+# whole draw): a continuation would not sample from the same distribution. key -> its neutral value.
+OUTPUT_SIDE_KEYS: dict[str, Any] = {
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "min_new_tokens": 0,
+    "sampling_seed": None,
+}
+
+
+def continuation_blocker(sampling: dict[str, Any]) -> str | None:
+    """Why a request with these sampling params cannot be continued from a partial output (None: it
+    can): penalties that count output tokens, min_new_tokens and a fixed sampling_seed are not
+    carried over by a new request."""
+    for key, neutral in OUTPUT_SIDE_KEYS.items():
+        value = sampling.get(key, neutral)
+        if value is not None and value != neutral:
+            what = "a fixed seed draws another sequence" if key == "sampling_seed" else "it counts output tokens"
+            return f"{key} {value}: {what}, so a continuation is not the same distribution"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Partial:
+    id: str
+    turn: int  # regenerate=all: the turn it is part of (0 otherwise)
+    output_ids: list[int]
+    text: str
+    segments: list[int]  # tokens per attempt, in order
+    prompt_hash: str | None
+    settings: str | None
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> Partial | None:
+        rid, turn, text = row.get("id"), row.get("turn", 0), row.get("text")
+        ids, segments = typed_list(row.get("output_ids"), int), typed_list(row.get("segments"), int)
+        if not isinstance(rid, str) or not isinstance(turn, int) or isinstance(turn, bool) or not isinstance(text, str):
+            return None
+        if not ids or segments is None or sum(segments) != len(ids):
+            return None
+        digest, settings = row.get("prompt_hash"), row.get("settings")
+        return cls(
+            rid,
+            turn,
+            ids,
+            text,
+            segments,
+            digest if isinstance(digest, str) else None,
+            settings if isinstance(settings, str) else None,
+        )
+
+    def to_json(self) -> bytes:
+        row = {"id": self.id, "turn": self.turn, "output_ids": self.output_ids, "text": self.text}
+        row |= {"segments": self.segments, "prompt_hash": self.prompt_hash, "settings": self.settings}
+        return orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
+
+    @property
+    def tokens(self) -> int:
+        return len(self.output_ids)
+
+
+def latest(rows: list[Partial]) -> dict[str, Partial]:
+    """The last line of each id (a later attempt's partial extends an earlier one)."""
+    return {row.id: row for row in rows}
+
+
+def usable(
+    rows: list[Partial], done: set[str], hashes: dict[str, str], settings: str | None
+) -> tuple[dict[str, Partial], list[Partial]]:
+    """(the partials a run may continue, by id; those it must discard: made for another prompt text
+    or other settings). Done prompts' partials are neither (compact drops them). ``settings`` None:
+    not known yet (a dry run, before the server is asked), not compared."""
+    keep: dict[str, Partial] = {}
+    discard: list[Partial] = []
+    for row in latest(rows).values():
+        if row.id in done:
+            continue
+        if row.prompt_hash is None or row.prompt_hash != hashes.get(row.id):
+            discard.append(row)
+        elif settings is not None and row.settings != settings:
+            discard.append(row)
+        else:
+            keep[row.id] = row
+    return keep, discard
+
+
+class PartialOutputs:
+    """outputs/<dataset>/partial_outputs.jsonl (see the module docstring)."""
+
+    def __init__(self, folder: Path):
+        self.path = Path(folder) / NAME
+
+    def load(self) -> list[Partial]:
+        """Read-only: every readable line, in file order."""
+        try:
+            return [p for row in iter_rows(self.path) if (p := Partial.from_dict(row)) is not None]
+        except OSError as exc:
+            raise StoreWriteError(f"{self.path}: cannot read ({exc.strerror})") from exc
+
+    def open(self, keep: dict[str, Partial]) -> None:
+        """Before the run appends: the file holds ``keep`` alone (a torn last line goes too)."""
+        if self.path.exists():
+            self._rewrite(list(keep.values()))
+
+    def compact(self, done: set[str]) -> None:
+        """At the end of a run: one line per id, none of a prompt whose row is written (no file once
+        nothing is left)."""
+        WRITE_POOL.release((self, self.path))  # an append descriptor would point at the replaced file
+        if not self.path.exists():
+            return
+        rows = self.load()
+        kept = [row for row in latest(rows).values() if row.id not in done]
+        if len(kept) != len(rows):
+            self._rewrite(kept)
+
+    def _rewrite(self, rows: list[Partial]) -> None:
+        WRITE_POOL.release((self, self.path))
+        try:
+            if not rows:
+                self.path.unlink(missing_ok=True)
+                return
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            with create_new(tmp) as fh:
+                for row in rows:
+                    fh.write(row.to_json())
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            raise limit_error(exc, self.path) or StoreWriteError(
+                f"{self.path}: cannot rewrite ({exc.strerror})"
+            ) from exc
+
+    def append(self, partial: Partial) -> None:
+        """One whole line; a failed write is cut back to where it began."""
+        line = partial.to_json()
+        try:
+            with WRITE_POOL.use((self, self.path), self._open) as fd:
+                start = os.fstat(fd).st_size
+                try:
+                    os.write(fd, line)
+                except OSError:
+                    os.ftruncate(fd, start)
+                    raise
+        except OSError as exc:
+            limited = limit_error(exc, self.path)
+            if limited is not None:
+                raise limited from exc
+            reason = "disk full" if exc.errno == errno.ENOSPC else exc.strerror
+            raise StoreWriteError(f"{self.path}: write failed ({reason}); rerun to resume") from exc
+
+    def _open(self) -> int:
+        return open_output(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+
+    def close(self) -> None:
+        WRITE_POOL.release((self, self.path))

@@ -1,0 +1,200 @@
+"""One prompt's requests: each attempt's payload (kept on the work item, so the row records exactly
+what was sent), the retries, and partial outputs.
+
+    Requests.request(item)   attempts until a parsed turn, a recorded failure, or a stop
+    Requests.abort_all()     a stop: every request in flight is ended through /abort_request; the
+                             server answers each with HTTP 200, finish_reason abort and the output so
+                             far, which is kept (data/partials.py) instead of being thrown away
+
+A request ended before it finished (by our stop, or by the server) is continued, not restarted: the
+next attempt (or the next run) sends the prompt ids plus the partial output ids with what is left of
+``max_new_tokens``, and the row's ``output_ids`` is the whole sequence, parsed on the whole, with
+``segments`` saying how many tokens each attempt made. Where a continuation would not draw from the
+same distribution (``partials.continuation_blocker``), or with ``--keep-partials off``, requests
+restart instead and the stop drains as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from synthgen.chat.parsers import OutputParser
+from synthgen.config import RunConfig
+from synthgen.data.partials import Partial, continuation_blocker
+from synthgen.data.records import Turn
+from synthgen.errors import ServerError
+from synthgen.run.dataset_run import WorkItem
+from synthgen.server.client import Generation, Rejected, SGLangClient, Transient, build_payload, new_rid
+from synthgen.server.discovery import ServerHealth
+
+# A prompt in flight at this many server deaths is recorded as failed rather than retried forever.
+OUTAGES_PER_PROMPT = 3
+
+
+class Requests:
+    """The requests of one run: sent, retried, ended early and continued."""
+
+    def __init__(
+        self,
+        client: SGLangClient,
+        cfg: RunConfig,
+        health: ServerHealth,
+        stopping: asyncio.Event,
+        parser: OutputParser,
+        fail_run: Callable[[BaseException], None],
+    ):
+        self.client, self.cfg, self.health, self.stopping = client, cfg, health, stopping
+        self.parser, self.fail_run = parser, fail_run
+        self.sampling = cfg.sampling_params()
+        # Why partial outputs are not continued in this run (None: they are).
+        self.blocker = "--keep-partials off" if not cfg.keep_partials else continuation_blocker(self.sampling)
+        self.live: dict[str, WorkItem] = {}  # rid -> the request in flight
+
+    @property
+    def keeps_partials(self) -> bool:
+        return self.blocker is None
+
+    # ------------------------------------------------------------------ a stop
+    async def abort_all(self) -> int:
+        """End every request in flight through the server's /abort_request; how many it accepted.
+        Their pending answers come back (200, abort, output so far) and are kept by ``request``."""
+        rids = list(self.live)
+        accepted = await asyncio.gather(*(self.client.abort(rid) for rid in rids))
+        return sum(accepted)
+
+    # ------------------------------------------------------------------ one prompt
+    async def request(self, item: WorkItem) -> Turn | None:
+        """One request with its retries: the parsed turn, or None once the prompt's failure is
+        recorded (or the run is stopping; a partial output is kept for the next run)."""
+        run, health = item.run, self.health
+        if self.keeps_partials:
+            self._resume(item)
+        attempts = outages = 0
+        while True:
+            try:
+                await health.wait_up()
+            except ServerError as exc:  # gone for too long, or back with another model
+                self.fail_run(exc)
+                return None
+            if self.stopping.is_set():
+                return None
+            attempts += 1
+            payload = self._payload(item)
+            rid = payload["rid"]
+            self.live[rid] = item
+            started = time.monotonic()
+            try:
+                generation = await self.client.generate(payload)
+                run.tokens.generated += generation.completion_tokens
+                return self._turn(item, generation, attempts, time.monotonic() - started, rid)
+            except Transient as exc:
+                if exc.partial is not None:
+                    self._keep(item, exc.partial)
+                if self.stopping.is_set() and exc.kind == "abort":
+                    return None  # our own stop ended it: the prompt stays pending
+                if exc.outage and await health.suspect(exc.message):
+                    # The server was down: usually this says nothing about the prompt, but a
+                    # prompt that keeps being in flight when the server dies may be killing it.
+                    outages += 1
+                    if outages >= OUTAGES_PER_PROMPT:
+                        run.record_error(
+                            item.prompt.id,
+                            "failed",
+                            "server_died",
+                            (
+                                f"the server went down {outages} times while this prompt was in flight "
+                                f"(last: {exc.message})"
+                            ),
+                            attempts,
+                            exc.status,
+                        )
+                        return None
+                    attempts -= 1
+                    continue
+                if attempts >= self.cfg.max_attempts:
+                    run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
+                    return None
+                await self._backoff(attempts)
+            except Rejected as exc:
+                run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
+                return None
+            finally:
+                self.live.pop(rid, None)
+
+    def _payload(self, item: WorkItem) -> dict[str, Any]:
+        """This attempt's payload, kept on the item: the prompt ids plus any partial output ids, with
+        what is left of max_new_tokens."""
+        carried = item.carried
+        ids = item.input_ids if carried is None else [*item.input_ids, *carried.output_ids]
+        left = item.max_new_tokens - (0 if carried is None else carried.tokens)
+        item.payload = build_payload(ids, left, self.sampling, new_rid())
+        return item.payload
+
+    def _resume(self, item: WorkItem) -> None:
+        """A partial output an earlier run kept for this prompt (and turn), if it can be continued."""
+        partial = item.run.take_partial(item.prompt.id, len(item.turns))
+        if partial is None:
+            return
+        if partial.tokens >= item.max_new_tokens:  # the context shrank since: nothing is left to continue
+            item.run.tokens.discarded += partial.tokens
+            return
+        item.carried, item.carried_before = partial, partial.tokens
+
+    def _keep(self, item: WorkItem, partial: Generation) -> None:
+        """An aborted attempt's output so far: carried into the next attempt (and kept on disk for the
+        next run), or counted as lost where partial outputs are not continued."""
+        run, tokens = item.run, partial.completion_tokens
+        run.tokens.generated += tokens
+        if not self.keeps_partials or not partial.output_ids:
+            if self.stopping.is_set():
+                run.tokens.stopped += tokens
+            else:
+                run.tokens.failed += tokens
+            return
+        before = item.carried
+        item.carried = Partial(
+            item.prompt.id,
+            len(item.turns),
+            [*(before.output_ids if before else []), *partial.output_ids],
+            (before.text if before else "") + partial.text,
+            [*(before.segments if before else []), len(partial.output_ids)],
+            item.prompt.prompt_hash,
+            run.settings,
+        )
+        run.keep_partial(item.carried, len(partial.output_ids))
+
+    def _turn(self, item: WorkItem, generation: Generation, attempts: int, latency: float, rid: str) -> Turn:
+        """The answer parsed into a turn, on the whole output when it continues a partial one;
+        anything unexpected in it is a bad answer of this prompt (retried, then recorded), never the
+        death of a worker."""
+        carried = item.carried
+        if carried is not None:
+            new_ids = generation.output_ids or []
+            generation = dataclasses.replace(
+                generation,
+                text=carried.text + generation.text,
+                output_ids=[*carried.output_ids, *new_ids],
+                prompt_tokens=len(item.input_ids),
+                completion_tokens=carried.tokens + generation.completion_tokens,
+            )
+        try:
+            turn = item.turn(generation, self.parser, attempts, latency, rid)
+        except Exception as exc:
+            item.run.tokens.failed += generation.completion_tokens - (carried.tokens if carried else 0)
+            raise Transient("bad_response", f"could not read the answer ({type(exc).__name__}: {exc})") from exc
+        if carried is not None:
+            turn.segments = [*carried.segments, generation.completion_tokens - carried.tokens]
+        return turn
+
+    async def _backoff(self, attempt: int) -> None:
+        cfg = self.cfg
+        delay = min(cfg.backoff_max, cfg.backoff_base * 2 ** (attempt - 1))
+        delay *= random.uniform(0.5, 1.0)  # jitter: retries from many workers do not arrive together
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), timeout=delay)
