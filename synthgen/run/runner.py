@@ -340,8 +340,10 @@ class Runner:
 
         async def abort_then_cancel() -> None:
             alive = [t for t in pool.tasks if not t.done()]
+            sent = self.progress.in_flight
             if alive:
-                self.progress.message(f"stopping now ({why}): ending {self.progress.in_flight} requests in flight")
+                waiting = f" and {len(alive) - sent} waiting to be sent" if len(alive) > sent else ""
+                self.progress.message(f"stopping now ({why}): ending {sent} requests in flight{waiting}")
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(pool.requests.abort_all(), ABORT_GRACE)
             if alive:

@@ -40,6 +40,7 @@ def test_random_503s_drops_aborts_and_slow_responses_together_still_give_exactly
         "0.2",
         "--fault-seed",
         "11",
+        "--continuation",  # an aborted request's output so far is continued, as a real model does
     )
     a = ws.dataset("short", "a", 40)
     b = ws.dataset("short", "b", 25)
@@ -146,10 +147,11 @@ def test_sigkill_at_several_random_points_then_a_rerun_is_exactly_once(ws, make_
     assert duplicates <= kills * concurrency, repeats
 
 
-def test_sigterm_drains_in_flight_requests_prints_the_summary_and_is_resumable(ws, make_sim):
+def test_with_keep_partials_off_sigterm_drains_in_flight_requests_prints_the_summary_and_is_resumable(ws, make_sim):
     sim = make_sim("chatml", "--token-delay", "0.01")
     ids = ws.dataset("short", "d", 40)
-    proc = ws.start("--server-url", sim.url, "--max-tokens", "256", "--concurrency", "4", "--drain-timeout", "60")
+    args = ("--max-tokens", "256", "--concurrency", "4", "--drain-timeout", "60", "--keep-partials", "off")
+    proc = ws.start("--server-url", sim.url, *args)
     wait_until(lambda: rows_written(ws, "d") >= 4, timeout=120, what="4 rows")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 143
@@ -177,6 +179,8 @@ def test_a_second_signal_stops_at_once_without_a_torn_line(ws, make_sim):
         "2",
         "--drain-timeout",
         "600",
+        "--keep-partials",
+        "off",  # the first signal waits for the requests in flight (on: it ends them at once)
         "--log-file",
         str(log),
     )
