@@ -93,6 +93,7 @@ class RunConfig:
     status_interval: float = 10.0  # seconds between status lines when stderr is not a TTY
     log_file: Path | None = None
     keep_partials: bool = True  # a stopped or aborted request's output so far is kept and continued
+    continue_cut: int = 0  # an answer cut at max tokens with its reasoning open gets this many more, once
     report_interval: float = 300.0  # <output-dir>/report.html rewritten this often while the run goes (0: at the end)
     dry_run: bool = False
 
@@ -142,6 +143,8 @@ class RunConfig:
                 raise UsageError(
                     f"{flag}: {unsupported_note(kind, name)}{hint} (names this tool applies: {', '.join(known)})"
                 )
+        if self.continue_cut < 0:
+            raise UsageError(f"--continue-cut must be 0 or more, got {self.continue_cut}")
         reserved = {"max_new_tokens", "skip_special_tokens", "stream", "n"} & self.extra_sampling.keys()
         if reserved:
             raise UsageError(f"--sampling-params: {', '.join(sorted(reserved))} is set by the run; leave it out")

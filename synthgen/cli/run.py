@@ -170,6 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--server-wait", type=float, default=600.0, metavar="S", help="outage before giving up (600)")
     g.add_argument("--drain-timeout", type=float, default=30.0, metavar="S", help="after SIGTERM/SIGINT (30)")
     g.add_argument(
+        "--continue-cut",
+        type=int,
+        default=0,
+        metavar="N",
+        help="an answer cut at --max-tokens with its reasoning open gets N more tokens, once (0: off)",
+    )
+    g.add_argument(
         "--keep-partials",
         choices=("on", "off"),
         default="on",
@@ -243,6 +250,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         server_wait=args.server_wait,
         drain_timeout=args.drain_timeout,
         keep_partials=args.keep_partials == "on",
+        continue_cut=args.continue_cut,
         status_interval=args.status_interval,
         log_file=args.log_file,
         report_interval=args.report_interval,

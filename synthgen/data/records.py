@@ -66,6 +66,7 @@ class ResultRecord:
     # output tokens per attempt when the answer was continued from a partial output (a stop, an abort,
     # --continue-cut): output_ids is their concatenation; None: one attempt made it all
     segments: list[int] | None = None
+    extended_by: int | None = None  # --continue-cut: the tokens the cut answer was given beyond --max-tokens
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.to_dict(), option=_LINE)
@@ -129,6 +130,7 @@ class Turn:
     attempts: int
     request_id: str
     segments: list[int] | None = None  # continued: output tokens per attempt (see ResultRecord.segments)
+    extended_by: int | None = None  # --continue-cut (see ResultRecord.extended_by)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -214,6 +216,7 @@ def build_result(
         stopped_early=stopped_early,
         settings=ctx.settings,
         segments=last.segments,
+        extended_by=last.extended_by,
     )
 
 

@@ -54,6 +54,7 @@ class WorkItem:
     payload: dict[str, Any] | None = None  # what the last attempt sent (request.Requests): the row records it
     carried: Partial | None = None  # the output so far of attempts (or runs) that were ended early
     carried_before: int = 0  # of carried: tokens an earlier run generated
+    extended_by: int | None = None  # --continue-cut: the tokens a cut answer was given beyond its max
 
     def turn(self, gen: Generation, parser: OutputParser, attempts: int, latency: float, rid: str) -> Turn:
         """The generated turn, split by the reasoning and tool-call parsers as SGLang would."""
@@ -259,6 +260,8 @@ class DatasetRun:
             t.partials -= carried.tokens - before  # counted as kept when this run kept them
         if turn.finish_reason == "length" and (not turn.reasoning_complete or not turn.content.strip()):
             t.cut += turn.completion_tokens - before
+        if turn.extended_by:
+            t.extended += 1
         item.carried, item.carried_before = None, 0  # a next turn (regenerate=all) starts afresh
 
     # --- partial outputs -------------------------------------------------------------------------
@@ -271,9 +274,10 @@ class DatasetRun:
         return partial
 
     def keep_partial(self, partial: Partial, new_tokens: int) -> None:
-        """A request ended early: its output so far, on disk before anything else happens to it."""
-        assert self.partial_outputs is not None
-        self.partial_outputs.append(partial)
+        """A request ended early (or cut, to be extended): its output so far, on disk before anything
+        else happens to it (with --keep-partials off, in memory only)."""
+        if self.partial_outputs is not None:
+            self.partial_outputs.append(partial)
         self.tokens.partials += new_tokens
 
     def record_error(

@@ -23,6 +23,7 @@ class TokenLedger:
     cut: int = 0  # part of ``rows``: rows cut at --max-tokens with their reasoning open (exports drop them)
     earlier: int = 0  # partial outputs of earlier runs continued into rows this run
     discarded: int = 0  # partial outputs of earlier runs discarded (their prompt or settings changed)
+    extended: int = 0  # rows (turns), not tokens: cut answers continued by --continue-cut
 
     @property
     def lost(self) -> int:
@@ -59,6 +60,8 @@ class TokenLedger:
         text = f"tokens generated this run: {self.generated:,}: " + "; ".join(parts)
         if self.earlier:
             text += f"; plus {self.earlier:,} of earlier runs' partial outputs continued into rows"
+        if self.extended:
+            text += f"; {self.extended:,} cut answers continued by --continue-cut"
         if self.discarded:
             text += f"; {self.discarded:,} of earlier partial outputs discarded (prompt or settings changed)"
         return text

@@ -31,7 +31,7 @@ from synthgen.data.records import Turn
 from synthgen.errors import ServerError
 from synthgen.run.dataset_run import WorkItem
 from synthgen.server.client import Generation, Rejected, SGLangClient, Transient, build_payload, new_rid
-from synthgen.server.discovery import ServerHealth
+from synthgen.server.discovery import ServerContext, ServerHealth, fit_max_new_tokens
 
 # A prompt in flight at this many server deaths is recorded as failed rather than retried forever.
 OUTAGES_PER_PROMPT = 3
@@ -48,12 +48,16 @@ class Requests:
         stopping: asyncio.Event,
         parser: OutputParser,
         fail_run: Callable[[BaseException], None],
+        server: ServerContext | None = None,
     ):
         self.client, self.cfg, self.health, self.stopping = client, cfg, health, stopping
         self.parser, self.fail_run = parser, fail_run
+        self.server = server or ServerContext()
         self.sampling = cfg.sampling_params()
+        # Why a continuation would not be the same distribution as one whole request (None: it is).
+        self.unlike = continuation_blocker(self.sampling)
         # Why partial outputs are not continued in this run (None: they are).
-        self.blocker = "--keep-partials off" if not cfg.keep_partials else continuation_blocker(self.sampling)
+        self.blocker = "--keep-partials off" if not cfg.keep_partials else self.unlike
         self.live: dict[str, WorkItem] = {}  # rid -> the request in flight
 
     @property
@@ -92,7 +96,9 @@ class Requests:
             try:
                 generation = await self.client.generate(payload)
                 run.tokens.generated += generation.completion_tokens
-                return self._turn(item, generation, attempts, time.monotonic() - started, rid)
+                turn = self._turn(item, generation, attempts, time.monotonic() - started, rid)
+                if not self._extend(item, turn, generation.completion_tokens):
+                    return turn
             except Transient as exc:
                 if exc.partial is not None:
                     self._keep(item, exc.partial)
@@ -169,6 +175,35 @@ class Requests:
         )
         run.keep_partial(item.carried, len(partial.output_ids))
 
+    def _extend(self, item: WorkItem, turn: Turn, new_tokens: int) -> bool:
+        """--continue-cut N: an answer cut at max tokens with its reasoning open (or no answer yet) is
+        continued once with up to N more tokens, as the same generation (the context allowing); True
+        when the item now carries it for one more request."""
+        extra = self.cfg.continue_cut
+        if not extra or item.extended_by or self.unlike is not None or turn.output_ids is None:
+            return False
+        if turn.finish_reason != "length" or (turn.reasoning_complete and turn.content.strip()):
+            return False
+        ctx = self.server
+        room, _ = fit_max_new_tokens(
+            len(item.input_ids) + len(turn.output_ids), extra, ctx.context_len, ctx.max_input_len
+        )
+        if room is None:
+            return False
+        run = item.run
+        item.carried = Partial(
+            item.prompt.id,
+            len(item.turns),
+            turn.output_ids,
+            turn.output_text,
+            turn.segments or [len(turn.output_ids)],
+            item.prompt.prompt_hash,
+            run.settings,
+        )
+        item.max_new_tokens, item.extended_by = len(turn.output_ids) + room, room
+        run.keep_partial(item.carried, new_tokens)
+        return True
+
     def _turn(self, item: WorkItem, generation: Generation, attempts: int, latency: float, rid: str) -> Turn:
         """The answer parsed into a turn, on the whole output when it continues a partial one;
         anything unexpected in it is a bad answer of this prompt (retried, then recorded), never the
@@ -190,6 +225,7 @@ class Requests:
             raise Transient("bad_response", f"could not read the answer ({type(exc).__name__}: {exc})") from exc
         if carried is not None:
             turn.segments = [*carried.segments, generation.completion_tokens - carried.tokens]
+        turn.extended_by = item.extended_by
         return turn
 
     async def _backoff(self, attempt: int) -> None:

@@ -399,7 +399,9 @@ class Pool:
         self.ahead = InFlightLimit(max(PREPARED_AHEAD_MIN, self.limit.target))
         self.queue: asyncio.Queue[WorkItem | None] = asyncio.Queue()
         self.tasks: set[asyncio.Task[None]] = set()  # one per prompt admitted
-        self.requests = Requests(client, cfg, self.health, self.stopping, preparer.parser, runner.fail_run)
+        self.requests = Requests(
+            client, cfg, self.health, self.stopping, preparer.parser, runner.fail_run, runner.server
+        )
         if cfg.keep_partials and self.requests.blocker is not None:
             progress.message(
                 f"note: requests ended early restart instead of continuing ({self.requests.blocker}); a stop "

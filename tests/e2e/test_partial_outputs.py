@@ -8,6 +8,7 @@ import signal
 
 import orjson
 from simharness import wait_until
+from workspace import assert_model_answer
 
 # Scheduler mode: one decode step gives every running request one token.
 SIM = ("--continuation", "--max-total-tokens", "60000", "--step-time", "0.002", "--output-len-dist", "fixed:120")
@@ -79,3 +80,15 @@ def test_a_server_sent_abort_is_continued_not_restarted(ws, make_sim):
     for row in rows:
         assert row["reasoning_content"].startswith("Reasoning about: ") and row["content"].startswith("Answer: ")
         assert len(row["output_ids"]) == row["completion_tokens"] == sum(row["segments"] or [row["completion_tokens"]])
+
+
+def test_continue_cut_gives_a_cut_reasoning_more_tokens_as_the_same_generation(ws, make_sim):
+    sim = make_sim("chatml", "--continuation")
+    ids = ws.dataset("short", "d", 3)
+    result = ws.run("--server-url", sim.url, "--max-tokens", "6", "--continue-cut", "200")
+    assert result.returncode == 0, result.stderr
+    assert "3 cut answers continued by --continue-cut" in result.stderr
+    for row in ws.assert_exactly_once("d", ids):
+        assert_model_answer(row)  # the reasoning closed and the answer came, parsed on the whole output
+        assert row["extended_by"] == 200 and row["segments"][0] == 6 and sum(row["segments"]) == len(row["output_ids"])
+        assert row["sampling_params"]["max_new_tokens"] == 200  # what the last request sent
