@@ -42,7 +42,6 @@ class Bench:
     def __init__(self, root: Path, tokenizer: Path, args: argparse.Namespace):
         self.root, self.tokenizer, self.args = root, tokenizer, args
         self.sim_args = (
-            "--continuation",
             "--max-total-tokens",
             "4000000",
             "--max-running-requests",

@@ -49,9 +49,12 @@ class Requests:
         parser: OutputParser,
         fail_run: Callable[[BaseException], None],
         server: ServerContext | None = None,
+        decode: Callable[[list[int]], str] | None = None,
     ):
         self.client, self.cfg, self.health, self.stopping = client, cfg, health, stopping
         self.parser, self.fail_run = parser, fail_run
+        # The text of partial output ids (the model's tokenizer, special tokens kept, as requests ask).
+        self.decode = decode or (lambda ids: "")
         self.server = server or ServerContext()
         self.sampling = cfg.sampling_params()
         # Why a continuation would not be the same distribution as one whole request (None: it is).
@@ -152,12 +155,13 @@ class Requests:
             return
         item.carried, item.carried_before = partial, partial.tokens
 
-    def _keep(self, item: WorkItem, partial: Generation) -> None:
-        """An aborted attempt's output so far: carried into the next attempt (and kept on disk for the
-        next run), or counted as lost where partial outputs are not continued."""
-        run, tokens = item.run, partial.completion_tokens
+    def _keep(self, item: WorkItem, partial: list[int]) -> None:
+        """An ended attempt's output so far (an abort's answer, or what a stream delivered): carried
+        into the next attempt (and kept on disk for the next run), or counted as lost where partial
+        outputs are not continued."""
+        run, tokens = item.run, len(partial)
         run.tokens.generated += tokens
-        if not self.keeps_partials or not partial.output_ids:
+        if not self.keeps_partials or not partial:
             if self.stopping.is_set():
                 run.tokens.stopped += tokens
             else:
@@ -167,13 +171,13 @@ class Requests:
         item.carried = Partial(
             item.prompt.id,
             len(item.turns),
-            [*(before.output_ids if before else []), *partial.output_ids],
-            (before.text if before else "") + partial.text,
-            [*(before.segments if before else []), len(partial.output_ids)],
+            [*(before.output_ids if before else []), *partial],
+            (before.text if before else "") + self.decode(partial),
+            [*(before.segments if before else []), tokens],
             item.prompt.prompt_hash,
             run.settings,
         )
-        run.keep_partial(item.carried, len(partial.output_ids))
+        run.keep_partial(item.carried, tokens)
 
     def _extend(self, item: WorkItem, turn: Turn, new_tokens: int) -> bool:
         """--continue-cut N: an answer cut at max tokens with its reasoning open (or no answer yet) is

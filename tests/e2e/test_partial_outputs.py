@@ -11,7 +11,7 @@ from simharness import wait_until
 from workspace import assert_model_answer
 
 # Scheduler mode: one decode step gives every running request one token.
-SIM = ("--continuation", "--max-total-tokens", "60000", "--step-time", "0.002", "--output-len-dist", "fixed:120")
+SIM = ("--max-total-tokens", "60000", "--step-time", "0.002", "--output-len-dist", "fixed:120")
 COMMON = ("--max-tokens", "400", "--concurrency", "4", "--status-interval", "0.5")
 
 
@@ -70,7 +70,7 @@ def test_with_a_penalty_a_stop_drains_and_restarts_saying_why_once(ws, make_sim)
 
 
 def test_a_server_sent_abort_is_continued_not_restarted(ws, make_sim):
-    sim = make_sim("chatml", "--continuation", "--rate-abort", "0.3", "--fault-seed", "3")
+    sim = make_sim("chatml", "--rate-abort", "0.3", "--fault-seed", "3")
     ids = ws.dataset("short", "d", 12)
     result = ws.run("--server-url", sim.url, "--max-tokens", "400", "--concurrency", "4")
     assert result.returncode == 0, result.stderr
@@ -83,7 +83,7 @@ def test_a_server_sent_abort_is_continued_not_restarted(ws, make_sim):
 
 
 def test_continue_cut_gives_a_cut_reasoning_more_tokens_as_the_same_generation(ws, make_sim):
-    sim = make_sim("chatml", "--continuation")
+    sim = make_sim("chatml")
     ids = ws.dataset("short", "d", 3)
     result = ws.run("--server-url", sim.url, "--max-tokens", "6", "--continue-cut", "200")
     assert result.returncode == 0, result.stderr

@@ -40,7 +40,6 @@ def test_random_503s_drops_aborts_and_slow_responses_together_still_give_exactly
         "0.2",
         "--fault-seed",
         "11",
-        "--continuation",  # an aborted request's output so far is continued, as a real model does
     )
     a = ws.dataset("short", "a", 40)
     b = ws.dataset("short", "b", 25)

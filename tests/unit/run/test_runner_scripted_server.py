@@ -11,10 +11,12 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from tokenizers import Tokenizer
 
 from synthgen.config import RunConfig
 from synthgen.data.records import ResultRecord
 from synthgen.errors import AuthError
+from synthgen.run.progress import Progress
 from synthgen.run.runner import Runner
 from synthgen.server.client import SGLangClient
 
@@ -91,7 +93,7 @@ def run(tmp_path: Path, server: ScriptedServer, **overrides) -> tuple[int, str]:
 
     async def main() -> int:
         try:
-            return await Runner(cfg, out, tty=False, client=client).run()
+            return await Runner(cfg, Progress.of_run(cfg, out, tty=False), client=client).run()
         finally:
             await client.aclose()
 
@@ -121,6 +123,10 @@ def aborted(text: str = "<think>pa", ids: int = 2) -> httpx.Response:
     return answer(text, {"type": "abort", "message": "Aborted", "status_code": None}, completion=ids)
 
 
+def text_of(tok: Path, ids: list[int]) -> str:
+    return Tokenizer.from_file(str(tok / "tokenizer.json")).decode(ids, skip_special_tokens=False)
+
+
 def test_an_aborted_answer_is_continued_from_its_partial_output(tmp_path, tok):
     server = ScriptedServer(tok, [aborted, lambda: answer("rt</think>a", completion=4)])
     code, _ = run(tmp_path, server, max_tokens=100)
@@ -129,7 +135,7 @@ def test_an_aborted_answer_is_continued_from_its_partial_output(tmp_path, tok):
     assert second["input_ids"] == first["input_ids"] + [1, 1]  # the prompt, then the partial output ids
     assert (first["sampling_params"]["max_new_tokens"], second["sampling_params"]["max_new_tokens"]) == (100, 98)
     (row,) = rows(tmp_path)
-    assert row["output_text"] == "<think>part</think>a" and row["reasoning_content"] == "part"  # parsed on the whole
+    assert row["output_text"] == text_of(tok, [1, 1]) + "rt</think>a"  # the partial ids' text, then the rest
     assert row["output_ids"] == [1] * 6 and row["segments"] == [2, 4] and row["completion_tokens"] == 6
     assert row["input_ids"] == first["input_ids"] and row["sampling_params"] == second["sampling_params"]
     assert not (tmp_path / "out" / "d" / "partial_outputs.jsonl").exists()  # tidied once the row is written
@@ -281,7 +287,7 @@ def test_each_mode_sends_a_turn_only_after_the_turn_before_it_is_answered(tmp_pa
     async def main() -> int:
         client = SGLangClient(URL, None, 8, 30.0, transport=Transport())
         try:
-            return await Runner(cfg, io.StringIO(), tty=False, client=client).run()
+            return await Runner(cfg, Progress.of_run(cfg, io.StringIO(), tty=False), client=client).run()
         finally:
             await client.aclose()
 
