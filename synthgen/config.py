@@ -96,6 +96,8 @@ class RunConfig:
     log_file: Path | None = None
     keep_partials: bool = True  # a stopped or aborted request's output so far is kept and continued
     continue_cut: int = 0  # an answer cut at max tokens with its reasoning open gets this many more, once
+    checkpoint_tokens: int = 256  # streamed requests save their partial output every N tokens (0: not streamed)
+    loop_guard: bool = True  # a streamed answer that falls into a repetition loop is ended and kept as such
     report_interval: float = 300.0  # <output-dir>/report.html rewritten this often while the run goes (0: at the end)
     dry_run: bool = False
 
@@ -146,8 +148,9 @@ class RunConfig:
                 raise UsageError(
                     f"{flag}: {unsupported_note(kind, name)}{hint} (names this tool applies: {', '.join(known)})"
                 )
-        if self.continue_cut < 0:
-            raise UsageError(f"--continue-cut must be 0 or more, got {self.continue_cut}")
+        for flag, count in (("--continue-cut", self.continue_cut), ("--checkpoint-tokens", self.checkpoint_tokens)):
+            if count < 0:
+                raise UsageError(f"{flag} must be 0 or more, got {count}")
         reserved = {"max_new_tokens", "skip_special_tokens", "stream", "n"} & self.extra_sampling.keys()
         if reserved:
             raise UsageError(f"--sampling-params: {', '.join(sorted(reserved))} is set by the run; leave it out")

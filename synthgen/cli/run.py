@@ -255,6 +255,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="an answer cut at --max-tokens with its reasoning open gets N more tokens, once (0: off)",
     )
     g.add_argument(
+        "--checkpoint-tokens",
+        type=int,
+        default=default_of("checkpoint_tokens"),
+        metavar="N",
+        help="stream requests, saving their output every N tokens: a crash loses at most ~N each (0: off; 256)",
+    )
+    g.add_argument(
+        "--loop-guard",
+        choices=("on", "off"),
+        default="on",
+        help="end an answer that falls into a repetition loop; its row says so (on)",
+    )
+    g.add_argument(
         "--keep-partials",
         choices=("on", "off"),
         default="on",
@@ -339,6 +352,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         drain_timeout=args.drain_timeout,
         keep_partials=args.keep_partials == "on",
         continue_cut=args.continue_cut,
+        checkpoint_tokens=args.checkpoint_tokens,
+        loop_guard=args.loop_guard == "on",
         status_interval=args.status_interval,
         log_file=args.log_file,
         report_interval=args.report_interval,

@@ -3,16 +3,21 @@ run stopped and aborted it, or the server aborted it), kept so that a later atte
 it instead of paying for it again.
 
     outputs/<dataset>/partial_outputs.jsonl
-        {"id", "turn", "output_ids", "text", "segments", "prompt_hash", "settings"} per kept partial
+        {"id", "turn", "start", "output_ids", "segments", "prompt_hash", "settings"} per line
 
-``segments`` is the number of tokens each attempt added (their sum is ``len(output_ids)``). A
+A line holds the ids from position ``start`` on: 0 for a whole partial (a stop's, an abort's), the
+ids since the previous line for a checkpoint of a streaming request (``--checkpoint-tokens``), so
+the file grows by each id once. ``segments`` is the number of tokens each attempt added, for the
+whole partial as of that line (their sum is ``start + len(output_ids)``). A
 request is continued by sending the prompt ids plus ``output_ids`` with what is left of its
 ``max_new_tokens``: for plain temperature/top-p/top-k sampling that draws from the same
 distribution as one uninterrupted request (``continuation_blocker`` names the settings where it
 does not).
 
 The rules are those of ``store.PartialTurns``: every line is one ``os.write`` of a whole line on
-an O_APPEND descriptor; the latest line of an id wins; a torn or unreadable line is passed over. A
+an O_APPEND descriptor; a line with ``start`` 0 replaces what an id had, a later one extends it
+only where it begins (one that does not fit is passed over); a torn or unreadable line is passed
+over. A
 run continues only partials made for the prompt its line makes now and under the run's settings
 (``usable``); ``open`` rewrites the file with those alone (atomically) before the first append,
 and ``compact`` at the end drops those of prompts whose row is written.
@@ -20,6 +25,7 @@ and ``compact`` at the end drops those of prompts whose row is written.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 from dataclasses import dataclass
@@ -63,43 +69,62 @@ class Partial:
     id: str
     turn: int  # regenerate=all: the turn it is part of (0 otherwise)
     output_ids: list[int]
-    text: str
     segments: list[int]  # tokens per attempt, in order
     prompt_hash: str | None
     settings: str | None
+    start: int = 0  # as a line: output_ids hold the ids from here on (see the module docstring)
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> Partial | None:
-        rid, turn, text = row.get("id"), row.get("turn", 0), row.get("text")
+        rid, turn, start = row.get("id"), row.get("turn", 0), row.get("start", 0)
         ids, segments = typed_list(row.get("output_ids"), int), typed_list(row.get("segments"), int)
-        if not isinstance(rid, str) or not isinstance(turn, int) or isinstance(turn, bool) or not isinstance(text, str):
+        if not isinstance(rid, str) or not all(isinstance(n, int) and not isinstance(n, bool) for n in (turn, start)):
             return None
-        if not ids or segments is None or sum(segments) != len(ids):
+        if not ids or segments is None or start < 0 or sum(segments) != start + len(ids):
             return None
         digest, settings = row.get("prompt_hash"), row.get("settings")
         return cls(
             rid,
             turn,
             ids,
-            text,
             segments,
             digest if isinstance(digest, str) else None,
             settings if isinstance(settings, str) else None,
+            start,
         )
 
-    def to_json(self) -> bytes:
-        row = {"id": self.id, "turn": self.turn, "output_ids": self.output_ids, "text": self.text}
+    def to_json(self, start: int = 0) -> bytes:
+        """The line of this partial from id ``start`` on (0: the whole)."""
+        row = {"id": self.id, "turn": self.turn, "start": start, "output_ids": self.output_ids[start:]}
         row |= {"segments": self.segments, "prompt_hash": self.prompt_hash, "settings": self.settings}
         return orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
+
+    def extended(self, line: Partial) -> Partial | None:
+        """This partial with a later line of its id applied, or None when the line does not fit."""
+        if line.start == 0:
+            return line
+        if line.turn != self.turn or line.start != len(self.output_ids):
+            return None
+        return dataclasses.replace(line, output_ids=self.output_ids + line.output_ids, start=0)
 
     @property
     def tokens(self) -> int:
         return len(self.output_ids)
 
 
-def latest(rows: list[Partial]) -> dict[str, Partial]:
-    """The last line of each id (a later attempt's partial extends an earlier one)."""
-    return {row.id: row for row in rows}
+def merged(lines: list[Partial]) -> dict[str, Partial]:
+    """Each id's partial, its lines applied in file order (see the module docstring)."""
+    out: dict[str, Partial] = {}
+    for line in lines:
+        have = out.get(line.id)
+        if have is None:
+            if line.start == 0:
+                out[line.id] = line
+            continue
+        after = have.extended(line)
+        if after is not None:
+            out[line.id] = after
+    return out
 
 
 def usable(
@@ -110,7 +135,7 @@ def usable(
     not known yet (a dry run, before the server is asked), not compared."""
     keep: dict[str, Partial] = {}
     discard: list[Partial] = []
-    for row in latest(rows).values():
+    for row in merged(rows).values():
         if row.id in done:
             continue
         if row.prompt_hash is None or row.prompt_hash != hashes.get(row.id):
@@ -129,7 +154,7 @@ class PartialOutputs:
         self.path = Path(folder) / NAME
 
     def load(self) -> list[Partial]:
-        """Read-only: every readable line, in file order."""
+        """Read-only: every readable line, in file order (``merged`` makes them partials)."""
         try:
             return [p for row in iter_rows(self.path) if (p := Partial.from_dict(row)) is not None]
         except OSError as exc:
@@ -147,8 +172,8 @@ class PartialOutputs:
         if not self.path.exists():
             return
         rows = self.load()
-        kept = [row for row in latest(rows).values() if row.id not in done]
-        if len(kept) != len(rows):
+        kept = [row for row in merged(rows).values() if row.id not in done]
+        if len(kept) != len(rows):  # one line per partial left
             self._rewrite(kept)
 
     def _rewrite(self, rows: list[Partial]) -> None:
@@ -169,9 +194,9 @@ class PartialOutputs:
                 f"{self.path}: cannot rewrite ({exc.strerror})"
             ) from exc
 
-    def append(self, partial: Partial) -> None:
-        """One whole line; a failed write is cut back to where it began."""
-        line = partial.to_json()
+    def append(self, partial: Partial, start: int = 0) -> None:
+        """One whole line (``partial``'s ids from ``start`` on); a failed write is cut back to where it began."""
+        line = partial.to_json(start)
         try:
             with WRITE_POOL.use((self, self.path), self._open) as fd:
                 start = os.fstat(fd).st_size

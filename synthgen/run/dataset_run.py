@@ -102,6 +102,8 @@ class WorkItem:
             return ""
         if turn.finish_reason == "length":
             return f"turn {len(self.turns) + 1} of {positions} was cut at --max-tokens"
+        if turn.finish_reason == "repetition":
+            return f"turn {len(self.turns) + 1} of {positions} fell into a loop (the loop guard ended it)"
         return "" if len(self.turns) + 1 >= positions else None
 
 
@@ -256,7 +258,10 @@ class DatasetRun:
         c.prompt_tokens += turn.prompt_tokens
         c.cached_tokens += turn.cached_tokens or 0
         t, carried, before = self.tokens, item.carried, item.carried_before
-        t.rows += turn.completion_tokens - before
+        if turn.finish_reason == "repetition":
+            t.loops += turn.completion_tokens - before  # kept as a row, left out of exports
+        else:
+            t.rows += turn.completion_tokens - before
         t.earlier += before
         if carried is not None:
             t.partials -= carried.tokens - before  # counted as kept when this run kept them
@@ -274,6 +279,11 @@ class DatasetRun:
             return None
         del self.continuing[prompt_id]
         return partial
+
+    def checkpoint(self, partial: Partial, start: int) -> None:
+        """A streaming request's output so far, its ids from ``start`` on (the earlier ones are on disk)."""
+        if self.partial_outputs is not None:
+            self.partial_outputs.append(partial, start)
 
     def keep_partial(self, partial: Partial, new_tokens: int) -> None:
         """A request ended early (or cut, to be extended): its output so far, on disk before anything

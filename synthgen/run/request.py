@@ -30,11 +30,28 @@ from synthgen.data.partials import Partial, continuation_blocker
 from synthgen.data.records import Turn
 from synthgen.errors import ServerError
 from synthgen.run.dataset_run import WorkItem
-from synthgen.server.client import Generation, Rejected, SGLangClient, Transient, build_payload, new_rid
+from synthgen.run.loopguard import LoopGuard, Repetition
+from synthgen.server.client import (
+    DEFAULT_STREAM_INTERVAL,
+    Generation,
+    Rejected,
+    SGLangClient,
+    Transient,
+    build_payload,
+    new_rid,
+)
 from synthgen.server.discovery import ServerContext, ServerHealth, fit_max_new_tokens
 
 # A prompt in flight at this many server deaths is recorded as failed rather than retried forever.
 OUTAGES_PER_PROMPT = 3
+
+
+class LoopFound(Exception):
+    """Raised from a stream's progress hook: the answer's tail is a repetition loop."""
+
+    def __init__(self, found: Repetition, ids: list[int]):
+        super().__init__(f"repetition of {found.pattern_size} ids x{found.count}")
+        self.found, self.ids = found, ids
 
 
 class Requests:
@@ -50,11 +67,13 @@ class Requests:
         fail_run: Callable[[BaseException], None],
         server: ServerContext | None = None,
         decode: Callable[[list[int]], str] | None = None,
+        say: Callable[[str], None] | None = None,
     ):
         self.client, self.cfg, self.health, self.stopping = client, cfg, health, stopping
         self.parser, self.fail_run = parser, fail_run
         # The text of partial output ids (the model's tokenizer, special tokens kept, as requests ask).
         self.decode = decode or (lambda ids: "")
+        self.say = say or (lambda text: None)
         self.server = server or ServerContext()
         self.sampling = cfg.sampling_params()
         # Why a continuation would not be the same distribution as one whole request (None: it is).
@@ -62,6 +81,9 @@ class Requests:
         # Why partial outputs are not continued in this run (None: they are).
         self.blocker = "--keep-partials off" if not cfg.keep_partials else self.unlike
         self.live: dict[str, WorkItem] = {}  # rid -> the request in flight
+        # Streamed (coarse chunks) for checkpoints and the loop guard; off again if a gateway drops the interval.
+        self.streaming = bool(cfg.loop_guard or (cfg.checkpoint_tokens and self.keeps_partials))
+        self.interval = cfg.checkpoint_tokens or DEFAULT_STREAM_INTERVAL
 
     @property
     def keeps_partials(self) -> bool:
@@ -97,7 +119,10 @@ class Requests:
             self.live[rid] = item
             started = time.monotonic()
             try:
-                generation = await self.client.generate(payload)
+                try:
+                    generation = await self._generate(item, payload)
+                except LoopFound as loop:
+                    generation = await self._looped(item, payload, loop)
                 run.tokens.generated += generation.completion_tokens
                 turn = self._turn(item, generation, attempts, time.monotonic() - started, rid)
                 if not self._extend(item, turn, generation.completion_tokens):
@@ -136,6 +161,60 @@ class Requests:
             finally:
                 self.live.pop(rid, None)
 
+    # ------------------------------------------------------------------ streaming: checkpoints, loops
+    async def _generate(self, item: WorkItem, payload: dict[str, Any]) -> Generation:
+        """One attempt: streamed at --checkpoint-tokens a chunk where that is on and cheap (the
+        partial output is saved as it grows, and the loop guard watches it), else one answer."""
+        if self.streaming and self.client.stream_interval_honoured is False:
+            self.streaming = False
+            self.say(
+                "note: the server (or a gateway before it) ignores stream_interval, so streaming would send a "
+                "chunk per token: requests are no longer streamed (no checkpoints, no loop guard)"
+            )
+        if not self.streaming:
+            return await self.client.generate(payload)
+        return await self.client.generate(payload, self._watch(item), self.interval)
+
+    def _watch(self, item: WorkItem) -> Callable[[list[int]], None]:
+        """The hook a streamed attempt calls with its output ids so far: the loop guard, then a
+        checkpoint line (the ids since the last one) every --checkpoint-tokens ids."""
+        run, carried = item.run, item.carried
+        base = carried.output_ids if carried is not None else []
+        segments = carried.segments if carried is not None else []
+        guard = LoopGuard() if self.cfg.loop_guard else None
+        every = self.cfg.checkpoint_tokens if self.keeps_partials else 0
+        saved = 0  # ids of this attempt on disk
+
+        def progress(ids: list[int]) -> None:
+            nonlocal saved
+            whole = [*base, *ids]
+            found = guard.check(whole) if guard is not None else None
+            if found is not None:
+                raise LoopFound(found, list(ids))
+            if every and len(ids) - saved >= every:
+                partial = Partial(
+                    item.prompt.id, len(item.turns), whole, [*segments, len(ids)], item.prompt.prompt_hash, run.settings
+                )
+                run.checkpoint(partial, len(base) + saved)
+                saved = len(ids)
+
+        return progress
+
+    async def _looped(self, item: WorkItem, payload: dict[str, Any], loop: LoopFound) -> Generation:
+        """The loop guard found a loop: the request is ended (the stream is closed, and /abort_request
+        for a gateway that would not pass that on) and kept as it is, finish_reason "repetition"."""
+        await self.client.abort(payload["rid"])
+        return Generation(
+            text=self.decode(loop.ids),
+            output_ids=loop.ids,
+            finish_reason={"type": "repetition", **loop.found.as_dict()},
+            prompt_tokens=len(payload["input_ids"]),
+            completion_tokens=len(loop.ids),
+            cached_tokens=None,
+            server_latency=None,
+            request_id=payload["rid"],
+        )
+
     def _payload(self, item: WorkItem) -> dict[str, Any]:
         """This attempt's payload, kept on the item: the prompt ids plus any partial output ids, with
         what is left of max_new_tokens."""
@@ -150,7 +229,7 @@ class Requests:
         partial = item.run.take_partial(item.prompt.id, len(item.turns))
         if partial is None:
             return
-        if partial.tokens >= item.max_new_tokens:  # the context shrank since: nothing is left to continue
+        if partial.tokens >= item.max_new_tokens:  # nothing left to continue (the context shrank, a cut extended)
             item.run.tokens.discarded += partial.tokens
             return
         item.carried, item.carried_before = partial, partial.tokens
@@ -172,7 +251,6 @@ class Requests:
             item.prompt.id,
             len(item.turns),
             [*(before.output_ids if before else []), *partial],
-            (before.text if before else "") + self.decode(partial),
             [*(before.segments if before else []), tokens],
             item.prompt.prompt_hash,
             run.settings,
@@ -199,7 +277,6 @@ class Requests:
             item.prompt.id,
             len(item.turns),
             turn.output_ids,
-            turn.output_text,
             turn.segments or [len(turn.output_ids)],
             item.prompt.prompt_hash,
             run.settings,
@@ -217,7 +294,7 @@ class Requests:
             new_ids = generation.output_ids or []
             generation = dataclasses.replace(
                 generation,
-                text=carried.text + generation.text,
+                text=self.decode(carried.output_ids) + generation.text,
                 output_ids=[*carried.output_ids, *new_ids],
                 prompt_tokens=len(item.input_ids),
                 completion_tokens=carried.tokens + generation.completion_tokens,

@@ -332,6 +332,7 @@ class Pool:
             stop.fail,
             server,
             lambda ids: str(tokenizer.decode(ids, skip_special_tokens=False)),
+            progress.message,
         )
         if cfg.keep_partials and self.requests.blocker is not None:
             progress.message(

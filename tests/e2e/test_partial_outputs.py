@@ -92,3 +92,41 @@ def test_continue_cut_gives_a_cut_reasoning_more_tokens_as_the_same_generation(w
         assert_model_answer(row)  # the reasoning closed and the answer came, parsed on the whole output
         assert row["extended_by"] == 200 and row["segments"][0] == 6 and sum(row["segments"]) == len(row["output_ids"])
         assert row["sampling_params"]["max_new_tokens"] == 200  # what the last request sent
+
+
+def test_a_kill_9_loses_at_most_the_tokens_since_the_last_checkpoint(ws, make_sim):
+    sim = make_sim("chatml", *SIM)
+    ids = ws.dataset("short", "d", 4)
+    proc = ws.start("--server-url", sim.url, *COMMON, "--checkpoint-tokens", "16")
+    try:
+        wait_until(lambda: sim.stats()["running"] >= 4, timeout=120, what="4 running")
+        steps = sim.stats()["decode_steps"]
+        wait_until(lambda: sim.stats()["decode_steps"] >= steps + 40, timeout=120, what="40 more steps")
+        proc.kill()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = [orjson.loads(line) for line in ws.raw_lines("d", "partial_outputs.jsonl")]
+    assert {line["id"] for line in lines} == set(ids)
+    assert all(len(line["output_ids"]) >= 16 for line in lines), lines  # chunks of 1, 17, 33, ... ids
+    rerun = ws.run("--server-url", sim.url, *COMMON, "--checkpoint-tokens", "16")
+    assert rerun.returncode == 0, rerun.stderr
+    for row in ws.assert_exactly_once("d", ids):
+        assert len(row["segments"]) == 2 and row["segments"][0] >= 32 and len(row["output_ids"]) == 120
+
+
+def test_the_loop_guard_ends_a_looping_answer_and_keeps_it_as_a_repetition_row(ws, make_sim):
+    sim = make_sim("chatml")
+    ws.dataset("short", "d", [{"id": "ok", "prompt": "a question"}, {"id": "loop", "prompt": "go [sim:loop]"}])
+    result = ws.run("--server-url", sim.url, "--max-tokens", "6000")
+    assert result.returncode == 0, result.stderr
+    rows = {r["id"]: r for r in ws.rows("d")}
+    assert_model_answer(rows["ok"])
+    looped = rows["loop"]
+    assert looped["finish_reason"] == "repetition" and looped["attempts"] == 1
+    detail = looped["finish_detail"]
+    assert detail["type"] == "repetition" and detail["count"] >= 4 and len(detail["pattern"]) == detail["pattern_size"]
+    assert 768 <= looped["completion_tokens"] < 2000  # ended well before --max-tokens
+    assert looped["output_ids"][detail["start"] :][: detail["pattern_size"]] == detail["pattern"]
+    assert f"{looped['completion_tokens']:,} loops" in result.stderr

@@ -10,7 +10,7 @@ from synthgen.data.partials import Partial, PartialOutputs, continuation_blocker
 
 
 def partial(pid: str, ids: list[int], digest: str = "h", settings: str = "s", turn: int = 0) -> Partial:
-    return Partial(pid, turn, ids, "t" * len(ids), [len(ids)], digest, settings)
+    return Partial(pid, turn, ids, [len(ids)], digest, settings)
 
 
 @pytest.mark.parametrize(
@@ -61,5 +61,19 @@ def test_the_file_keeps_whole_lines_passes_a_torn_one_and_compacts_to_one_line_p
 def test_a_line_whose_segments_do_not_add_up_is_not_trusted():
     row = partial("a", [1, 2]).to_json()
     assert Partial.from_dict(orjson.loads(row)) == partial("a", [1, 2])
-    assert Partial.from_dict({"id": "a", "output_ids": [1, 2], "text": "", "segments": [1]}) is None
-    assert Partial.from_dict({"id": "a", "output_ids": [], "text": "", "segments": []}) is None
+    assert Partial.from_dict({"id": "a", "output_ids": [1, 2], "segments": [1]}) is None
+    assert Partial.from_dict({"id": "a", "output_ids": [], "segments": []}) is None
+
+
+def test_checkpoint_lines_extend_a_partial_where_it_ends_and_a_line_that_does_not_fit_is_passed_over(tmp_path):
+    store = PartialOutputs(tmp_path)
+    whole = Partial("a", 0, [1, 2, 3, 4, 5], [5], "h", "s")
+    store.append(Partial("a", 0, [1, 2], [2], "h", "s"))  # the first checkpoint: the whole so far
+    store.append(whole, start=2)  # the next: only the ids since
+    store.append(Partial("b", 0, [7, 8, 9], [3], "h", "s"), start=1)  # its first line is lost: not trusted
+    store.close()
+    assert store.path.read_bytes().count(b"[1,2") == 1  # each id written once
+    keep, _ = usable(store.load(), set(), {"a": "h", "b": "h"}, "s")
+    assert keep == {"a": whole}
+    store.compact(done=set())
+    assert store.load() == [whole]
