@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from typing import Any
 import orjson
 
 from synthgen.data.openfiles import create_new, limit_error, open_output
-from synthgen.data.records import typed_list
+from synthgen.data.records import ResultRecord, typed_list
 from synthgen.data.store import WRITE_POOL, iter_rows
 from synthgen.errors import StoreWriteError
 
@@ -217,3 +218,32 @@ class PartialOutputs:
 
     def close(self) -> None:
         WRITE_POOL.release((self, self.path))
+
+
+def token_report(rows: Iterable[ResultRecord], folder: Path | None = None) -> dict[str, int]:
+    """What a dataset's tokens went into, for ``export_training.py --report``: output tokens in rows;
+    of them, rows the exports leave out (loops the loop guard ended, answers cut at --max-tokens with
+    their reasoning open); rows continued from partial outputs (and the tokens of their earlier
+    attempts); rows --continue-cut extended; and, with ``folder``, the partial outputs waiting there."""
+    out = dict.fromkeys(
+        ("tokens", "loop_rows", "loop_tokens", "cut_rows", "cut_tokens", "continued_rows", "continued_tokens"), 0
+    )
+    out |= {"extended_rows": 0, "partials": 0, "partial_tokens": 0}
+    for row in rows:
+        tokens = row.completion_tokens if isinstance(row.completion_tokens, int) else 0
+        out["tokens"] += tokens
+        if row.finish_reason == "repetition":
+            out["loop_rows"] += 1
+            out["loop_tokens"] += tokens
+        elif row.finish_reason == "length" and (not row.reasoning_complete or not (row.content or "").strip()):
+            out["cut_rows"] += 1
+            out["cut_tokens"] += tokens
+        segments = typed_list(row.segments, int)
+        if segments and len(segments) > 1:
+            out["continued_rows"] += 1
+            out["continued_tokens"] += sum(segments[:-1])
+        out["extended_rows"] += bool(row.extended_by)
+    if folder is not None:
+        waiting = merged(PartialOutputs(folder).load())
+        out["partials"], out["partial_tokens"] = len(waiting), sum(p.tokens for p in waiting.values())
+    return out

@@ -77,3 +77,33 @@ def test_checkpoint_lines_extend_a_partial_where_it_ends_and_a_line_that_does_no
     assert keep == {"a": whole}
     store.compact(done=set())
     assert store.load() == [whole]
+
+
+def test_the_token_report_names_loops_cut_continued_and_waiting_tokens(tmp_path):
+    from synthgen.data.partials import token_report
+    from synthgen.data.records import ResultRecord
+
+    def row(finish: str, tokens: int, **extra) -> ResultRecord:
+        base = {"id": "x", "finish_reason": finish, "completion_tokens": tokens, "reasoning_complete": True}
+        return ResultRecord.from_dict(base | {"content": "a"} | extra)
+
+    rows = [
+        row("stop", 10, segments=[4, 6]),
+        row("repetition", 800),
+        row("length", 50, reasoning_complete=False, segments=[40, 10], extended_by=100),
+        row("length", 30),  # an answer cut after its reasoning closed: exported
+    ]
+    PartialOutputs(tmp_path).append(partial("p", [1, 2, 3]))
+    report = token_report(rows, tmp_path)
+    assert report == {
+        "tokens": 890,
+        "loop_rows": 1,
+        "loop_tokens": 800,
+        "cut_rows": 1,
+        "cut_tokens": 50,
+        "continued_rows": 2,
+        "continued_tokens": 44,
+        "extended_rows": 1,
+        "partials": 1,
+        "partial_tokens": 3,
+    }
