@@ -4,9 +4,11 @@ SIGKILLs of the run, and a server crash; each scenario then reruns to the end.
 
     python -m bench.bench_waste [--prompts 60] [--concurrency 24] [--length 1000-2000] [--step-time 0.01]
 
-Two ways of stopping are compared: ``--keep-partials off`` (what the run did before: the requests in
-flight are ended, their output thrown away, and generated again by the rerun) and the default (they
-are ended through /abort_request, their output so far kept and continued by the rerun).
+Three ways are compared: nothing kept (``--keep-partials off --checkpoint-tokens 0``: what the run did
+before; the requests in flight are ended, their output thrown away and generated again by the rerun);
+stop-only keeping (``--checkpoint-tokens 0``: a stop ends them through /abort_request and keeps their
+output so far, which the rerun continues; a crash still loses it); and the default, which also
+streams each request and saves its output every 256 tokens, so a crash loses at most ~256 a request.
 
 Generated is the simulator's own count of every token a decode step made (``tokens_decoded``,
 scheduler mode), answered or not; kept is the sum of the rows' completion_tokens. The simulator does
@@ -29,7 +31,11 @@ import orjson
 from bench.simproc import RUN, Simulator, build_tokenizer, cli_env
 from tests.support.simharness import Sim, wait_until
 
-MODES = {"keep-partials off": ("--keep-partials", "off"), "keep-partials on (default)": ()}
+MODES = {
+    "before: nothing kept": ("--keep-partials", "off", "--checkpoint-tokens", "0", "--loop-guard", "off"),
+    "stop-only keeping": ("--checkpoint-tokens", "0", "--loop-guard", "off"),
+    "default (checkpoints 256)": (),
+}
 SCENARIOS = ("SIGTERM x3", "SIGKILL x2", "server crash")
 
 
