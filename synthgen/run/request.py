@@ -238,14 +238,20 @@ class Requests:
         """An ended attempt's output so far (an abort's answer, or what a stream delivered): carried
         into the next attempt (and kept on disk for the next run), or counted as lost where partial
         outputs are not continued."""
-        run, tokens = item.run, len(partial)
-        run.tokens.generated += tokens
+        run = item.run
+        run.tokens.generated += len(partial)
+        # The last id is sampled again: an abort can race the answer's own end, and a stop token must
+        # not be continued past (one token a partial; drawn from the same distribution again).
+        lost, partial = partial[-1:], partial[:-1]
         if not self.keeps_partials or not partial:
-            if self.stopping.is_set():
-                run.tokens.stopped += tokens
-            else:
-                run.tokens.failed += tokens
+            lost, partial = lost + partial, []
+        if self.stopping.is_set():
+            run.tokens.stopped += len(lost)
+        else:
+            run.tokens.failed += len(lost)
+        if not partial:
             return
+        tokens = len(partial)
         before = item.carried
         item.carried = Partial(
             item.prompt.id,
