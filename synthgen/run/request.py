@@ -26,6 +26,7 @@ from typing import Any
 
 from synthgen.chat.parsers import OutputParser
 from synthgen.config import RunConfig
+from synthgen.data.failures import BAD_RESPONSE, FAILED, SERVER_DIED
 from synthgen.data.partials import Partial, continuation_blocker
 from synthgen.data.records import Turn
 from synthgen.errors import ServerError
@@ -139,8 +140,8 @@ class Requests:
                     if outages >= OUTAGES_PER_PROMPT:
                         run.record_error(
                             item.prompt.id,
-                            "failed",
-                            "server_died",
+                            FAILED,
+                            SERVER_DIED.name,
                             (
                                 f"the server went down {outages} times while this prompt was in flight "
                                 f"(last: {exc.message})"
@@ -152,11 +153,11 @@ class Requests:
                     attempts -= 1
                     continue
                 if attempts >= self.cfg.max_attempts:
-                    run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
+                    run.record_error(item.prompt.id, FAILED, exc.kind, exc.message, attempts, exc.status)
                     return None
                 await self._backoff(attempts)
             except Rejected as exc:
-                run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
+                run.record_error(item.prompt.id, FAILED, exc.kind, exc.message, attempts, exc.status)
                 return None
             finally:
                 self.live.pop(rid, None)
@@ -309,7 +310,7 @@ class Requests:
             turn = item.turn(generation, self.parser, attempts, latency, rid)
         except Exception as exc:
             item.run.tokens.failed += generation.completion_tokens - (carried.tokens if carried else 0)
-            raise Transient("bad_response", f"could not read the answer ({type(exc).__name__}: {exc})") from exc
+            raise Transient(BAD_RESPONSE.name, f"could not read the answer ({type(exc).__name__}: {exc})") from exc
         if carried is not None:
             turn.segments = [*carried.segments, generation.completion_tokens - carried.tokens]
         turn.extended_by = item.extended_by

@@ -40,7 +40,7 @@ from synthgen.run.dataset_run import DatasetRun, WorkItem, claim_dataset, now_is
 from synthgen.run.ledger import TokenLedger
 from synthgen.run.model import flag_settings, load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
-from synthgen.run.producer import Producer
+from synthgen.run.producer import Producer, record_skip
 from synthgen.run.progress import Progress, end_of_run, export_command, summary_table
 from synthgen.run.request import Requests
 from synthgen.run.stopping import RunStop
@@ -130,10 +130,7 @@ class Runner:
                 f"{now_iso()} synthgen: {cfg.display_url}, partition {cfg.partition}\n" + self.plan_report()
             )
             if not any(run.selection.pending for run in self.runs):
-                self.progress.print_block("nothing to do: every selected prompt is already done")
-                self.open_report()
-                self._end(self.end_of_run()[0])
-                return EXIT_OK
+                return self._nothing_to_do()
             return await self._go(client)
         finally:
             signals.release(self.stop.on_signal)
@@ -145,6 +142,16 @@ class Runner:
             for run in self.runs:
                 run.close()
             self.progress.close()
+
+    def _nothing_to_do(self) -> int:
+        """No prompt to send: none is, and no server is started; skips earlier runs settled are listed."""
+        settled = any(run.counts.settled for run in self.runs)
+        why = "done, or skipped for good by an earlier run (below)" if settled else "already done"
+        self.progress.print_block(f"nothing to do: every selected prompt is {why}")
+        self.open_report()
+        text, left = self.end_of_run()
+        self._end(text)
+        return EXIT_FAILURES if left else EXIT_OK
 
     async def _dry_run(self, client: SGLangClient) -> int:
         self.plan()
@@ -285,8 +292,9 @@ class Runner:
         """What to do next (progress.end_of_run), with this run's rerun and export commands."""
         cfg = self.config
         names = [run.name for run in self.runs]
+        stats = [run.counts for run in self.runs]
         export = export_command(cfg.output_dir, names, cfg.partition, not cfg.datasets, cfg.prompts_dir)
-        return end_of_run([run.counts for run in self.runs], cfg.output_dir, self.rerun_command, export)
+        return end_of_run(stats, cfg.output_dir, self.rerun_command, export)
 
 
 class Pool:
@@ -341,7 +349,7 @@ class Pool:
             )
         # Rendering and tokenizing: one worker for the producer, one for the next turns of conversations.
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
-        self.producer = Producer(runs, preparer, self._executor, stop, self.limit.target)
+        self.producer = Producer(cfg, runs, preparer, self._executor, stop, self.limit.target)
         self._producing: asyncio.Task[None] | None = None
         stop.attach(self)
 
@@ -462,13 +470,15 @@ class Pool:
                 ended = item.conversation_done(turn, positions)
                 if ended is not None:
                     run.record_result(item, turn, self.cfg, self.server.model, ended)
+                    if any(t.finish_reason == "length" for t in [*item.turns, turn]):
+                        run.counts.cut += 1
                     return
                 run.record_turn(item, turn)
                 following = await asyncio.get_running_loop().run_in_executor(
                     self._executor, self.preparer.next_turn, run, item.prompt, [*item.turns, turn]
                 )
                 if isinstance(following, Skip):
-                    run.record_error(following.prompt_id, "skipped", following.kind, following.reason, attempts=0)
+                    record_skip(run, following, self.cfg)
                     return
                 item = following
         except SynthgenError as exc:  # AuthError, StoreWriteError: the run cannot go on
