@@ -445,6 +445,12 @@ class FakeModel:
     def decode(self, ids: list[int], skip_special_tokens: bool) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
+    def planned(self, seq: Sequence) -> list[int]:
+        """The output of one sequence: the model's, or a sick worker's "!" to the length limit."""
+        if seq.garbled:
+            return self.encode_text("!")[:1] * seq.max_new_tokens
+        return self.complete(seq.input_ids)
+
     def complete(self, input_ids: list[int]) -> list[int]:
         """The output, ending with a stop id unless it loops, that the model would write given
         unlimited tokens. Greedy and stateless, as a model is: when the ids are a prompt followed
@@ -640,6 +646,7 @@ class Sequence:
     skip_special_tokens: bool
     require_reasoning: bool = False
     planned: list[int] = field(default_factory=list)  # the model's whole output, stop id included
+    garbled: bool = False  # a sick worker's answer: "!" to the length limit (Faults.garbage_after)
     aborted: bool = False  # set by /abort_request
     # Scheduler mode: progress, and how the request fared in the queue.
     produced: int = 0
@@ -1468,7 +1475,7 @@ def run_generation(
     streamed request's chunks as tokens pass and aborts the request once its client is gone.
     """
     for seq in job.sequences:
-        seq.planned = model.complete(seq.input_ids)
+        seq.planned = model.planned(seq)
     if plan.slow:
         job.wake.wait(faults.slow_seconds)
     produced = 0
@@ -1589,14 +1596,6 @@ def response_item(
 
 
 SHED_CODE = "admission_queue_full"
-
-
-def garbage(item: dict, model: FakeModel) -> dict:
-    """A sick engine's answer: "!" to the end of the length limit (at least 32 tokens)."""
-    bang = model.encode_text("!")[0]
-    n = max(32, len(item["output_ids"]))
-    item["meta_info"] |= {"finish_reason": {"type": "length", "length": n}, "completion_tokens": n}
-    return item | {"text": model.decode([bang] * n, skip_special_tokens=False), "output_ids": [bang] * n}
 
 
 def malform(item: dict, kind: str) -> dict:
@@ -1969,6 +1968,10 @@ class SimHandler(BaseHTTPRequestHandler):
             parsed = parse_generate(body, settings, model)
             prompts = parsed.prompts
             job = Job(parsed.sequences, streamed=parsed.stream)
+            sick = not workers or self.extra_headers.get("x-smg-routed-worker-id") == workers[-1]
+            if faults.garbage_after is not None and sick and state.sick_answer():
+                for seq in job.sequences:
+                    seq.garbled = True
             # The tokenizer manager rejects an in-flight rid before the scheduler sees anything.
             state.register(job)
             try:
@@ -1982,7 +1985,7 @@ class SimHandler(BaseHTTPRequestHandler):
                 watch = self._watch(job, started)
                 if self.server.scheduler:
                     for seq in job.sequences:
-                        seq.planned = model.complete(seq.input_ids)
+                        seq.planned = model.planned(seq)
                     if plan.slow:
                         job.wake.wait(faults.slow_seconds)
                     self.server.scheduler.run_job(job, abort_at_half=plan.outcome == "abort", watch=watch)
@@ -2008,9 +2011,6 @@ class SimHandler(BaseHTTPRequestHandler):
             kind = state.current_faults().malformed
             if kind:
                 items = [malform(item, kind) for item in items]
-            sick = not workers or self.extra_headers.get("x-smg-routed-worker-id") == workers[-1]
-            if faults.garbage_after is not None and sick and state.sick_answer():
-                items = [garbage(item, model) for item in items]
             if watch.stream:
                 seq = job.sequences[0]
                 watch.stream.finish(items[0], len(seq.planned), waiting_abort=seq.aborted_waiting)
@@ -2055,6 +2055,8 @@ class SimHandler(BaseHTTPRequestHandler):
     def _stream_head(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        for name, value in self.extra_headers.items():  # smg's worker header (Faults.worker_ids)
+            self.send_header(name, value)
         if self.server.state.current_faults().malformed == "bad_gzip":
             self.send_header("Content-Encoding", "gzip")
         self.send_header("Transfer-Encoding", "chunked")
