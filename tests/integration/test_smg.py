@@ -51,20 +51,20 @@ def conversations(n: int, turns: int) -> list[dict]:
 def test_behind_smg_each_conversation_stays_on_one_worker_and_rows_name_it(ws: Workspace, make_sim, smg_bin, gateways):
     a, b = make_sim("chatml"), make_sim("chatml")
     gateway = gateways(smg_bin, [a.url, b.url], "--policy", "consistent_hashing")
-    ws.dataset("short", "d", conversations(12, 3))
+    ws.dataset("short", "d", conversations(8, 3))
     result = ws.run("--server-url", gateway.url, "--regenerate", "all", "--max-tokens", "32", "--concurrency", "4")
     assert result.returncode == 0, result.stderr
-    rows = ws.assert_exactly_once("d", [f"c{c}" for c in range(12)])
+    rows = ws.assert_exactly_once("d", [f"c{c}" for c in range(8)])
     for row in rows:
         assert row["worker"] in (a.url, b.url)
         assert {turn["worker"] for turn in row["turns"]} == {row["worker"]}, row["id"]  # one worker's cache
-    assert a.stats()["generate_requests"] + b.stats()["generate_requests"] == 36
+    assert a.stats()["generate_requests"] + b.stats()["generate_requests"] == 24
 
 
 def test_smgs_admission_sheds_end_no_prompt_as_failed(ws: Workspace, make_sim, smg_bin, gateways):
     a, b = make_sim("chatml", "--token-delay", "0.005"), make_sim("chatml", "--token-delay", "0.005")
     gateway = gateways(smg_bin, [a.url, b.url], "--max-concurrent-requests", "2", "--queue-size", "0")
-    ids = ws.dataset("short", "d", 40)
+    ids = ws.dataset("short", "d", 24)
     result = ws.run("--server-url", gateway.url, "--concurrency", "8", "--max-attempts", "1", "--max-tokens", "32")
     assert result.returncode == 0, result.stderr
     rows = ws.assert_exactly_once("d", ids)
