@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from synthgen.data.openfiles import read_input
 from synthgen.data.samples import draw_key
 from synthgen.errors import UsageError
 
@@ -162,16 +163,13 @@ def load_mix(text: str) -> SamplingMix:
         return parse_mix(stripped, FLAG)
     path = Path(stripped)
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_MIX_BYTES + 1)
+        data = read_input(path, "a mix is a short JSON list of recipes", MAX_MIX_BYTES)
     except FileNotFoundError:
         raise UsageError(
             f"{FLAG}: no file {path} (and not JSON: a mix given inline starts with '['); e.g. '{EXAMPLE}'"
         ) from None
     except OSError as exc:
         raise UsageError(f"{FLAG}: cannot read {path} ({exc.strerror}); check the path") from None
-    if len(data) > MAX_MIX_BYTES:
-        raise UsageError(f"{path}: larger than {MAX_MIX_BYTES >> 20} MB; a mix is a short JSON list of recipes")
     return parse_mix(data.decode("utf-8", errors="replace"), str(path))
 
 
