@@ -46,6 +46,11 @@ gpt-oss tokenizer). Stop ids are the tokenizer's ``eos_token`` plus ``eos_token_
 ``config.json`` and ``generation_config.json``; ``finish_reason.matched`` is the id that ended the
 output, which ``output_ids`` includes and ``text`` does not.
 
+A request with ``sampling_params.sampling_seed`` and a ``temperature`` above 0 (sent, not defaulted)
+stands for a sampled answer: the output gets ``V`` more pad tokens (the last token of ``"."``) before its
+stop id, ``V`` = the seed's SHA-1 mod 4, so samples of one prompt under different seeds mostly differ and
+the same seed always gives the same answer (what a server with deterministic inference does).
+
 ``--output-len-dist`` overrides the length (EOS included) per prompt: ``fixed:N``, or
 ``uniform:LO-HI`` drawn from the prompt ids' SHA-1. A shorter length cuts the styled output (then
 EOS), a longer one pads it with the last token of ``"."`` before EOS. Output is truncated at
@@ -394,12 +399,15 @@ class FakeModel:
     def decode(self, ids: list[int], skip_special_tokens: bool) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
-    def complete(self, input_ids: list[int]) -> list[int]:
-        """The full output, ending with a stop id, that the model would write given unlimited tokens."""
+    def complete(self, input_ids: list[int], variation: int = 0) -> list[int]:
+        """The full output, ending with a stop id, that the model would write given unlimited tokens;
+        ``variation`` pad tokens go before the stop id (a seeded sample, see seeded_variation)."""
         prompt = self.decode(input_ids, skip_special_tokens=False)
         ids = self.encode_text(self.output_text(prompt))
         if not ids or ids[-1] not in self.stop_ids:
             ids.append(self.eos_id)
+        if variation:
+            ids = ids[:-1] + [self.pad_id] * variation + ids[-1:]
         if self.length_dist is None:
             return ids
         low, high = self.length_dist
@@ -501,6 +509,7 @@ class Sequence:
     max_new_tokens: int  # after the scheduler's clamp
     skip_special_tokens: bool
     require_reasoning: bool = False
+    variation: int = 0  # pad tokens of a seeded sample (seeded_variation)
     planned: list[int] = field(default_factory=list)  # the model's whole output, stop id included
     aborted: bool = False  # set by /abort_request
     # Scheduler mode: progress, and how the request fared in the queue.
@@ -582,6 +591,14 @@ def sampling_contract_problem(sampling) -> str | None:
             if expected_type and not matches_type(value, expected_type):
                 return f"invalid type: {json_type_description(value)}, expected {expected_type}"
     return None
+
+
+def seeded_variation(params: dict) -> int:
+    """Pad tokens a seeded, sampled request adds to its answer: 0..3 from the seed, 0 when greedy or unseeded."""
+    seed, temperature = params.get("sampling_seed"), params.get("temperature")
+    if not isinstance(seed, int) or not isinstance(temperature, (int, float)) or temperature <= 0:
+        return 0
+    return int(hashlib.sha1(str(seed).encode()).hexdigest(), 16) % 4
 
 
 def sampling_value(params: dict, key: str, default):
@@ -705,6 +722,7 @@ def parse_generate(body, settings: Settings, model: FakeModel) -> ParsedRequest:
             max_new_tokens=max_new[i],
             skip_special_tokens=sampling_value(params, "skip_special_tokens", True),
             require_reasoning=body.get("require_reasoning") is True,
+            variation=seeded_variation(params),
         )
         for i, (prompt, params) in enumerate(zip(prompts, per_prompt, strict=True))
         for j in range(n)
@@ -1274,7 +1292,7 @@ def run_generation(job: Job, model: FakeModel, plan: Plan, faults: Faults, state
     While /pause_generation holds the engine, requests stop between tokens.
     """
     for seq in job.sequences:
-        seq.planned = model.complete(seq.input_ids)
+        seq.planned = model.complete(seq.input_ids, seq.variation)
     if plan.slow:
         job.wake.wait(faults.slow_seconds)
     produced = 0
@@ -1738,7 +1756,7 @@ class SimHandler(BaseHTTPRequestHandler):
                 self._crash_on_out_of_vocab(prompts)
                 if self.server.scheduler:
                     for seq in job.sequences:
-                        seq.planned = model.complete(seq.input_ids)
+                        seq.planned = model.complete(seq.input_ids, seq.variation)
                     if plan.slow:
                         job.wake.wait(faults.slow_seconds)
                     self.server.scheduler.run_job(job, abort_at_half=plan.outcome == "abort")
