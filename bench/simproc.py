@@ -35,7 +35,7 @@ def build_tokenizer(out_dir: Path, style: str = "chatml") -> Path:
     subprocess.run(
         [sys.executable, str(TOKENIZERS), str(out_dir), style],
         check=True,
-        env=cli_env(PYTHONPATH=str(REPO)),  # the recipe it uses is the package's (synthgen.server.bpe)
+        env=cli_env(PYTHONPATH=str(REPO)),  # the recipe it uses is the package's (synthgen.demo.bpe)
         stdout=subprocess.DEVNULL,
     )
     return out_dir

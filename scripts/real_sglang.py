@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Install and run the real SGLang 0.5.23 server and sglang-router on a CPU-only machine.
 
-The command line over synthgen/demo.py (which owns the pinned install, the tiny model and the
-server flags; read its docstring), for the integration tests and for trying things by hand.
+The command line over synthgen/demo/ (install.py owns the pinned install and the tiny model,
+commands.py the server flags; read their docstrings), for the integration tests and for trying things by hand.
 Everything lives in <repo>/.cache/real-sglang, or in $SYNTHGEN_CACHE/real-sglang (also --cache),
 so a fresh checkout installs what it needs and nothing is left elsewhere. `start` and
 `start-router` register each process under run/, and `stop` only kills what is registered.
@@ -34,8 +34,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from synthgen.server import demo  # noqa: E402  (after the path: any python3 runs this script)
-from synthgen.server.launcher import ServerLaunchError, ServerProcess, kill_group, live_members  # noqa: E402
+from synthgen.demo import commands, install  # noqa: E402  (after the path: any python3 runs this script)
+from synthgen.launch.launcher import ServerLaunchError, ServerProcess  # noqa: E402
+from synthgen.launch.procs import kill_group, live_members  # noqa: E402
 
 
 class HarnessError(Exception):
@@ -52,7 +53,7 @@ def say(msg: str) -> None:
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
-    if not demo.setup(args.paths, say, force=args.force):
+    if not install.setup(args.paths, say, force=args.force):
         say(f"already set up ({args.paths.cache}); `setup --force` rebuilds")
     return 0
 
@@ -64,13 +65,13 @@ def cmd_status(args: argparse.Namespace) -> int:
             running.append(info)
         else:  # died without `stop` (crash, reboot): forget it
             (args.paths.run / f"{info['pid']}.json").unlink(missing_ok=True)
-    if demo.is_setup(args.paths):
+    if install.is_setup(args.paths):
         print(f"setup complete: {args.paths.cache}")
     else:
         print(f"setup not done: run `python3 {Path(__file__).relative_to(REPO)} setup` (about 2-4 min, 3 GB)")
     for info in running:
         print(f"running: {info['kind']} pid {info['pid']} {info['url']} log {info['log']}")
-    return 0 if demo.is_setup(args.paths) else 1
+    return 0 if install.is_setup(args.paths) else 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,8 +142,8 @@ def spawn_and_wait(
     return 0
 
 
-def require_setup(paths: demo.DemoPaths) -> None:
-    if not demo.is_setup(paths):
+def require_setup(paths: commands.DemoPaths) -> None:
+    if not install.is_setup(paths):
         raise HarnessError(f"real SGLang is not set up: run `python3 {Path(__file__).relative_to(REPO)} setup`")
 
 
@@ -151,15 +152,15 @@ def cmd_start(args: argparse.Namespace) -> int:
     require_setup(paths)
     port = args.port or free_port()
     log = Path(args.log) if args.log else paths.logs / f"sglang-{port}.log"
-    cmd = demo.server_command(paths, port, model=args.model, extra=args.extra)
+    cmd = commands.server_command(paths, port, model=args.model, extra=args.extra)
 
     # Seen here: connection refused for ~19 s, then /health 503 for ~2 s while SGLang sends
     # itself a warm-up /generate, then the ready line and /health 200. Both are checked so that
     # readiness does not hang on that order, which SGLang does not promise.
     def ready(url: str, server: ServerProcess) -> bool:
-        return server.log_contains(demo.SERVER_READY_LINE) and http_get(url + "/health") == 200
+        return server.log_contains(commands.SERVER_READY_LINE) and http_get(url + "/health") == 200
 
-    env = demo.child_env(paths, **demo.server_env(paths))
+    env = commands.child_env(paths, **commands.server_env(paths))
     return spawn_and_wait(args, "sglang", cmd, env, port, log, ready)
 
 
@@ -168,7 +169,7 @@ def cmd_start_router(args: argparse.Namespace) -> int:
     require_setup(paths)
     port = args.port or free_port()
     log = Path(args.log) if args.log else paths.logs / f"router-{port}.log"
-    cmd = demo.router_command(paths, port, args.worker_urls, prometheus_port=free_port(), extra=args.extra)
+    cmd = commands.router_command(paths, port, args.worker_urls, prometheus_port=free_port(), extra=args.extra)
 
     # /health is only the router's own liveness, and it registers workers in the background:
     # until one is in, proxied routes fail. /get_model_info proves a worker answers through it;
@@ -179,10 +180,10 @@ def cmd_start_router(args: argparse.Namespace) -> int:
         status = http_get_json(url + "/readiness")
         return status.get("healthy_workers") == len(args.worker_urls)
 
-    return spawn_and_wait(args, "router", cmd, demo.child_env(paths), port, log, ready)
+    return spawn_and_wait(args, "router", cmd, commands.child_env(paths), port, log, ready)
 
 
-def registered(paths: demo.DemoPaths) -> list[dict]:
+def registered(paths: commands.DemoPaths) -> list[dict]:
     infos = []
     for path in sorted(paths.run.glob("*.json")) if paths.run.exists() else []:
         try:
@@ -234,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--cache",
         type=Path,
-        help=f"cache root holding real-sglang/ (default ${demo.CACHE_ENV}, else .cache in the repo)",
+        help=f"cache root holding real-sglang/ (default ${commands.CACHE_ENV}, else .cache in the repo)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -282,13 +283,13 @@ def main(argv: list[str] | None = None) -> int:
         argv, extra = argv[:cut], argv[cut + 1 :]
     args = build_parser().parse_args(argv)
     args.extra = extra
-    args.paths = demo.DemoPaths(args.cache / "real-sglang") if args.cache else demo.DemoPaths.default()
+    args.paths = commands.DemoPaths(args.cache / "real-sglang") if args.cache else commands.DemoPaths.default()
     try:
         return args.func(args)
-    except (HarnessError, demo.DemoSetupError) as exc:
+    except (HarnessError, install.DemoSetupError) as exc:
         if args.debug:
             raise
-        hint = f"; set {demo.SKIP_REAL_ENV}=1 to skip the real-server tests" if args.command == "setup" else ""
+        hint = f"; set {commands.SKIP_REAL_ENV}=1 to skip the real-server tests" if args.command == "setup" else ""
         print(f"real_sglang: {exc}{hint}", file=sys.stderr)
         return 1
 

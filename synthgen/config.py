@@ -50,7 +50,7 @@ class RunConfig:
     server_url: str = "http://127.0.0.1:30000"
     api_key: str | None = field(default=None, repr=False)  # never printed
 
-    # --- launching the server (synthgen.server.supervisor) ----------------------------------------------
+    # --- launching the server (synthgen.launch.supervisor) ----------------------------------------------
     launch_server: str | None = None  # a shell-style command, or "demo"; None: the server is the user's
     server_log: Path | None = None  # None: <output_dir>/server.log
     server_start_timeout: float = 1800.0  # a large model loads for many minutes

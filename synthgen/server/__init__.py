@@ -1,2 +1,2 @@
-"""The SGLang server: the HTTP client, what a server serves and whether it is up, and starting,
-watching and stopping one (--launch-server, the CPU demo server)."""
+"""The SGLang server as the run talks to it: the HTTP client (client) and what a server serves and
+whether it is up (discovery). Launching one is synthgen.launch's; the demo server synthgen.demo's."""

@@ -16,7 +16,7 @@ from simharness import wait_until
 from workspace import BUDGET, REPO, cli_env
 
 from synthgen.cli.run import main as run_main
-from synthgen.server import demo
+from synthgen.demo import commands, install
 
 COMMON = ("--max-tokens", "256", "--concurrency", "4", "--status-interval", "0.2")
 
@@ -122,10 +122,11 @@ def test_a_run_ends_with_where_the_rows_are_and_an_export_command_that_runs_as_p
     result = ws.run("--partition", "short", "--server-url", sim.url, *COMMON)
     assert result.returncode == 0, result.stderr
     last = last_line(result.stderr)
-    match = re.fullmatch(r"rows: (.*); export them with: (.*)", last)
+    match = re.fullmatch(r"rows: (.*); report: (.*); export them with: (.*)", last)
     assert match, result.stderr
     assert match.group(1) == "outputs/alpha/raw_responses.jsonl, outputs/beta/raw_responses.jsonl"
-    exported = run_as_printed(ws, match.group(2))
+    assert (ws.root / match.group(2)).is_file()  # the run's report page
+    exported = run_as_printed(ws, match.group(3))
     assert exported.returncode == 0, exported.stderr
     assert len((ws.root / "train.jsonl").read_text().splitlines()) == 5
 
@@ -230,9 +231,9 @@ def test_nothing_to_do_is_answered_before_any_server_is_launched_also_in_a_dry_r
 # --- the demo install: errors that name the cause and the fix, and a line while a step works ---------------
 
 
-def fake_demo_cache(tmp_path: Path, python_script: str) -> demo.DemoPaths:
+def fake_demo_cache(tmp_path: Path, python_script: str) -> commands.DemoPaths:
     """A cache whose venv 'python' is a shell script, so install steps run real processes fast."""
-    paths = demo.DemoPaths(tmp_path / "real-sglang")
+    paths = commands.DemoPaths(tmp_path / "real-sglang")
     paths.python.parent.mkdir(parents=True)
     paths.python.write_text("#!/bin/sh\n" + python_script)
     paths.python.chmod(0o755)
@@ -247,36 +248,45 @@ def test_an_unreachable_index_is_named_as_the_cause_with_the_mirror_fix_not_as_a
         'echo "ERROR: No matching distribution found for torch==2.13.0+cpu"\nexit 1\n'
     )
     paths = fake_demo_cache(tmp_path, pip)
-    with pytest.raises(demo.DemoSetupError) as info:
-        demo.demo_command(30123, paths=paths)
+    with pytest.raises(install.DemoSetupError) as info:
+        install.demo_command(30123, paths=paths)
     message = str(info.value)
-    assert "\n" not in message
-    assert "a package index could not be reached (WARNING: Retrying" in message
-    assert "Name or service not known" in message
-    assert "PIP_INDEX_URL=" in message and "pip.conf" in message
+    # The cause and the fix first, short; the step, its exit and the log after; pip's lines stay in the log.
+    assert "\n" not in message and len(message.replace(str(paths.setup_log), "LOG")) < 360, message
+    assert message.startswith(
+        "the demo SGLang server could not be installed: a package index could not be reached "
+        "(Name or service not known). Fix: point pip at a mirror or proxy it can reach (PIP_INDEX_URL, "
+    )
+    assert message.endswith(
+        f"then retry (torch (CPU wheel) from {install.PYTORCH_CPU_INDEX} failed with exit 1; "
+        f"full output in {paths.setup_log})"
+    )
+    assert "WARNING" not in message and "No matching distribution" not in message
 
 
 def test_a_full_disk_is_named_as_the_cause_with_synthgen_cache_as_the_fix(tmp_path):
     paths = fake_demo_cache(tmp_path, 'echo "ERROR: [Errno 28] No space left on device"\nexit 1\n')
-    with pytest.raises(demo.DemoSetupError) as info:
-        demo.demo_command(30123, paths=paths)
-    assert "the disk is full (No space left on device" in str(info.value)
-    assert "SYNTHGEN_CACHE=/path/with/room" in str(info.value)
+    with pytest.raises(install.DemoSetupError) as info:
+        install.demo_command(30123, paths=paths)
+    assert str(info.value).startswith(
+        "the demo SGLang server could not be installed: the disk is full. Fix: free about 4 GB, or set "
+        "SYNTHGEN_CACHE=/path/with/room"
+    )
 
 
 @pytest.mark.parametrize(("system", "machine"), [("darwin", "arm64"), ("linux", "aarch64"), ("win32", "AMD64")])
 def test_the_demo_says_it_runs_on_linux_x86_64_only_before_installing_anything(tmp_path, system, machine):
-    paths = demo.DemoPaths(tmp_path / "real-sglang")
-    with pytest.raises(demo.DemoSetupError, match=r"^--launch-server demo runs on Linux x86_64 only"):
-        demo.preflight(paths, system, machine)
-    demo.preflight(paths, "linux", "x86_64")  # this one is fine
+    paths = commands.DemoPaths(tmp_path / "real-sglang")
+    with pytest.raises(install.DemoSetupError, match=r"^--launch-server demo runs on Linux x86_64 only"):
+        install.preflight(paths, system, machine)
+    install.preflight(paths, "linux", "x86_64")  # this one is fine
 
 
 def test_a_long_install_step_says_it_is_still_working(tmp_path, monkeypatch):
     # The step ends only once a "still working" line was said: no race with the clock.
     flag = tmp_path / "heard"
     paths = fake_demo_cache(tmp_path, f"while [ ! -e {flag} ]; do sleep 0.01; done\nexit 1\n")
-    monkeypatch.setattr(demo, "HEARTBEAT", 0.05)
+    monkeypatch.setattr(install, "HEARTBEAT", 0.05)
     said: list[str] = []
 
     def say(line: str) -> None:
@@ -284,8 +294,8 @@ def test_a_long_install_step_says_it_is_still_working(tmp_path, monkeypatch):
         if "still working" in line:
             flag.touch()
 
-    with pytest.raises(demo.DemoSetupError):
-        demo.demo_command(30123, say=say, paths=paths)
+    with pytest.raises(install.DemoSetupError):
+        install.demo_command(30123, say=say, paths=paths)
     assert any(
         re.fullmatch(
             r"demo server:   torch \(CPU wheel\): configured indexes: still working, \d+ s \(log .*setup\.log\)", s

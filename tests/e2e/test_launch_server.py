@@ -143,7 +143,12 @@ def test_a_healthy_server_already_at_the_url_is_used_and_left_running(ws, tokeni
         never_run = f"{sys.executable} -c \"raise SystemExit('must not be started')\""
         result = ws.run("--server-url", sim.url, *COMMON, "--launch-server", never_run, timeout=DEADLINE)
         assert result.returncode == 0, result.stderr
-        assert f"a server already answers at {sim.url}; using it instead of launching one" in result.stderr
+        # It says which server it uses: the process that listens on the port.
+        used = re.search(
+            rf"a server already answers at {sim.url} \(pid (\d+): .*\); using it instead of launching one",
+            result.stderr,
+        )
+        assert used and int(used[1]) == sim.proc.pid, result.stderr
         assert sim.proc.poll() is None and sim.stats()["generate_requests"] == 5
     ws.assert_exactly_once("d", ids)
     assert not (ws.outputs / "server.log").exists()

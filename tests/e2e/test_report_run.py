@@ -55,11 +55,11 @@ def test_the_page_is_written_while_the_run_goes_and_says_so(done):
     assert "Run in progress" in done.live_page
 
 
-def test_the_run_names_the_final_page_before_its_last_line(done):
+def test_the_runs_last_line_names_the_final_page(done):
     assert done.code == 0, done.log
-    lines = done.log.rstrip("\n").splitlines()
-    # The page is named among the closing lines; what to do next (rows, the export command) stays last.
-    assert "report: outputs/report.html" in lines[-4:] and lines[-1].startswith("rows: "), lines[-4:]
+    last = done.log.rstrip("\n").splitlines()[-1]
+    # The last line names the rows, the page and the export command.
+    assert last.startswith("rows: ") and "; report: outputs/report.html; export them with: " in last, last
     final = (done.ws.outputs / "report.html").read_text()
     assert "Final." in final and "Run in progress" not in final and 'http-equiv="refresh"' not in final
     assert not list(done.ws.outputs.glob(".report.html.*"))  # no temporary file left behind
@@ -123,6 +123,7 @@ def test_a_rerun_with_nothing_to_do_writes_the_page_too(done):
     result = done.ws.run("--server-url", "http://127.0.0.1:9", "--dataset", "alpha", "--max-tokens", "24")
     assert result.returncode == 0, result.stderr
     assert "nothing to do" in result.stderr
-    lines = result.stderr.rstrip("\n").splitlines()
-    assert "report: outputs/report.html" in lines[-4:] and lines[-1].startswith("rows: "), lines[-4:]
+    last = result.stderr.rstrip("\n").splitlines()[-1]
+    # The last line names the rows, the page and the export command.
+    assert last.startswith("rows: ") and "; report: outputs/report.html; export them with: " in last, last
     assert page_stats((done.ws.outputs / "report.html").read_text())["total/rows"] == "34"  # the whole folder

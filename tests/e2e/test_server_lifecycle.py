@@ -11,7 +11,7 @@ import signal
 from simharness import wait_until
 from workspace import cli_env
 
-from synthgen.server.launcher import LOG_ROTATE_BYTES, progress_line
+from synthgen.launch.serverlog import LOG_ROTATE_BYTES, progress_line
 from tests.e2e.test_launch_server import (
     COMMON,
     DEADLINE,
@@ -76,8 +76,8 @@ def test_a_normal_stop_ends_server_log_with_a_line_that_says_it_was_ours(ws, tok
     assert result.returncode == 0, result.stderr
     # What to do next is the run's last line, after the server's stop, on stderr and in the log file.
     lines = result.stderr.strip().splitlines()
-    assert "stopping server (pid" in lines[-3] and lines[-2] == "report: outputs/report.html"
-    assert lines[-1].startswith("rows: outputs/d/raw_responses.jsonl; ")
+    assert "stopping server (pid" in lines[-2]
+    assert lines[-1].startswith("rows: outputs/d/raw_responses.jsonl; report: outputs/report.html; export them with: ")
     assert (ws.outputs / "run.log").read_text().strip().splitlines()[-1] == lines[-1]
     last = (ws.outputs / "server.log").read_text().strip().splitlines()[-1]
     assert last.startswith("===== synthgen ") and "stopped server (SIGTERM to its process group" in last
@@ -120,7 +120,8 @@ def test_start_up_status_shows_the_servers_progress_not_its_warnings():
 def test_the_launch_record_never_holds_a_key_from_the_command(tmp_path):
     import sys
 
-    from synthgen.server.launcher import ServerProcess, read_record
+    from synthgen.launch.launcher import ServerProcess
+    from synthgen.launch.record import read_record
 
     record = tmp_path / "launched_server.json"
     command = [sys.executable, "-c", "import time; time.sleep(600)", "--api-key", "s3cret-value"]

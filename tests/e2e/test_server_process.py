@@ -17,19 +17,19 @@ import httpx
 import pytest
 from simharness import SIM_SCRIPT, wait_until
 
+from synthgen.demo import commands, install
 from synthgen.errors import EXIT_SERVER
-from synthgen.server import demo
-from synthgen.server.launcher import (
+from synthgen.launch.launcher import (
     ServerLaunchError,
     ServerProcess,
     decide_launch,
     describe_exit,
-    port_taken,
     restart_delay,
-    short_tail,
     split_command,
     url_host_port,
 )
+from synthgen.launch.procs import port_taken
+from synthgen.launch.serverlog import short_tail
 
 PY = sys.executable
 
@@ -321,12 +321,12 @@ def test_stop_before_start_and_close_with_keep_do_nothing(servers, tmp_path):
     assert kept.exited() == -signal.SIGTERM
 
 
-# -- the demo server's install and command (synthgen.server.demo), without installing anything
+# -- the demo server's install and command (synthgen.demo), without installing anything
 
 
-def fake_cache(tmp_path: Path, python_script: str) -> demo.DemoPaths:
+def fake_cache(tmp_path: Path, python_script: str) -> commands.DemoPaths:
     """A cache whose venv 'python' is a shell script, so install steps run real processes fast."""
-    paths = demo.DemoPaths(tmp_path / "real-sglang")
+    paths = commands.DemoPaths(tmp_path / "real-sglang")
     paths.python.parent.mkdir(parents=True)
     paths.python.write_text("#!/bin/sh\n" + python_script)
     paths.python.chmod(0o755)
@@ -334,23 +334,23 @@ def fake_cache(tmp_path: Path, python_script: str) -> demo.DemoPaths:
 
 
 def test_the_cache_is_under_synthgen_cache_when_set_and_in_the_checkout_otherwise(monkeypatch, tmp_path):
-    monkeypatch.setenv(demo.CACHE_ENV, str(tmp_path))
-    assert demo.DemoPaths.default().cache == tmp_path / "real-sglang"
-    monkeypatch.delenv(demo.CACHE_ENV)
-    assert demo.DemoPaths.default().cache == demo.REPO / ".cache" / "real-sglang"
+    monkeypatch.setenv(commands.CACHE_ENV, str(tmp_path))
+    assert commands.DemoPaths.default().cache == tmp_path / "real-sglang"
+    monkeypatch.delenv(commands.CACHE_ENV)
+    assert commands.DemoPaths.default().cache == commands.REPO / ".cache" / "real-sglang"
 
 
 def test_torch_comes_from_the_pytorch_cpu_index_only_when_the_configured_indexes_lack_it():
-    assert demo.torch_pip_options(configured_has_it=True) == []
-    assert demo.torch_pip_options(configured_has_it=False) == ["--extra-index-url", demo.PYTORCH_CPU_INDEX]
+    assert install.torch_pip_options(configured_has_it=True) == []
+    assert install.torch_pip_options(configured_has_it=False) == ["--extra-index-url", install.PYTORCH_CPU_INDEX]
 
 
-def installed_cache(tmp_path: Path, python_script: str) -> demo.DemoPaths:
+def installed_cache(tmp_path: Path, python_script: str) -> commands.DemoPaths:
     """A fake cache whose install is done (stamp and shim), the tiny model not built."""
     paths = fake_cache(tmp_path, python_script)
     (paths.shim / "sgl_kernel").mkdir(parents=True)
     (paths.shim / "sgl_kernel" / "__init__.py").write_text("")
-    paths.stamp.write_text(json.dumps({"spec_hash": demo.spec_hash()}))
+    paths.stamp.write_text(json.dumps({"spec_hash": install.spec_hash()}))
     return paths
 
 
@@ -358,16 +358,16 @@ def test_demo_command_on_a_set_up_cache_installs_nothing_and_carries_its_environ
     paths = installed_cache(tmp_path, "exit 0\n")
     (paths.tiny).mkdir(parents=True)
     (paths.tiny / "config.json").write_text("{}")
-    (paths.tiny / "recipe.json").write_text(json.dumps({"tiny_hash": demo.tiny_hash()}))
+    (paths.tiny / "recipe.json").write_text(json.dumps({"tiny_hash": install.tiny_hash()}))
     said: list[str] = []
 
-    argv = demo.demo_command(30123, say=said.append, paths=paths)
+    argv = install.demo_command(30123, say=said.append, paths=paths)
 
     assert said == []
     assert argv[:5] == ["env", "-u", "VIRTUAL_ENV", "-u", "PYTHONHOME"]
     assert "SGLANG_USE_CPU_ENGINE=1" in argv and f"PYTHONPATH={paths.shim}" in argv
     server = argv.index(str(paths.python))
-    assert argv[server:] == demo.server_command(paths, 30123)
+    assert argv[server:] == commands.server_command(paths, 30123)
     assert argv[server + 1 : server + 7] == [
         "-m",
         "sglang.launch_server",
@@ -378,10 +378,9 @@ def test_demo_command_on_a_set_up_cache_installs_nothing_and_carries_its_environ
     ]
 
 
-# The fake python records its arguments; run as the model build (demo_model.py OUT), it writes OUT/config.json.
+# The fake python records its arguments; run as the model build (model.py OUT), it writes OUT/config.json.
 FAKE_BUILD = (
-    'echo "$@" >> "$(dirname "$0")/calls"\n'
-    'case "$1" in *demo_model.py) mkdir -p "$2" && echo {} > "$2/config.json";; esac\n'
+    'echo "$@" >> "$(dirname "$0")/calls"\ncase "$1" in *model.py) mkdir -p "$2" && echo {} > "$2/config.json";; esac\n'
 )
 
 
@@ -390,19 +389,19 @@ def test_a_changed_model_recipe_rebuilds_only_the_model_with_a_line_saying_how_l
     calls = paths.python.parent / "calls"
     said: list[str] = []
 
-    assert demo.setup(paths, said.append) is True
-    assert calls.read_text().split() == [str(demo.BUILD_TINY), str(paths.tiny) + ".partial"]  # no pip, no venv
+    assert install.setup(paths, said.append) is True
+    assert calls.read_text().split() == [str(install.BUILD_TINY), str(paths.tiny) + ".partial"]  # no pip, no venv
     assert said[0] == "building the tiny model 1/1 ..." and re.fullmatch(r"tiny model: done in \d+ s", said[1])
-    assert len(said) == 2 and demo.is_setup(paths) and paths.tiny.name == f"tiny-v{demo.TINY_VERSION}"
-    assert demo.setup(paths, said.append) is False and len(said) == 2  # built: nothing to do
+    assert len(said) == 2 and install.is_setup(paths) and paths.tiny.name == f"tiny-v{commands.TINY_VERSION}"
+    assert install.setup(paths, said.append) is False and len(said) == 2  # built: nothing to do
 
     recipe = tmp_path / "demo_model.py"
     recipe.write_text("# another recipe\n")
-    monkeypatch.setattr(demo, "TINY_SOURCES", (recipe,))
-    assert not demo.is_setup(paths) and demo.is_installed(paths)
-    assert demo.demo_command(30123, say=said.append, paths=paths)[0] == "env"
+    monkeypatch.setattr(install, "TINY_SOURCES", (recipe,))
+    assert not install.is_setup(paths) and install.is_installed(paths)
+    assert install.demo_command(30123, say=said.append, paths=paths)[0] == "env"
     assert said[2] == "demo server: building the tiny model 1/1 ..." and len(said) == 4  # not "first use: installing"
-    assert demo.is_setup(paths) and len(calls.read_text().splitlines()) == 2
+    assert install.is_setup(paths) and len(calls.read_text().splitlines()) == 2
 
 
 def test_an_install_that_cannot_get_torch_fails_with_one_line_naming_the_step_and_the_fix(tmp_path):
@@ -412,21 +411,22 @@ def test_an_install_that_cannot_get_torch_fails_with_one_line_naming_the_step_an
     )
     said: list[str] = []
 
-    with pytest.raises(demo.DemoSetupError) as info:
-        demo.demo_command(30123, say=said.append, paths=paths)
+    with pytest.raises(install.DemoSetupError) as info:
+        install.demo_command(30123, say=said.append, paths=paths)
 
     message = str(info.value)
     assert "\n" not in message
-    assert message.startswith(
-        "the demo SGLang server could not be installed: torch (CPU wheel) from "
-        f"{demo.PYTORCH_CPU_INDEX} failed with exit 1 (ERROR: No matching distribution found for x; "
-        f"full log {paths.setup_log}); check network access"
+    assert message == (
+        "the demo SGLang server could not be installed: ERROR: No matching distribution found for x. Fix: check "
+        "network access to the package indexes and about 4 GB free disk, then retry (torch (CPU wheel) from "
+        f"{install.PYTORCH_CPU_INDEX} failed with exit 1; full output in {paths.setup_log})"
     )
     assert info.value.exit_code == EXIT_SERVER
     assert re.fullmatch(r"demo server: venv: done in \d+ s", said.pop(2))
     assert said[1:] == [
         "demo server: creating a venv 1/7 ...",
         "demo server: installing torch (CPU wheel) 2/7 ...",
-        f"demo server: {demo.TORCH} is not on the configured package indexes; taking it from {demo.PYTORCH_CPU_INDEX}",
+        f"demo server: {install.TORCH} is not on the configured package indexes; taking it from "
+        f"{install.PYTORCH_CPU_INDEX}",
     ]
-    assert not demo.is_setup(paths)
+    assert not install.is_setup(paths)

@@ -18,7 +18,7 @@ registered by the script; always `stop()` what you start (a fixture's finalizer 
 The tiny model in model_dir() is a Qwen2 with context 2048 and a 2048-token byte-level BPE
 tokenizer (specials <|endoftext|>=0, <|im_start|>=1, <|im_end|>=2 eos, <think>=3, </think>=4)
 and a ChatML template; it answers every prompt with <think>...</think>, a short answer and its EOS
-(greedy: always the same 29 tokens); see synthgen/server/demo_model.py. Each server takes about 2 GB
+(greedy: always the same 29 tokens); see synthgen/demo/model.py. Each server takes about 2 GB
 of memory.
 """
 
@@ -30,7 +30,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from synthgen.server.demo import DemoPaths
+from synthgen.demo.commands import DemoPaths
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "real_sglang.py"

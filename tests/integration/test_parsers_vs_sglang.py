@@ -33,7 +33,7 @@ from synthgen.chat.parsers import (
     SGLANG_TOOL_CALL,
     OutputParser,
 )
-from synthgen.server.demo import DemoPaths
+from synthgen.demo.commands import DemoPaths
 from tests.unit.chat.test_parsers import CASES
 
 pytestmark = pytest.mark.real_sglang

@@ -2,7 +2,7 @@
 
 One server of its own, started with ``--reasoning-parser qwen3 --tool-call-parser qwen25`` so the test
 also shows what /server_info reports for them. The tiny model's greedy answer to any prompt is the same
-29 tokens (<think>...</think>, an answer, its EOS; synthgen/server/demo_model.py): with --max-tokens 64
+29 tokens (<think>...</think>, an answer, its EOS; synthgen/demo/model.py): with --max-tokens 64
 every turn ends with its EOS, with 12 every answer is cut.
 """
 

@@ -1,6 +1,6 @@
 """run_inference.py as a user runs it, against the real SGLang 0.5.23 server on this CPU.
 
-The tiny model (context 2048, vocabulary 2048; synthgen/server/demo_model.py) answers every prompt
+The tiny model (context 2048, vocabulary 2048; synthgen/demo/model.py) answers every prompt
 with a `<think>` block, a short answer and its EOS, in about 20-50 tokens, so its text means
 nothing; what is checked is that every row carries the server's own answer and that the
 runner's rules about lengths, vocabulary, resume and outages hold against the real thing.

@@ -1,6 +1,6 @@
 """Exports loaded by SpecForge's and speculators' own data code (issue 18): the pinned `specforge` and
 `speculators` packages (their data code, no GPU dependencies) run in the demo server's venv, which has CPU
-torch (synthgen/server/demo_trainers.py installs them, pinned, as the real-server tests install SGLang).
+torch (tests/support/demo_trainers.py installs them, pinned, as the real-server tests install SGLang).
 
 Rows come from runs of a Qwen3-style reasoning model (the real Qwen3 chat template on a tiny tokenizer) against
 the simulator: thinking off, several turns regenerated (`--regenerate all`) and tool calls; and thinking on
@@ -21,11 +21,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from demo_trainers import is_specforge_setup, setup_specforge, specforge_env
 from model_tokenizers import build_model_tokenizer
 
+from synthgen.demo.commands import DemoPaths
 from synthgen.export.rendercheck import KINDS, Rendering, verdict
-from synthgen.server.demo import DemoPaths
-from synthgen.server.demo_trainers import is_specforge_setup, setup_specforge, specforge_env
 from tests.e2e.test_export_trainer_rows import COMMON, agent, chat
 
 HERE = Path(__file__).resolve().parent

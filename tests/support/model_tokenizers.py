@@ -1,6 +1,6 @@
 """Tiny offline tokenizers that carry real models' special tokens and real chat templates.
 
-This module owns the per-model test tokenizers: each is a byte-level BPE trained (``synthgen.server.bpe``,
+This module owns the per-model test tokenizers: each is a byte-level BPE trained (``synthgen.demo.bpe``,
 as in ``tiny_tokenizers``) on Python standard-library sources, given the special tokens of one real model
 family and that model's real chat template from ``tests/support/templates/`` (see SOURCES.md there), and
 saved as a Hugging Face tokenizer folder that ``transformers.AutoTokenizer`` loads offline.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tiny_tokenizers import BPE_VOCAB_SIZE, CORPUS_FILES
 
-from synthgen.server.bpe import model_vocab_size, train_bpe
+from synthgen.demo.bpe import model_vocab_size, train_bpe
 
 TEMPLATES = Path(__file__).parent / "templates"
 STAMP_FILE = "model_tokenizer_build.json"

@@ -2,7 +2,7 @@
 
 This module owns the test tokenizers: a byte-level BPE trained in well under a second on Python
 standard-library sources (always on disk, so nothing comes from a hub; the recipe is
-``synthgen.server.bpe``, shared with the demo model), saved as a Hugging Face
+``synthgen.demo.bpe``, shared with the demo model), saved as a Hugging Face
 tokenizer directory with a chat template and a ``config.json`` carrying the model vocab size.
 
 Two chat styles mirror the two reasoning conventions a client has to handle:
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, processors
 
-from synthgen.server.bpe import model_vocab_size, train_bpe
+from synthgen.demo.bpe import model_vocab_size, train_bpe
 
 BOS = "<|endoftext|>"
 EOS = "<|im_end|>"

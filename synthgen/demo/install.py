@@ -1,28 +1,29 @@
 """The demo server: real SGLang 0.5.23 on the CPU with a tiny offline model (`--launch-server demo`).
 
 This module owns installing that server and building its model (into the project's cache,
-.cache/real-sglang/ in the checkout, or $SYNTHGEN_CACHE/real-sglang), and the commands that start
-it and sglang-router. It is the genuine SGLang HTTP layer, tokenizer manager, scheduler, radix
-cache and detokenizer running a tiny hand-set model (demo_model.py) that answers every prompt with a
-`<think>` block, a short answer and its end-of-turn token: only the API behaviour and the shape
-of the rows mean anything, not the speed or the text. scripts/real_sglang.py is the
-command line over it, used by the integration tests. Standard library only, so any python3 runs it.
+.cache/real-sglang/ in the checkout, or $SYNTHGEN_CACHE/real-sglang); synthgen.demo.commands owns
+where things live and the commands that start the server and sglang-router. It is the genuine SGLang
+HTTP layer, tokenizer manager, scheduler, radix cache and detokenizer running a tiny hand-set model
+(synthgen/demo/model.py) that answers every prompt with a `<think>` block, a short answer and its
+end-of-turn token: only the API behaviour and the shape of the rows mean anything, not the speed or
+the text. scripts/real_sglang.py is the command line over it, used by the integration tests. Standard
+library only, so any python3 runs it.
 
     argv = demo_command(30000, say=print)   # installs on first use (minutes, ~2.5 GB), then instant
-    ServerProcess(argv, log_path).start()   # synthgen.server.launcher
+    ServerProcess(argv, log_path).start()   # synthgen.launch.launcher
 
 Cache layout (gitignored):
 
     venv/         python venv: CPU torch, sglang (no deps), its CPU-usable deps, sglang-router
     shim/         import-only stand-in for the `sgl_kernel` package (see SHIM_SOURCE)
-    tiny-v2/      the tiny Qwen2 model + tokenizer (context 2048, vocabulary 2048), built in seconds;
+    tiny-v3/      the tiny Qwen2 model + tokenizer (context 2048, vocabulary 2048), built in seconds;
                   its recipe.json holds the hash of its recipe (TINY_SOURCES): rebuilt alone when that changes
     install.json  stamp: hash of the pinned install spec; the install is skipped while it matches
     run/PID.json  one per process started by scripts/real_sglang.py; its `stop` only kills those
     logs/, tmp/, pip-cache/, hf/, xdg/   logs, TMPDIR and caches of the processes started here
 
-Errors: DemoSetupError (a ServerError, exit code 3), one line saying which step failed, why, and
-what to do.
+Errors: DemoSetupError (a ServerError, exit code 3), one short line: the cause and the fix first, then
+which step failed and where its full output is (logs/setup.log).
 """
 
 from __future__ import annotations
@@ -37,24 +38,25 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+from synthgen.demo.commands import (
+    CACHE_ENV,
+    TINY_VERSION,
+    DemoPaths,
+    Say,
+    _cache_vars,
+    _quiet,
+    child_env,
+    server_command,
+    server_env,
+)
 from synthgen.errors import ServerError
-from synthgen.server.launcher import short_tail
 
-REPO = Path(__file__).resolve().parents[2]
-BUILD_TINY = Path(__file__).with_name("demo_model.py")  # run by the demo venv's python, never imported
+BUILD_TINY = Path(__file__).with_name("model.py")  # run by the demo venv's python, never imported
 # The tiny model's recipe: the build script and the tokenizer recipe it imports. Editing either
 # rebuilds the model alone (seconds), not the install.
 TINY_SOURCES = (BUILD_TINY, Path(__file__).with_name("bpe.py"))
-# The recipe's version names the model's folder (tiny-v2/), so checkouts with another recipe (an
-# older commit, another worktree) sharing one cache each keep their own model instead of rebuilding
-# each other's. Bump it when the model's behaviour changes in a way tests or users see.
-TINY_VERSION = 2
-CACHE_ENV = "SYNTHGEN_CACHE"  # the project's cache root; the demo server lives in its real-sglang/
-SKIP_REAL_ENV = "SYNTHGEN_SKIP_REAL"
 # Where the pinned CPU torch comes from when the configured package indexes do not have it.
 PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 # A line at least this often while an install step runs (pip is silent for minutes on a big wheel).
@@ -73,11 +75,8 @@ NETWORK_ERROR = re.compile(
     re.IGNORECASE,
 )
 DISK_FULL = re.compile(r"No space left on device|Disk quota exceeded", re.IGNORECASE)
-MIRROR_FIX = (
-    "if this machine reaches package indexes only through a mirror or proxy, set it in pip's own settings "
-    "(PIP_INDEX_URL=https://mirror/simple, or index-url in pip.conf; HTTPS_PROXY for a proxy), with "
-    f"torch==2.13.0+cpu on it or {PYTORCH_CPU_INDEX} reachable"
-)
+# The fix for an index that cannot be reached; docs/server.md says more.
+MIRROR_FIX = "point pip at a mirror or proxy it can reach (PIP_INDEX_URL, HTTPS_PROXY or pip.conf; docs/server.md)"
 
 # ---------------------------------------------------------------------------------------------
 # The pinned spec. Changing anything here (or the shim or the patch) changes the stamp hash, and
@@ -202,121 +201,9 @@ IMPORT_CHECK = (
     "print('sglang', sglang.__version__, 'torch', torch.__version__)"
 )
 
-# ---------------------------------------------------------------------------------------------
-# Server flags
-# ---------------------------------------------------------------------------------------------
-
-# Flag/value pairs kept on one line each.
-# fmt: off
-SERVER_FLAGS = (
-    "--device", "cpu",
-    "--host", "127.0.0.1",
-    # SGLang's CPU default on x86 is intel_amx, which calls the compiled sgl_kernel ops;
-    # torch_native is plain torch.
-    "--attention-backend", "torch_native",
-    # What SGLang resolves to on CPU anyway; explicit so a new default cannot pick a CUDA kernel.
-    "--sampling-backend", "pytorch",
-    # No structured output (json_schema/regex/ebnf) here, so no grammar backend to build;
-    # such requests are therefore not testable against this server.
-    "--grammar-backend", "none",
-    # Sized for the tiny model: keeps the KV pool (and so the memory) small.
-    "--max-total-tokens", "65536",
-    # Without it the idle scheduler busy-polls a whole core; this machine has two.
-    "--sleep-on-idle",
-)
-# fmt: on
-SERVER_READY_LINE = "ready to roll"  # "The server is fired up and ready to roll!"
-
 
 class DemoSetupError(ServerError):
     """The demo server could not be installed or built; the message says which step and why."""
-
-
-Say = Callable[[str], None]
-
-
-def _quiet(_message: str) -> None:
-    pass
-
-
-# ---------------------------------------------------------------------------------------------
-# Where things live
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DemoPaths:
-    """Everything of the demo server under one cache directory."""
-
-    cache: Path
-
-    @classmethod
-    def default(cls) -> DemoPaths:
-        """$SYNTHGEN_CACHE/real-sglang when set, else <repo>/.cache/real-sglang."""
-        root = os.environ.get(CACHE_ENV)
-        return cls((Path(root) if root else REPO / ".cache") / "real-sglang")
-
-    @property
-    def venv(self) -> Path:
-        return self.cache / "venv"
-
-    @property
-    def python(self) -> Path:
-        return self.venv / "bin" / "python"
-
-    @property
-    def shim(self) -> Path:
-        return self.cache / "shim"
-
-    @property
-    def tiny(self) -> Path:
-        return self.cache / f"tiny-v{TINY_VERSION}"
-
-    @property
-    def stamp(self) -> Path:
-        # Not setup.json: that stamp (of versions before TINY_VERSION) also hashed the model's
-        # recipe, and an older checkout on the same cache would take this one's as its own.
-        return self.cache / "install.json"
-
-    @property
-    def run(self) -> Path:
-        return self.cache / "run"
-
-    @property
-    def logs(self) -> Path:
-        return self.cache / "logs"
-
-    @property
-    def setup_log(self) -> Path:
-        return self.logs / "setup.log"
-
-
-def child_env(paths: DemoPaths, **extra: str) -> dict[str, str]:
-    """Environment for every process started here: caches and temp files stay inside the cache."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    for d in ("tmp", "pip-cache", "hf", "xdg", "sglang"):
-        (paths.cache / d).mkdir(parents=True, exist_ok=True)
-    env.update(_cache_vars(paths))
-    env.update(extra)
-    return env
-
-
-def _cache_vars(paths: DemoPaths) -> dict[str, str]:
-    return {
-        "TMPDIR": str(paths.cache / "tmp"),
-        "PIP_CACHE_DIR": str(paths.cache / "pip-cache"),
-        "HF_HOME": str(paths.cache / "hf"),
-        "XDG_CACHE_HOME": str(paths.cache / "xdg"),
-        "SGLANG_CACHE_DIR": str(paths.cache / "sglang"),
-        # No hub is reachable; offline mode makes transformers fail fast instead of retrying.
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-
-
-def server_env(paths: DemoPaths) -> dict[str, str]:
-    """The variables the SGLang server needs on top of child_env()."""
-    return {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": str(paths.shim)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -447,29 +334,31 @@ def _read_from(log: Path, offset: int) -> str:
         return ""
 
 
-def _tail(text: str) -> str:
-    """A step's last lines, minus pip's harmless noise, as one short line."""
+def _tail(text: str, lines: int = 2, chars: int = 120) -> str:
+    """A step's last lines, minus pip's harmless noise, each cut to `chars`, as one short line."""
     # pip's warnings (ignored index locations, retries) bury the one line that says why.
-    kept = [line for line in text.splitlines() if not line.startswith(("WARNING:", "[notice]"))]
-    return short_tail("\n".join(kept), lines=2)
+    noise = ("WARNING:", "[notice]")
+    kept = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith(noise)]
+    return " | ".join(line if len(line) <= chars else line[: chars - 3] + "..." for line in kept[-lines:])
 
 
 def failure_message(what: str, code: int, output: str, log: Path, cache: Path) -> str:
-    """One line: which step failed, the cause found in its output (the network, the disk), and the fix."""
-    head = f"the demo SGLang server could not be installed: {what} failed with exit {code}"
-    disk = DISK_FULL.search(output)
-    if disk:
+    """One short line: the cause (the network, the disk) and the fix first, then which step failed and
+    where its full output is; pip's own lines stay in the log."""
+    step = f"({what} failed with exit {code}; full output in {log})"
+    head = "the demo SGLang server could not be installed"
+    if DISK_FULL.search(output):
         return (
-            f"{head}: the disk is full ({disk.group(0)}; full log {log}); free about {NEEDS_FREE_GB:.0f} GB, or put "
-            f"the cache elsewhere with {CACHE_ENV}=/path/with/room (now {cache.parent}), then retry"
+            f"{head}: the disk is full. Fix: free about {NEEDS_FREE_GB:.0f} GB, or set {CACHE_ENV}=/path/with/room "
+            f"(now {cache.parent}), then retry {step}"
         )
     network = next((line.strip() for line in output.splitlines() if NETWORK_ERROR.search(line)), None)
     if network:
-        cause = network if len(network) <= 200 else network[:197] + "..."
-        return f"{head}: a package index could not be reached ({cause}; full log {log}); {MIRROR_FIX}, then retry"
+        cause = NETWORK_ERROR.findall(network)[-1]  # the innermost: "Name or service not known"
+        return f"{head}: a package index could not be reached ({cause}). Fix: {MIRROR_FIX}, then retry {step}"
     return (
-        f"{head} ({_tail(output) or 'no output'}; full log {log}); check network access to the "
-        f"package indexes and free disk space (about {NEEDS_FREE_GB:.0f} GB), then retry"
+        f"{head}: {_tail(output) or 'no output'}. Fix: check network access to the package indexes and "
+        f"about {NEEDS_FREE_GB:.0f} GB free disk, then retry {step}"
     )
 
 
@@ -581,39 +470,6 @@ def dir_size_gb(path: Path) -> float:
     return total / 1e9
 
 
-# ---------------------------------------------------------------------------------------------
-# Commands
-# ---------------------------------------------------------------------------------------------
-
-
-def server_command(paths: DemoPaths, port: int, model: Path | None = None, extra: Sequence[str] = ()) -> list[str]:
-    """argv of the real SGLang server on 127.0.0.1:`port` (run it with child_env + server_env)."""
-    model = model or paths.tiny
-    command = [str(paths.python), "-m", "sglang.launch_server", "--model-path", str(model), "--port", str(port)]
-    return [*command, *SERVER_FLAGS, *extra]
-
-
-def router_command(
-    paths: DemoPaths, port: int, worker_urls: Sequence[str], prometheus_port: int, extra: Sequence[str] = ()
-) -> list[str]:
-    """argv of sglang-router (round robin) on 127.0.0.1:`port` in front of `worker_urls`."""
-    # Flag/value pairs kept on one line each.
-    # fmt: off
-    return [
-        str(paths.python), "-m", "sglang_router.launch_router",
-        "--worker-urls", *worker_urls,
-        "--policy", "round_robin",
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        # Its metrics endpoint defaults to a fixed port (29000), which would clash between two
-        # routers (or with anything else on this machine).
-        "--prometheus-port", str(prometheus_port),
-        "--prometheus-host", "127.0.0.1",
-        *extra,
-    ]
-    # fmt: on
-
-
 def demo_command(port: int, say: Say = _quiet, paths: DemoPaths | None = None) -> list[str]:
     """argv that starts the demo server (real SGLang on the CPU, tiny model) on 127.0.0.1:`port`,
     installing it first if needed, with one progress line per step to `say`
@@ -636,8 +492,3 @@ def demo_command(port: int, say: Say = _quiet, paths: DemoPaths | None = None) -
     variables = {**{k: child_env(paths)[k] for k in _cache_vars(paths)}, **server_env(paths)}
     unset = [arg for name in ("VIRTUAL_ENV", "PYTHONHOME") for arg in ("-u", name)]
     return ["env", *unset, *(f"{k}={v}" for k, v in variables.items()), *server_command(paths, port)]
-
-
-def demo_model_dir(paths: DemoPaths | None = None) -> Path:
-    """The tiny model's directory, which is also its tokenizer's (exists once set up)."""
-    return (paths or DemoPaths.default()).tiny

@@ -1,4 +1,5 @@
-"""The trainers' data code beside the demo server, for the tests that load exports with the trainers' own code.
+"""Test support (not part of the package): the trainers' data code beside the demo server, for the tests
+that load exports with the trainers' own code.
 
 SpecForge (the ``specforge`` package on PyPI) requires CUDA-era pins (torch 2.11, sglang 0.5.14, flash
 kernels); its data code (specforge.data: build_eagle3_dataset, the template registry and parsers,
@@ -25,7 +26,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from synthgen.server.demo import DemoPaths, DemoSetupError, Say, _quiet, _tail, child_env, is_setup
+from synthgen.demo.commands import DemoPaths, Say, _quiet, child_env
+from synthgen.demo.install import DemoSetupError, _tail, is_setup
 
 # Pinned: specforge's data code and the packages the demo venv does not have for it (datasets and its
 # pandas, pyarrow, multiprocess; everything else datasets needs is in the venv already).

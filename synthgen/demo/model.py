@@ -1,8 +1,8 @@
 """Build the demo server's tiny chat model and its tokenizer, fully offline, in a few seconds.
 
 Run with the SGLang venv's python (it needs torch, transformers and tokenizers); normally
-`scripts/real_sglang.py setup` (synthgen.server.demo) does that. Nothing is downloaded: the tokenizer
-is synthgen/server/bpe.py's (trained on the Python standard library's own sources), and the weights
+`scripts/real_sglang.py setup` (synthgen.demo.install) does that. Nothing is downloaded: the tokenizer
+is synthgen/demo/bpe.py's (trained on the Python standard library's own sources), and the weights
 are set by hand, not trained, so the build is deterministic and takes seconds.
 
 What the model does: after any prompt it writes a reasoning block, a short answer and its end-of-turn
@@ -37,7 +37,7 @@ The build checks its own result before writing the stamp (a failed check fails t
 the greedy answer, how many of 64 answers sampled at temperature 1 end within 256 tokens, and the
 exact probability, from the chain itself, that an answer runs past 256 tokens.
 
-Usage: python synthgen/server/demo_model.py OUT_DIR [--arch qwen2|llama] [--vocab 2048]
+Usage: python synthgen/demo/model.py OUT_DIR [--arch qwen2|llama] [--vocab 2048]
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script by the demo venv's python
-from synthgen.server.bpe import model_vocab_size, train_bpe  # noqa: E402  (imports only `tokenizers`)
+from synthgen.demo.bpe import model_vocab_size, train_bpe  # noqa: E402  (imports only `tokenizers`)
 
 CONTEXT_LENGTH = 2048
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]

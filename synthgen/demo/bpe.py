@@ -1,7 +1,7 @@
 """The one recipe for a tiny offline tokenizer: a byte-level BPE trained on the Python standard
 library's own sources (on every machine, so nothing comes from a hub).
 
-The CPU demo server's model (``demo_model.py``) and the test tokenizers (``tests/support/tiny_tokenizers.py``,
+The CPU demo server's model (``synthgen/demo/model.py``) and the test tokenizers (``tests/support/tiny_tokenizers.py``,
 ``tests/support/model_tokenizers.py``) are built with it; each adds its own special tokens, template and
 config. Imports only the ``tokenizers`` library (which transformers installs), never transformers.
 """

@@ -1,11 +1,11 @@
 """The inference server that a run launches and supervises itself.
 
 This module owns that server's process lifecycle: starting one command in its own process group
-with its output appended to a log file, waiting until it is healthy, restarting it with capped
-exponential backoff after it dies, and stopping the whole group so that nothing is orphaned. It
-also owns the decision whether to launch at all (a healthy server already at the URL is used
-instead). What "healthy" means is the caller's: it passes an async predicate (the HTTP client's
-/health check), so this module does no HTTP.
+with its output piped through the log pump (synthgen.launch.logpump) into a bounded log file,
+waiting until it is healthy, restarting it with capped exponential backoff after it dies, and
+stopping the whole group so that nothing is orphaned. It also owns the decision whether to launch
+at all (a healthy server already at the URL is used instead). What "healthy" means is the caller's:
+it passes an async predicate (the HTTP client's /health check), so this module does no HTTP.
 
     server = ServerProcess("python -m sglang.launch_server --port 30000 ...", Path("out/server.log"))
     server.start()
@@ -24,43 +24,33 @@ exit code and the last lines of the log.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import os
-import re
+import secrets
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import synthgen
 from synthgen.data.openfiles import open_output_file
-from synthgen.errors import ServerError
+from synthgen.launch.logpump import SECRETS_ENV
+from synthgen.launch.procs import ServerLaunchError, kill_group, live_members
+from synthgen.launch.record import TOKEN_ENV, remove_record, write_record
+from synthgen.launch.serverlog import APPEND, StartLog, log_cap, note, rotate_log, rotated_line, stamp
 from synthgen.redact import redact
 
+__all__ = ["ServerLaunchError", "ServerProcess", "decide_launch", "describe_exit", "split_command"]
+
 DEFAULT_GRACE = 30.0  # SGLang drains for about 5 s after SIGTERM; give it room
-KILL_WAIT = 10.0  # after SIGKILL only a process stuck in the kernel survives this long
 STATUS_INTERVAL = 5.0
 POLL_INTERVAL = 0.5
-TAIL_LINES = 3
-TAIL_LINE_CHARS = 160
-TAIL_READ_BYTES = 16384
-# At a start, a log this big moves to <log>.1 (replacing the one before), so restarts and reruns keep
-# at most two of them on disk.
-LOG_ROTATE_BYTES = 64 * 1024 * 1024
-# Lines of a server's start-up log that are not its progress: warnings, their continuation lines and
-# tracebacks (SGLang on a CPU: "Cannot detect CUDA architecture.", a bare "warnings.warn(").
-NOT_PROGRESS = re.compile(
-    r"warn|deprecat|cannot detect|traceback|^\s|^file \"|^\^|^~|\"GET /health", re.IGNORECASE
-)  # and the access log of our own /health polls
+PUMP_WAIT = 10.0  # after the server's group is gone, the pump has this long to write what is left
 # The exec shim a server starts through on Linux: it asks the kernel to SIGTERM it when the run dies
 # (prctl PR_SET_PDEATHSIG, even on SIGKILL), then becomes the server command (same pid). A shim
 # instead of preexec_fn: no Python code runs between fork and exec in a process that has threads.
@@ -73,8 +63,8 @@ PDEATHSIG_SHIM = (
 )
 
 
-class ServerLaunchError(ServerError):
-    """The launched server exited, never became ready, crashed too often, or would not die."""
+class ForeignServer(ServerLaunchError):
+    """Another process than the launched server answers at the URL (it holds the port)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,33 +95,6 @@ def restart_delay(attempt: int, initial: float, cap: float) -> float:
     return min(cap, initial * 2.0 ** (attempt - 1))
 
 
-def short_tail(text: str, lines: int = TAIL_LINES, line_chars: int = TAIL_LINE_CHARS) -> str:
-    """The last non-empty lines of a log, each cut to `line_chars`, joined with ' | ' (one line)."""
-    kept = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
-    return " | ".join(line if len(line) <= line_chars else line[: line_chars - 3] + "..." for line in kept)
-
-
-def progress_line(text: str, line_chars: int = TAIL_LINE_CHARS) -> str:
-    """The last line of a start-up log that says how far the server got (not a warning, a traceback
-    line or an indented continuation), cut to `line_chars`; '' when there is none."""
-    for line in reversed(text.splitlines()):
-        if line.strip() and not NOT_PROGRESS.search(line) and not line.startswith("====="):
-            kept = line.strip()
-            return kept if len(kept) <= line_chars else kept[: line_chars - 3] + "..."
-    return ""
-
-
-def rotate_log(path: Path, limit: int = LOG_ROTATE_BYTES) -> bool:
-    """Move a log of `limit` bytes or more to <name>.1 (replacing it); True when it was moved."""
-    try:
-        if path.lstat().st_size < limit:
-            return False
-        os.replace(path, path.with_name(path.name + ".1"))
-    except FileNotFoundError:
-        return False
-    return True
-
-
 def url_host_port(url: str) -> tuple[str, int]:
     """Host and port a server URL points at (the scheme's default port when none is given)."""
     parts = urlsplit(url)
@@ -150,76 +113,23 @@ class LaunchDecision:
     message: str  # for the log/status line; empty when there is nothing to say
 
 
-def decide_launch(url: str, healthy: bool, port_taken: bool) -> LaunchDecision:
+def decide_launch(url: str, healthy: bool, port_taken: bool, holder: str = "") -> LaunchDecision:
     """Whether to start a server for `url`, given what a probe found there.
 
     A healthy server is used as it is (a second one could not bind the port anyway); a port that
     something holds without answering healthy is an error the user must resolve; a free port is
-    where the launched server goes.
+    where the launched server goes. `holder` names the process that listens there ("pid 12: python ...").
     """
+    which = f" ({holder})" if holder else ""
     if healthy:
-        return LaunchDecision(False, f"a server already answers at {url}; using it instead of launching one")
+        return LaunchDecision(False, f"a server already answers at {url}{which}; using it instead of launching one")
     if port_taken:
         _host, port = url_host_port(url)
         raise ServerLaunchError(
-            f"port {port} of {url} is taken by something that is not a healthy server "
+            f"port {port} of {url} is taken by something that is not a healthy server{which} "
             "(a server still loading, or another program): wait for it, stop it, or use another --url port"
         )
     return LaunchDecision(True, "")
-
-
-def port_taken(host: str, port: int, timeout: float = 2.0) -> bool:
-    """True when something accepts TCP connections at host:port."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-# ---------------------------------------------------------------------------------------------
-# Process groups (Linux /proc)
-# ---------------------------------------------------------------------------------------------
-
-
-def live_members(pgid: int) -> list[int]:
-    """Pids of the process group's members that are not zombies: a zombie has stopped running,
-    and in a container it may wait forever for a reaper, so it must not count as alive."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # Fields after the parenthesised command name (which may hold spaces): state ppid pgrp ...
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
-
-
-def kill_group(pgid: int, grace: float, reap: Callable[[], object] = lambda: None) -> list[int]:
-    """SIGTERM the group, SIGKILL whatever is left after `grace` seconds; returns the members
-    still alive after that (empty: the group is gone). `reap` is called while waiting so that a
-    leader which is our own child does not linger as a zombie."""
-    if pgid in (0, 1, os.getpgrp()):
-        raise ServerLaunchError(f"refusing to kill process group {pgid}")
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, KILL_WAIT)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return []
-        deadline = time.monotonic() + wait
-        while True:
-            reap()
-            if not live_members(pgid):
-                return []
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
-    return live_members(pgid)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,13 +138,14 @@ def kill_group(pgid: int, grace: float, reap: Callable[[], object] = lambda: Non
 
 
 class ServerProcess:
-    """One server command, started in its own process group, output appended to `log_path`.
+    """One server command, started in its own process group, its output pumped into `log_path`.
 
     `max_restarts` bounds `restart()` over the object's life; restart n waits
     restart_delay(n, backoff_initial, backoff_max) seconds first. `on_event` receives one line
     per restart ("server exited with code -9; restart 1/3 in 2 s (reason): log tail"). `keep`
     makes `close()` leave the server running, and lets it outlive this process (no PDEATHSIG).
-    `env` replaces the environment when given.
+    `env` replaces the environment when given. `secrets` are masked in the log (the run's key).
+    `record_path`: where the launch is recorded for a rerun (synthgen.launch.record).
     """
 
     def __init__(
@@ -251,7 +162,8 @@ class ServerProcess:
         on_event: Callable[[str], None] | None = None,
         keep: bool = False,
         record_path: Path | None = None,
-        max_log_bytes: int = LOG_ROTATE_BYTES,
+        max_log_bytes: int | None = None,
+        secrets: Sequence[str] = (),
     ) -> None:
         self.argv = split_command(command)
         self.log_path = Path(log_path)
@@ -264,10 +176,13 @@ class ServerProcess:
         self.on_event = on_event
         self.keep = keep
         self.record_path = record_path  # what was launched, for a rerun after this process is gone
-        self.max_log_bytes = max_log_bytes
+        self.max_log_bytes = max_log_bytes if max_log_bytes is not None else log_cap()
+        self.secrets = [s for s in secrets if s]
         self.restarts = 0
+        self.token = ""
         self._proc: subprocess.Popen[bytes] | None = None
-        self._log_offset = 0  # where this start's output begins in the log
+        self._pump: subprocess.Popen[bytes] | None = None
+        self._log = StartLog(self.log_path)
         self._stopping = False
 
     # -- state
@@ -282,13 +197,13 @@ class ServerProcess:
         None while it runs or before start()."""
         return self._proc.poll() if self._proc else None
 
-    def log_tail(self, lines: int = TAIL_LINES) -> str:
+    def log_tail(self) -> str:
         """The last lines this start wrote to the log, as one short line."""
-        return short_tail(self._read_log(TAIL_READ_BYTES), lines)
+        return self._log.tail()
 
     def log_contains(self, needle: str) -> bool:
         """True when this start's output contains `needle` (e.g. a server's "ready" line)."""
-        return needle in self._read_log(None)
+        return self._log.contains(needle)
 
     # -- lifecycle
 
@@ -297,44 +212,88 @@ class ServerProcess:
         executed at all (missing program, permissions) or is still running."""
         if self._proc is not None and self._proc.poll() is None:
             raise ServerLaunchError(f"{self.name} is already running (pid {self._proc.pid})")
+        self._reap_pump(0.0)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         rotated = rotate_log(self.log_path, self.max_log_bytes)
-        stamp = _stamp()
         argv = self._exec_argv()
+        self.token = secrets.token_hex(16)
+        env = {**(self.env if self.env is not None else os.environ), TOKEN_ENV: self.token}
+        shown = redact(shlex.join(self.argv))  # --api-key VALUE is not for the log
+        for secret in self.secrets:
+            shown = shown.replace(secret, "***")
         try:
-            with open_output_file(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "ab") as log:
+            with open_output_file(self.log_path, APPEND, "ab") as log:
                 if rotated:
-                    log.write(f"===== synthgen {stamp}: the log before is in {self.log_path.name}.1\n".encode())
-                command = redact(shlex.join(self.argv))  # --api-key VALUE is not for the log
-                log.write(f"\n===== synthgen {stamp}: starting {self.name}: {command}\n".encode())
+                    log.write(rotated_line(self.log_path))
+                log.write(f"\n===== synthgen {stamp()}: starting {self.name}: {shown}\n".encode())
                 log.flush()
-                self._log_offset = log.tell()
+                self._log = StartLog(self.log_path, log.tell())
+            read_end, write_end = os.pipe()
+            try:
+                self._pump = self._start_pump(read_end)
                 self._proc = subprocess.Popen(
                     argv,
                     stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=self.env,
+                    stdout=write_end,
+                    stderr=write_end,
+                    env=env,
                     cwd=self.cwd,
                     # Its own process group: stop() can kill the server's workers too, and a
                     # Ctrl-C in our terminal reaches only us, so we decide how the server ends.
                     start_new_session=True,
                 )
+            finally:
+                os.close(read_end)
+                os.close(write_end)
         except OSError as exc:
+            self._reap_pump(PUMP_WAIT)
             raise ServerLaunchError(f"could not start {self.name} ({self.argv[0]}): {exc.strerror or exc}") from exc
         self._stopping = False
-        if self.record_path is not None:
-            write_record(self.record_path, self._proc.pid, redact(shlex.join(self.argv)), self.name)
+        self.record(shown)
+
+    def record(self, shown: str | None = None) -> None:
+        """Write (again) what was launched: after the start, and once ready (the command line after any exec)."""
+        if self.record_path is not None and self._proc is not None and self._proc.poll() is None:
+            shown = shown if shown is not None else redact(shlex.join(self.argv))
+            write_record(self.record_path, self._proc.pid, self.token, shown, self.name)
+
+    def _start_pump(self, read_end: int) -> subprocess.Popen[bytes]:
+        """The log pump reading the server's output from `read_end` (see synthgen.launch.logpump)."""
+        package_root = str(Path(synthgen.__file__).resolve().parents[1])
+        path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
+        env = {**os.environ, "PYTHONPATH": path, SECRETS_ENV: "\n".join(self.secrets)}
+        return subprocess.Popen(
+            [sys.executable, "-m", "synthgen.launch.logpump", str(self.log_path), str(self.max_log_bytes)],
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # outlives a Ctrl-C and the run: the server's last lines still land
+        )
+
+    def _reap_pump(self, wait: float) -> None:
+        """Wait up to `wait` s for the pump to write the rest (it ends when the server's group is gone)."""
+        pump, self._pump = self._pump, None
+        if pump is None:
+            return
+        try:
+            pump.wait(wait)
+        except subprocess.TimeoutExpired:
+            if not self.keep:  # something outside the group still holds the pipe: the log stops here
+                pump.kill()
+                pump.wait()
+            else:
+                self._pump = pump
 
     def _exec_argv(self) -> list[str]:
         """The argv to start: the command itself, or on Linux the command behind the PDEATHSIG shim.
         The kernel signals when the *thread* that forked dies, so the shim is used only from the
         main thread (the event loop's), which lives as long as the run; and not with `keep`, whose
         server is meant to outlive the run (the output folder's record finds it again)."""
-        if self.keep or sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
-            return self.argv
         if self.cwd is None and shutil.which(self.argv[0]) is None:  # Popen's error, not a traceback in the log
             raise ServerLaunchError(f"could not start {self.name} ({self.argv[0]}): No such file or directory")
+        if self.keep or sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
+            return self.argv
         return [sys.executable, "-c", PDEATHSIG_SHIM, str(os.getpid()), *self.argv]
 
     async def wait_ready(
@@ -359,11 +318,14 @@ class ServerProcess:
         while True:
             code = self._proc.poll()
             if code is not None:
+                if not live_members(self._proc.pid):  # the whole group is gone: the pump writes the rest
+                    await asyncio.to_thread(self._reap_pump, PUMP_WAIT)
                 raise ServerLaunchError(
                     f"{self.name} exited with {describe_exit(code)} before it was ready (log {self.log_path}): "
                     f"{self.log_tail() or 'no output'}"
                 )
             if await is_healthy():
+                self.record()
                 return loop.time() - started
             now = loop.time()
             if now - started >= timeout:
@@ -373,8 +335,7 @@ class ServerProcess:
                 )
             if on_status is not None and now - last_status >= status_interval:
                 last_status = now
-                shown = progress_line(self._read_log(TAIL_READ_BYTES)) or "starting"
-                on_status(f"{self.name} loading, {now - started:.0f} s: {shown}")
+                on_status(f"{self.name} loading, {now - started:.0f} s: {self._log.progress() or 'starting'}")
             await asyncio.sleep(poll_interval)
 
     async def restart(self, reason: str, grace: float = DEFAULT_GRACE) -> None:
@@ -427,9 +388,10 @@ class ServerProcess:
         self._forget()
         if running:
             # SGLang reports its children's SIGTERM as "crashed with exit code -15": say it was us.
-            self._note(
+            note(
+                self.log_path,
                 f"stopped {self.name} (SIGTERM to its process group, exit {describe_exit(proc.returncode or 0)}); "
-                "lines above about SIGTERM or exit code -15 are its normal shutdown"
+                "lines above about SIGTERM or exit code -15 are its normal shutdown",
             )
 
     def close(self, grace: float = DEFAULT_GRACE) -> None:
@@ -437,109 +399,7 @@ class ServerProcess:
         if not self.keep:
             self.stop(grace)
 
-    # -- internals
-
     def _forget(self) -> None:
+        self._reap_pump(PUMP_WAIT)
         if self.record_path is not None:
             remove_record(self.record_path, self._proc.pid if self._proc else None)
-
-    def _note(self, text: str) -> None:
-        with (
-            contextlib.suppress(OSError),
-            open_output_file(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "ab") as log,
-        ):
-            log.write(f"===== synthgen {_stamp()}: {text}\n".encode())
-
-    def _read_log(self, limit: int | None) -> str:
-        try:
-            with open(self.log_path, "rb") as fh:
-                size = fh.seek(0, os.SEEK_END)
-                start = self._log_offset if limit is None else max(self._log_offset, size - limit)
-                fh.seek(start)
-                return fh.read().decode("utf-8", errors="replace")
-        except OSError:
-            return ""
-
-
-def _stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-# ---------------------------------------------------------------------------------------------
-# What was launched (<output-dir>/launched_server.json): a rerun recognises its own server
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchRecord:
-    pid: int  # also the process group id
-    start_ticks: int  # /proc/<pid>/stat starttime: a reused pid has another
-    command: str
-    name: str
-    started_at: str
-    owner_pid: int = 0  # the run that launched it
-    owner_ticks: int = 0
-
-    def alive(self) -> bool:
-        """The very process that was launched is still running (not a later one with its pid)."""
-        return start_ticks(self.pid) == self.start_ticks and bool(live_members(self.pid))
-
-    def owner_alive(self) -> bool:
-        """The run that launched it still runs (another run's server in use, not a leftover)."""
-        return self.owner_pid != os.getpid() and start_ticks(self.owner_pid) == self.owner_ticks
-
-
-def start_ticks(pid: int) -> int | None:
-    """When the process started, in clock ticks since boot (/proc/<pid>/stat field 22); None if gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return int(fields[19]) if len(fields) > 19 else None
-
-
-def write_record(path: Path, pid: int, command: str, name: str) -> None:
-    ticks = start_ticks(pid)
-    if ticks is None:
-        return  # already gone: nothing to recognise
-    data = {
-        "pid": pid,
-        "start_ticks": ticks,
-        "command": command,
-        "name": name,
-        "started_at": _stamp(),
-        "owner_pid": os.getpid(),
-        "owner_ticks": start_ticks(os.getpid()) or 0,
-    }
-    tmp = path.with_name(path.name + ".tmp")
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(data) + "\n")
-        os.replace(tmp, path)
-
-
-def read_record(path: Path) -> LaunchRecord | None:
-    """The record a run left, or None (none, or unreadable: then it is as good as none)."""
-    try:
-        data = json.loads(path.read_text())
-        return LaunchRecord(
-            int(data["pid"]),
-            int(data["start_ticks"]),
-            str(data["command"]),
-            str(data["name"]),
-            str(data["started_at"]),
-            int(data.get("owner_pid", 0)),
-            int(data.get("owner_ticks", 0)),
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def remove_record(path: Path, pid: int | None = None) -> None:
-    """Remove the record (only the one of `pid` when given: another run's record stays)."""
-    record = read_record(path)
-    if pid is not None and record is not None and record.pid != pid:
-        return
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
