@@ -6,7 +6,8 @@ A mix is a JSON list of recipes, given inline or as a file::
      {"weight": 1, "temperature": 0.8, "top_p": 0.95, "chat_template_kwargs": {"thinking": false}}]
 
 A recipe may set every sampling flag of run_inference.py, by the flag's name with ``_`` for ``-``
-(``RECIPE_KEYS``), and ``chat_template_kwargs``; ``weight`` (default 1) is its share of the draws. A key
+(``RECIPE_KEYS``; ``sampling_params`` as ``--sampling-params``: more SGLang sampling keys), and
+``chat_template_kwargs``; ``weight`` (default 1) is its share of the draws. A key
 the recipe leaves out takes the run's flag (``--temperature``, ``--chat-template-kwargs``, ...), and the
 recipe's kwargs are laid over the run's. Each (prompt, sample) draws one recipe with a generator seeded by
 ``samples.draw_key(--seed, id, sample)``: the same command draws the same recipes, whatever the order.
@@ -68,8 +69,11 @@ RECIPE_KEYS: dict[str, tuple[str, str, Callable[[Any], str | None]]] = {
     "max_tokens": ("--max-tokens", "max_new_tokens", _max_tokens),
 }
 KWARGS = "chat_template_kwargs"
+EXTRA = "sampling_params"  # as --sampling-params: SGLang sampling keys the flags above do not name
 WEIGHT = "weight"
-ALL_KEYS = (WEIGHT, *RECIPE_KEYS, KWARGS)
+ALL_KEYS = (WEIGHT, *RECIPE_KEYS, EXTRA, KWARGS)
+# Set by the run for each request: a recipe that sets one would not be what was sent.
+RESERVED = ("max_new_tokens", "skip_special_tokens", "stream", "n", "sampling_seed")
 
 
 @dataclass(frozen=True)
@@ -80,10 +84,13 @@ class Recipe:
     weight: float
     params: Mapping[str, Any]  # recipe keys (RECIPE_KEYS) it sets
     kwargs: Mapping[str, Any]  # chat_template_kwargs it sets
+    extra: Mapping[str, Any] | None = None  # sampling_params it sets
 
     def as_json(self) -> dict[str, Any]:
         """The recipe as settings.jsonl records it (and as it is given: a mix read back is this mix)."""
         out: dict[str, Any] = {WEIGHT: self.weight, **self.params}
+        if self.extra:
+            out[EXTRA] = dict(self.extra)
         if self.kwargs:
             out[KWARGS] = dict(self.kwargs)
         return out
@@ -145,6 +152,7 @@ def effective(
     limit = max_tokens
     if recipe is None:
         return Effective(None, chosen, limit, dict(kwargs))
+    chosen.update(recipe.extra or {})
     for key, value in recipe.params.items():
         if key == "max_tokens":
             limit = int(value)
@@ -209,4 +217,14 @@ def parse_recipe(item: Any, index: int, where: str) -> Recipe:
     kwargs = item.get(KWARGS) or {}
     if not isinstance(kwargs, dict):
         raise UsageError(f'{at}: {KWARGS} must be an object, e.g. {{"thinking": false}}')
-    return Recipe(index, weight, params, kwargs)
+    extra = item.get(EXTRA) or {}
+    if not isinstance(extra, dict):
+        raise UsageError(f'{at}: {EXTRA} must be an object of SGLang sampling keys, e.g. {{"min_p": 0.05}}')
+    reserved = [key for key in RESERVED if key in extra]
+    if reserved:
+        raise UsageError(f"{at}: {EXTRA}: {reserved[0]} is set by the run for each sample; leave it out")
+    named = [key for key, (_, sglang, _) in RECIPE_KEYS.items() if sglang in extra]
+    if named:
+        key = named[0]
+        raise UsageError(f"{at}: {EXTRA} sets {RECIPE_KEYS[key][1]}; give it as the recipe's own key '{key}'")
+    return Recipe(index, weight, params, kwargs, extra)

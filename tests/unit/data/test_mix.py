@@ -63,6 +63,13 @@ def test_the_recipe_is_laid_over_the_runs_flags():
     }
 
 
+def test_more_sglang_sampling_keys_ride_along_and_are_recorded():
+    mix = load_mix('[{"temperature": 0.7, "sampling_params": {"min_p": 0.05}}]')
+    assert mix.as_json() == [{"weight": 1, "temperature": 0.7, "sampling_params": {"min_p": 0.05}}]
+    eff = effective(mix.recipes[0], {"min_p": 0.1, "presence_penalty": 0.2}, 64, {})
+    assert eff.sampling == {"min_p": 0.05, "presence_penalty": 0.2, "temperature": 0.7}
+
+
 def test_without_a_mix_the_runs_flags_are_the_request():
     eff = effective(None, {"temperature": 0.2}, 512, {})
     assert eff.as_row() == {
@@ -86,7 +93,7 @@ def test_every_sampling_flag_has_a_recipe_key():
         (
             '[{"top-p": 0.9}]',
             "--sampling-mix: recipe 0: unknown key 'top-p'; did you mean 'top_p'? a recipe takes weight, temperature, "
-            "top_p, top_k, max_tokens, chat_template_kwargs",
+            "top_p, top_k, max_tokens, sampling_params, chat_template_kwargs",
         ),
         ('[{"seed": 1}]', "--sampling-mix: recipe 0: unknown key 'seed'; a recipe takes weight, temperature"),
         ('[{}, {"weight": 0}]', "--sampling-mix: recipe 1: weight must be a positive number, got 0"),
@@ -105,6 +112,15 @@ def test_every_sampling_flag_has_a_recipe_key():
             "--sampling-mix: recipe 0: max_tokens must be a whole number of at least 1 (as --max-tokens), got 1.5",
         ),
         ('[{"chat_template_kwargs": "x"}]', "--sampling-mix: recipe 0: chat_template_kwargs must be an object"),
+        ('[{"sampling_params": 1}]', "--sampling-mix: recipe 0: sampling_params must be an object of SGLang sampling"),
+        (
+            '[{"sampling_params": {"sampling_seed": 1}}]',
+            "--sampling-mix: recipe 0: sampling_params: sampling_seed is set by the run for each sample; leave it out",
+        ),
+        (
+            '[{"sampling_params": {"top_p": 0.5}}]',
+            "--sampling-mix: recipe 0: sampling_params sets top_p; give it as the recipe's own key 'top_p'",
+        ),
     ],
 )
 def test_a_bad_mix_is_one_line_naming_the_flag_the_recipe_and_the_fix(text, message):
