@@ -9,19 +9,24 @@ pair and ``--seed`` alone, never from the order prompts run in or which other pr
     sample_rid        its request id: SGLang's /abort_request matches rids by prefix, so the sample is a
                       fixed-width suffix and two samples of one prompt never prefix-match each other
     export_id         its id in a training file, unique per sample
+    sample_key        its key where resume keeps what is done (done sets, errors, partial turns): the prompt
+                      id itself for sample 0, so a folder written before samples existed resumes as it was
 
 A row of sample 0 written before samples existed carries no ``sample`` key: ``row_sample`` reads it as 0.
+Resume is exactly-once per key: ``sample_work`` gives the (id, sample) pairs a run still owes.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 MAX_SAMPLES_PER_PROMPT = 100_000
 SAMPLE_DIGITS = len(str(MAX_SAMPLES_PER_PROMPT - 1))  # fixed width: "s000001" and "s000010" share no prefix
 SEED_BITS = 63  # SGLang takes sampling_seed as a signed 64-bit integer; stay non-negative
 EXPORT_SEPARATOR = "@s"  # "#<k>" already names the turns of an `each` conversation
+KEY_SEPARATOR = "\x1fs"  # ASCII unit separator: no prompt id a person writes holds it
 
 
 def _digest(kind: str, seed: int, prompt_id: str, sample: int) -> int:
@@ -66,6 +71,28 @@ def row_sample(row: dict[str, Any]) -> int:
     return value
 
 
-def missing_samples(done: set[int], wanted: int) -> list[int]:
-    """The samples 0..wanted-1 not yet done, in order: raising N adds only these; lowering it adds none."""
-    return [k for k in range(wanted) if k not in done]
+def sample_key(prompt_id: str, sample: int) -> str:
+    """Where resume files a sample: ``id`` for sample 0 (as before samples existed), ``id<US>s<k>`` for k > 0."""
+    return prompt_id if sample == 0 else f"{prompt_id}{KEY_SEPARATOR}{sample}"
+
+
+def split_key(key: str) -> tuple[str, int]:
+    """(prompt id, sample) of a key ``sample_key`` made."""
+    base, sep, number = key.rpartition(KEY_SEPARATOR)
+    if sep and number.isdigit():
+        return base, int(number)
+    return key, 0
+
+
+def touched_prompts(done_keys: set[str] | frozenset[str]) -> set[str]:
+    """The prompts with at least one sample done: they count toward --max-samples (a cap counts prompts),
+    and a larger N adds samples to them rather than choosing new prompts."""
+    return {split_key(key)[0] for key in done_keys}
+
+
+def sample_work(
+    prompt_ids: Sequence[str], done_keys: set[str] | frozenset[str], per_prompt: int
+) -> list[tuple[str, int]]:
+    """The (id, sample) pairs still owed, prompt by prompt in the order given: each sample exactly once,
+    whatever earlier runs did; samples beyond ``per_prompt`` that exist are kept and never sent again."""
+    return [(pid, k) for pid in prompt_ids for k in range(per_prompt) if sample_key(pid, k) not in done_keys]

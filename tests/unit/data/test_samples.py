@@ -10,10 +10,13 @@ from synthgen.data.samples import (
     MAX_SAMPLES_PER_PROMPT,
     draw_key,
     export_id,
-    missing_samples,
     row_sample,
+    sample_key,
     sample_rid,
     sample_seed,
+    sample_work,
+    split_key,
+    touched_prompts,
 )
 
 
@@ -78,8 +81,24 @@ def test_a_row_without_a_sample_key_is_sample_zero(row, sample):
     assert row_sample(row) == sample
 
 
-def test_raising_n_adds_only_the_missing_samples_and_lowering_it_adds_none():
-    assert missing_samples({0}, 4) == [1, 2, 3]
-    assert missing_samples({0, 2}, 4) == [1, 3]
-    assert missing_samples({0, 1, 2, 3}, 2) == []
-    assert missing_samples(set(), 1) == [0]
+def test_sample_zero_is_filed_under_the_prompt_id_so_old_folders_resume_as_they_were():
+    assert sample_key("p1", 0) == "p1"
+    assert split_key("p1") == ("p1", 0)
+    assert split_key(sample_key("p1", 7)) == ("p1", 7)
+    assert split_key(sample_key("a\x1fsb", 2)) == ("a\x1fsb", 2)
+
+
+def test_the_work_owed_is_every_missing_sample_of_every_prompt_exactly_once():
+    done = {"a", sample_key("a", 2), sample_key("b", 1)}
+    assert sample_work(["a", "b", "c"], done, 3) == [("a", 1), ("b", 0), ("b", 2), ("c", 0), ("c", 1), ("c", 2)]
+    assert touched_prompts(done) == {"a", "b"}
+
+
+def test_lowering_n_sends_nothing_for_prompts_whose_first_samples_exist():
+    done = {sample_key("a", k) for k in range(4)}
+    assert sample_work(["a"], done, 2) == []
+    assert sample_work(["a"], done, 5) == [("a", 4)]
+
+
+def test_one_sample_per_prompt_is_the_run_of_before():
+    assert sample_work(["a", "b"], {"a"}, 1) == [("b", 0)]
