@@ -2,15 +2,17 @@
 
 Usage::
 
-    config = RunConfig(partition="short", server_url="http://127.0.0.1:30000", max_tokens=32768)
-    config.validate()          # raises UsageError with a one-line fix
+    config = RunConfig(partition="short", server_url="http://127.0.0.1:30000").validate()
+    # validate() raises UsageError with a one-line fix, or returns a new config with the derived
+    # values filled in (the server log's path, the API key stripped); a RunConfig never changes.
+    default_of("max_tokens")  # 32768: the one source of every default, the CLI's included
 """
 
 from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +30,10 @@ CHANGED_PROMPTS = ("refuse", "keep", "regenerate")
 RESTART_ALLOWANCE = 120.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
     # --- what to run -----------------------------------------------------------------------
-    partition: str = "short"
+    partition: str = "all"  # a folder under prompts_dir, or all
     datasets: tuple[str, ...] = ()  # empty: every dataset of the partition
     prompts_dir: Path = Path("prompts")
     output_dir: Path = Path("outputs")
@@ -95,6 +97,7 @@ class RunConfig:
     dry_run: bool = False
 
     def validate(self) -> RunConfig:
+        """This config checked (UsageError naming the fix), as a new config with the derived values."""
         positive = {
             "--max-tokens": self.max_tokens,
             "--concurrency": 1 if self.concurrency is None else self.concurrency,
@@ -142,16 +145,16 @@ class RunConfig:
                 )
         if not self.think_start or not self.think_end:
             raise UsageError("--think-start and --think-end must not be empty")
-        self._check_server()
-        self._check_launch()
-        return self
+        api_key = self._check_server()
+        return replace(self, api_key=api_key, **self._check_launch())
 
     @property
     def display_url(self) -> str:
         """The server URL as every message prints it: a credential in it (user part, key in the query) is ***."""
         return redact(self.server_url)
 
-    def _check_server(self) -> None:
+    def _check_server(self) -> str | None:
+        """The API key as it is sent (stripped), once the URL and the key are checked."""
         shown = self.display_url
         if not self.server_url.startswith(("http://", "https://")):
             raise UsageError(f"--server-url must start with http:// or https://, got {shown!r}")
@@ -165,30 +168,34 @@ class RunConfig:
             raise UsageError(f"--server-url {shown!r} has no host; e.g. http://127.0.0.1:30000")
         if url.port is not None and not 1 <= url.port <= 65535:
             raise UsageError(f"--server-url {shown!r}: port {url.port} is not between 1 and 65535")
-        if self.api_key is not None:
+        api_key = self.api_key
+        if api_key is not None:
             # A key from a file or $(cat key) ends with a newline the server would not recognise.
-            self.api_key = self.api_key.strip() or None
-            remember(self.api_key)  # never printed, even where a message quotes it (a server's echo)
-        if self.api_key is not None and not all(" " <= ch <= "~" for ch in self.api_key):
+            api_key = api_key.strip() or None
+            remember(api_key)  # never printed, even where a message quotes it (a server's echo)
+        if api_key is not None and not all(" " <= ch <= "~" for ch in api_key):
             raise UsageError(
                 "the API key ($SGLANG_API_KEY or --api-key) has a character an HTTP header cannot carry "
                 "(non-ASCII or a control character); check it for a stray character"
             )
+        return api_key
 
-    def _check_launch(self) -> None:
+    def _check_launch(self) -> dict[str, Any]:
+        """The fields --launch-server derives (the server log's path, a longer --server-wait)."""
         if self.launch_server is None:
-            return
+            return {}
         if not self.launch_server.strip():
             raise UsageError("--launch-server needs a command, e.g. 'python -m sglang.launch_server ...', or demo")
         if not (self.server_start_timeout > 0 and math.isfinite(self.server_start_timeout)):
             raise UsageError(f"--server-start-timeout must be a positive number, got {self.server_start_timeout}")
         if self.server_restarts < 0:
             raise UsageError(f"--server-restarts must be 0 or more, got {self.server_restarts}")
-        if self.server_log is None:
-            self.server_log = self.output_dir / "server.log"
         # The run waits out a server the supervisor restarts: one restart is a stop, a backoff
         # and a whole start-up, which must not look like an outage to give up on.
-        self.server_wait = max(self.server_wait, self.server_start_timeout + RESTART_ALLOWANCE)
+        return {
+            "server_log": self.server_log or self.output_dir / "server.log",
+            "server_wait": max(self.server_wait, self.server_start_timeout + RESTART_ALLOWANCE),
+        }
 
     def cap_for(self, dataset: str) -> int | None:
         """The sample cap of one dataset: --max-samples wins over the budget file."""
@@ -207,3 +214,15 @@ class RunConfig:
         """The user-chosen sampling keys, by SGLang's names; max_new_tokens is set per request."""
         chosen = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
         return {k: v for k, v in chosen.items() if v is not None}
+
+
+def default_of(name: str) -> Any:
+    """The default of one RunConfig field: what the command line shows and uses when a flag is left out."""
+    for one in fields(RunConfig):
+        if one.name == name:
+            if one.default is not MISSING:
+                return one.default
+            if one.default_factory is not MISSING:
+                return one.default_factory()
+            break
+    raise KeyError(f"RunConfig has no field {name!r} with a default")

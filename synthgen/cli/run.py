@@ -15,14 +15,15 @@ import orjson
 from synthgen import __version__
 from synthgen.budget.file import read_budget
 from synthgen.budget.plan import parse_count
-from synthgen.config import CHANGED_PROMPTS, RunConfig
+from synthgen.config import CHANGED_PROMPTS, RunConfig, default_of
 from synthgen.data.prompts import REGENERATE_MODES
 from synthgen.data.selection import SAMPLE_MODES
 from synthgen.errors import OneLineParser, UsageError, run_guarded
 from synthgen.launch.supervisor import DEMO_MAX_TOKENS, Supervisor, default_max_tokens
 from synthgen.redact import redact
-from synthgen.run.progress import write_last
+from synthgen.run.progress import Progress, write_last
 from synthgen.run.runner import Runner
+from synthgen.run.stopping import RunStop
 
 PROG = "run_inference.py"
 PROG_CALL = "python run_inference.py"
@@ -86,15 +87,24 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_formatter,
     )
     g = p.add_argument_group("what to run")
-    g.add_argument("--partition", default="all", metavar="NAME", help="folder under --prompts-dir, or all (default)")
+    g.add_argument(
+        "--partition",
+        default=default_of("partition"),
+        metavar="NAME",
+        help="folder under --prompts-dir, or all (default: %(default)s)",
+    )
     g.add_argument("--dataset", action="append", default=[], metavar="NAME", help="only this dataset; repeatable")
-    g.add_argument("--prompts-dir", type=Path, default=Path("prompts"), metavar="DIR", help="default: prompts")
-    g.add_argument("--output-dir", type=Path, default=Path("outputs"), metavar="DIR", help="default: outputs")
+    g.add_argument(
+        "--prompts-dir", type=Path, default=default_of("prompts_dir"), metavar="DIR", help="default: %(default)s"
+    )
+    g.add_argument(
+        "--output-dir", type=Path, default=default_of("output_dir"), metavar="DIR", help="default: %(default)s"
+    )
     g.add_argument("--skip-bad-lines", action="store_true", help="skip malformed prompt lines instead of stopping")
     g.add_argument(
         "--regenerate",
         choices=REGENERATE_MODES,
-        default="last",
+        default=default_of("regenerate"),
         help="assistant turns the model writes: last (default), each (one prompt per turn), all (every turn, "
         "on its own replies)",
     )
@@ -105,11 +115,19 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--max-tokens-per-dataset", metavar="N", help="stop a dataset at N output tokens, earlier runs included (10M)"
     )
-    g.add_argument("--sample", choices=SAMPLE_MODES, default="first", help="which prompts a cap keeps (first)")
-    g.add_argument("--seed", type=int, default=0, metavar="N", help="seed of --sample random (default: 0)")
+    g.add_argument(
+        "--sample", choices=SAMPLE_MODES, default=default_of("sample"), help="which prompts a cap keeps (%(default)s)"
+    )
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=default_of("seed"),
+        metavar="N",
+        help="seed of --sample random (default: %(default)s)",
+    )
 
     g = p.add_argument_group("server")
-    g.add_argument("--server-url", default="http://127.0.0.1:30000", metavar="URL", help="default: %(default)s")
+    g.add_argument("--server-url", default=default_of("server_url"), metavar="URL", help="default: %(default)s")
     g.add_argument("--api-key", default=None, metavar="KEY", help="default: $SGLANG_API_KEY; never printed")
     g.add_argument(
         "--launch-server",
@@ -119,9 +137,19 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--keep-server", action="store_true", help="leave the launched server running for the next run")
     g.add_argument("--server-log", type=Path, metavar="FILE", help="its output (default: <output-dir>/server.log)")
     g.add_argument(
-        "--server-start-timeout", type=float, default=1800.0, metavar="S", help="its start-up limit (default: 1800)"
+        "--server-start-timeout",
+        type=float,
+        default=default_of("server_start_timeout"),
+        metavar="S",
+        help="its start-up limit (default: %(default).0f)",
     )
-    g.add_argument("--server-restarts", type=int, default=3, metavar="N", help="restarts if it dies (default: 3)")
+    g.add_argument(
+        "--server-restarts",
+        type=int,
+        default=default_of("server_restarts"),
+        metavar="N",
+        help="restarts if it dies (default: %(default)s)",
+    )
 
     g = p.add_argument_group("model and template")
     g.add_argument("--tokenizer", metavar="PATH", help="default: the tokenizer_path the server reports")
@@ -132,21 +160,31 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--chat-template", type=Path, metavar="FILE", help="a Jinja template instead of the tokenizer's")
     g.add_argument("--reasoning-parser", metavar="NAME", help="SGLang's name (default: the server's)")
     g.add_argument("--tool-call-parser", metavar="NAME", help="SGLang's name (default: the server's)")
-    g.add_argument("--think-start", default="<think>", metavar="TAG", help="without a parser (default: <think>)")
-    g.add_argument("--think-end", default="</think>", metavar="TAG", help="without a parser (default: </think>)")
+    g.add_argument(
+        "--think-start",
+        default=default_of("think_start"),
+        metavar="TAG",
+        help="without a parser (default: %(default)s)",
+    )
+    g.add_argument(
+        "--think-end", default=default_of("think_end"), metavar="TAG", help="without a parser (default: %(default)s)"
+    )
     g.add_argument(
         "--allow-mixed-settings", action="store_true", help="write rows under settings other than the folder's"
     )
     g.add_argument(
         "--changed-prompts",
         choices=CHANGED_PROMPTS,
-        default="refuse",
-        help="done prompts whose text changed (default: refuse)",
+        default=default_of("changed_prompts"),
+        help="done prompts whose text changed (default: %(default)s)",
     )
 
     g = p.add_argument_group("sampling")
     g.add_argument(
-        "--max-tokens", type=int, metavar="N", help=f"per answer (default: 32768; {DEMO_MAX_TOKENS} with the demo)"
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help=f"per answer (default: {default_of('max_tokens')}; {DEMO_MAX_TOKENS} with the demo)",
     )
     g.add_argument("--max-seq-len", type=int, metavar="N", help="prompt + answer (default: the server's)")
     g.add_argument("--temperature", type=float, metavar="T", help="default: the model's")
@@ -155,19 +193,69 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = p.add_argument_group("running")
     g.add_argument(
-        "--concurrency", type=concurrency_arg, default=None, metavar="auto|N", help="in flight (default: auto)"
+        "--concurrency",
+        type=concurrency_arg,
+        default=default_of("concurrency"),
+        metavar="auto|N",
+        help="in flight (default: auto)",
     )
-    g.add_argument("--max-concurrency", type=int, default=1024, metavar="N", help="auto's limit (default: 1024)")
-    g.add_argument("--request-timeout", type=float, default=3600.0, metavar="S", help="per answer (default: 3600)")
-    g.add_argument("--max-attempts", type=int, default=5, metavar="N", help="per prompt (default: 5)")
-    g.add_argument("--retry-backoff", type=float, default=1.0, metavar="S", help="first retry delay (default: 1)")
-    g.add_argument("--server-wait", type=float, default=600.0, metavar="S", help="outage before giving up (600)")
-    g.add_argument("--drain-timeout", type=float, default=30.0, metavar="S", help="after SIGTERM/SIGINT (30)")
+    g.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=default_of("max_concurrency"),
+        metavar="N",
+        help="auto's limit (default: %(default)s)",
+    )
+    g.add_argument(
+        "--request-timeout",
+        type=float,
+        default=default_of("request_timeout"),
+        metavar="S",
+        help="per answer (default: %(default).0f)",
+    )
+    g.add_argument(
+        "--max-attempts",
+        type=int,
+        default=default_of("max_attempts"),
+        metavar="N",
+        help="per prompt (default: %(default)s)",
+    )
+    g.add_argument(
+        "--retry-backoff",
+        type=float,
+        default=default_of("backoff_base"),
+        metavar="S",
+        help="first retry delay (default: %(default)g)",
+    )
+    g.add_argument(
+        "--server-wait",
+        type=float,
+        default=default_of("server_wait"),
+        metavar="S",
+        help="outage before giving up (%(default).0f)",
+    )
+    g.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=default_of("drain_timeout"),
+        metavar="S",
+        help="after SIGTERM/SIGINT (%(default).0f)",
+    )
     g.add_argument("--dry-run", action="store_true", help="print the plan and the first request; send nothing")
     g.add_argument("--log-file", type=Path, metavar="FILE", help="also append status lines here")
-    g.add_argument("--status-interval", type=float, default=10.0, metavar="S", help="without a terminal (10)")
     g.add_argument(
-        "--report-interval", type=float, default=300.0, metavar="S", help="rewrite <output-dir>/report.html (300)"
+        "--status-interval",
+        type=float,
+        default=default_of("status_interval"),
+        metavar="S",
+        help="without a terminal (%(default).0f)",
+    )
+    g.add_argument(
+        "--report-interval",
+        type=float,
+        default=default_of("report_interval"),
+        metavar="S",
+        help="rewrite <output-dir>/report.html (%(default).0f)",
     )
     g.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
     g.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -235,18 +323,6 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     ).validate()
 
 
-def closing_text(end_text: str, report: str) -> str:
-    """The run's closing lines; the last one says where the rows and the report page are and how to export:
-    ``rows: ...; report: outputs/report.html; export them with: ...`` (the report alone when no row exists)."""
-    lines = end_text.splitlines()
-    if report and lines and lines[-1].startswith("rows: ") and "; export them with: " in lines[-1]:
-        where, export = lines[-1].split("; export them with: ", 1)
-        lines[-1] = f"{where}; {report}; export them with: {export}"
-    elif report:
-        lines.append(report)
-    return "\n".join(lines)
-
-
 def rerun_command(argv: list[str]) -> str:
     """This run's command as a user can paste it again; an API key given as a flag is printed as
     "$SGLANG_API_KEY", and every other credential shape hidden (``synthgen.redact``)."""
@@ -271,19 +347,26 @@ def main(argv: list[str] | None = None, stream: TextIO | None = None, tty: bool 
     out = stream or sys.stderr
 
     async def run(config: RunConfig) -> int:
-        runner = Runner(config, out, tty)
-        runner.rerun_command = rerun_command(argv)
-        runner.hold_end = True  # what to do next comes last, after the launched server's stop
-        # The supervisor ends the run through the runner when the launched server cannot be brought back,
+        progress = Progress.of_run(config, out, tty)
+        stop = RunStop(progress, config.drain_timeout)
+        # The supervisor ends the run through `stop` when the launched server cannot be brought back,
         # and starts a launched server only when the run needs one (not for "nothing to do").
-        async with Supervisor(config, runner.progress.message, on_fatal=runner.fail_run, lazy=True) as supervisor:
-            runner.before_connect = supervisor.start
-            runner.restarts = lambda: supervisor.server.restarts if supervisor.server is not None else 0
+        async with Supervisor(config, progress.message, on_fatal=stop.fail, lazy=True) as supervisor:
+            runner = Runner(
+                config,
+                progress,
+                stop=stop,
+                before_connect=supervisor.start,
+                restarts=lambda: supervisor.server.restarts if supervisor.server is not None else 0,
+                rerun_command=rerun_command(argv),
+                hold_end=True,  # what to do next comes last, after the launched server's stop
+            )
             try:
                 code = await runner.run()
             finally:
                 report = runner.finish_report()  # the page of the output folder, also after an error
-        write_last(closing_text(runner.end_text, report), out, config.log_file)
+        # The report page first: what to do next (rows and the export command) stays the run's last line.
+        write_last("\n".join(line for line in (report, runner.end_text) if line), out, config.log_file)
         return code
 
     def body() -> int:

@@ -237,6 +237,7 @@ class Supervisor:
             if self._signals.caught is not None and isinstance(exc, asyncio.CancelledError):
                 raise StoppedBySignal(*self._signals.caught) from None
             raise
+        self._signals.release()  # ready: the signals go back to whoever held them before (the runner)
         self.message(f"{server.name} ready in {took:.0f} s")
         if self._demo and cfg.max_tokens == DEMO_MAX_TOKENS:
             self.message(

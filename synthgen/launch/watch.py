@@ -19,10 +19,10 @@ import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from synthgen import signals
 from synthgen.launch.launcher import ForeignServer, ServerLaunchError, ServerProcess
 from synthgen.server.client import SGLangClient
 
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 WATCH_INTERVAL = 1.0
 # /health may fail for a moment under load; this long in a row, with the process still there,
 # means a hung server that only a restart brings back.
@@ -85,39 +85,38 @@ async def recover(
         return
 
 
-def _swallow(signum: int, frame: object) -> None:
-    """A signal while the process is already on its way out after stopping its server."""
-
-
 class SignalGuard:
     """SIGINT, SIGTERM and SIGHUP while no runner handles them (server start-up, end of run): the first
-    cancels the main task (the caller then stops the server), a second SIGKILLs the server's group."""
+    cancels the main task (the caller then stops the server), a second SIGKILLs the server's group.
+    The signals are held through ``synthgen.signals``, their one owner: the runner holds them between."""
 
     def __init__(self, message: Callable[[str], None], server_pid: Callable[[], int | None]) -> None:
         self.message = message
         self.server_pid = server_pid
         self.caught: tuple[str, int] | None = None
         self.main: asyncio.Task[Any] | None = None
-        self._handled: list[signal.Signals] = []
+        self._holding = False
 
     def install(self, main: asyncio.Task[Any] | None) -> None:
         self.main = main
-        loop = asyncio.get_running_loop()
-        # A signal ignored on purpose (SIGHUP under nohup) stays ignored.
-        self._handled = [sig for sig in HANDLED_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
-        for sig in self._handled:
-            loop.add_signal_handler(sig, self._on_signal, sig)
+        if not self._holding:
+            signals.hold(self._on_signal)
+            self._holding = True
+
+    def release(self) -> None:
+        """The server is ready: the signals go back to whoever held them before (the runner's come next)."""
+        self.main = None
+        if self._holding:
+            signals.release(self._on_signal)
+            self._holding = False
 
     def remove(self) -> None:
         """Only on the way out (the server is stopped): a signal from here on is one more request to stop
         a process that is already stopping, so it is swallowed rather than left to its default, which
         would kill us mid-exit with 128+signal unreported."""
-        loop = asyncio.get_running_loop()
-        for sig in self._handled:
-            loop.remove_signal_handler(sig)
-            # Not a loop handler: closing the loop (the end of asyncio.run) would put the default back.
-            signal.signal(sig, _swallow)
-        self._handled = []
+        if self._holding:
+            signals.release(self._on_signal, swallow=True)
+            self._holding = False
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if self.caught is None:

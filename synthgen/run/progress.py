@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from synthgen.config import RunConfig
 from synthgen.data.openfiles import open_output
 from synthgen.errors import StoreWriteError
 from synthgen.fmt import fmt_duration
@@ -95,6 +96,11 @@ class Progress:
                 raise StoreWriteError(f"{log_file}: cannot open the log file ({exc.strerror})") from exc
         self._bar = None
         self._stream_ok = True  # False after the first failed write: the reader is gone
+
+    @classmethod
+    def of_run(cls, cfg: RunConfig, stream: TextIO | None = None, tty: bool | None = None) -> Progress:
+        """The progress of a run of ``cfg``: its status interval and --log-file; ``tty`` None: ask ``stream``."""
+        return cls(0, stream, cfg.status_interval, cfg.log_file, tty)
 
     def start(self, total: int) -> None:
         """Begin counting: the bar (on a TTY) and the rates start now."""

@@ -3,12 +3,15 @@ all datasets until every selected prompt is done, failed or skipped, or a signal
 write error stops it.
 
     Runner.run()      plan (dataset_run.open_dataset per dataset) -> connect (server.discover,
-                      model.load_model) -> provenance check -> Pool.execute -> summary -> exit code;
-                      signals and stopping
-    Pool.execute()    producer (prepare.Preparer, in a worker thread) -> queue -> dispatcher (one
-                      task per prompt, as the in-flight limit admits: fixed, or moved by the
+                      model.load_model) -> provenance check -> Pool.execute -> summary -> exit code
+    Pool.execute()    producer.Producer (prepare.Preparer, in a worker thread) -> queue -> dispatcher
+                      (one task per prompt, as the in-flight limit admits: fixed, or moved by the
                       server's load) -> Pool.process -> DatasetRun.record_*
     Pool.request()    one request with its retries: backoff, outages, aborts, bad answers
+
+Stopping (a signal, a fatal error, the launched server gone for good) is ``stopping.RunStop``'s:
+the caller makes it and hands it to the runner and to the server's supervisor; the runner holds
+the stop signals (``synthgen.signals``) while it runs.
 
 This module owns scheduling only. What a dataset knows and writes is in ``dataset_run``, how a
 prompt becomes a request in ``prepare``, what the server is and whether it is up in ``server``.
@@ -19,55 +22,40 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import signal
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TextIO
+from typing import Any
 
+from synthgen import signals
 from synthgen.config import RunConfig
 from synthgen.data import provenance
 from synthgen.data.prompts import DatasetSource
 from synthgen.data.prompts import discover as discover_datasets
 from synthgen.data.records import Turn
 from synthgen.data.store import DatasetStore, ResumeState
-from synthgen.errors import (
-    EXIT_FAILURES,
-    EXIT_OK,
-    EXIT_SIGHUP,
-    EXIT_SIGINT,
-    EXIT_SIGTERM,
-    ServerError,
-    SynthgenError,
-    UsageError,
-)
+from synthgen.errors import EXIT_FAILURES, EXIT_OK, ServerError, SynthgenError
 from synthgen.fmt import fmt_duration
 from synthgen.report.folder import LiveReport
 from synthgen.report.timeline import sample_of
-from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor, interleave
+from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor
 from synthgen.run.dataset_run import DatasetRun, WorkItem, claim_dataset, now_iso, open_dataset, recorded_settings
 from synthgen.run.model import flag_settings, load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
+from synthgen.run.producer import Producer
 from synthgen.run.progress import Progress, end_of_run, export_command, summary_table
+from synthgen.run.stopping import RunStop
 from synthgen.server.client import Generation, Rejected, SGLangClient, Transient, build_payload, new_rid
 from synthgen.server.discovery import ServerContext, ServerHealth, changed_identity, discover
 
 # A prompt in flight at this many server deaths is recorded as failed rather than retried forever.
 OUTAGES_PER_PROMPT = 3
-# When this many prompts (or every prompt, if fewer) fail the chat template the same way before any
-# could be sent, the cause is the configuration (template, --chat-template-kwargs), not the data.
-SKIPS_BEFORE_STOP = 20
-# Prepared (rendered, tokenized) prompts waiting to be sent: about one in-flight target, at least this.
-PREPARED_AHEAD_MIN = 16
-# Prompts prepared per trip to the worker thread (Pool.produce).
-PREPARE_BATCH = 32
-# SIGHUP (a closed terminal without nohup) stops the run like SIGTERM: drain, then exit.
-SIGNALS = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
-SIGNAL_EXIT = {"SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM, "SIGHUP": EXIT_SIGHUP}
+# What a "rerun to retry" line prints when the caller does not say (the CLI passes the real command).
+RERUN_COMMAND = "python run_inference.py (the same arguments)"
 
 
 def longest_first(runs: list[DatasetRun], planned: dict[str, float]) -> list[DatasetRun]:
-    """Datasets whose answers are expected to be longest first: the order ``Pool.produce`` mixes
+    """Datasets whose answers are expected to be longest first: the order the producer mixes
     them in (``concurrency.interleave``), the longest's first prompt first. Expected: the budget
     file's average, else the mean of the rows already there; datasets with no estimate keep their
     place at the front."""
@@ -81,38 +69,42 @@ def longest_first(runs: list[DatasetRun], planned: dict[str, float]) -> list[Dat
     return sorted(runs, key=expected, reverse=True)  # stable: equal estimates keep discovery order
 
 
+def no_restarts() -> int:
+    return 0
+
+
 class Runner:
+    """One run. Its seams are its arguments: ``client`` (tests pass one over an httpx.MockTransport;
+    None: built in run()), ``stop`` (shared with a server supervisor), ``before_connect`` (called once,
+    right before the server is first needed: a launched server starts then, so a run with nothing to
+    do never starts one), ``restarts`` (the launched server's restart count, for the report),
+    ``rerun_command`` (what a "rerun to retry" line prints) and ``hold_end`` (the last lines, what to
+    do next, are kept in ``end_text`` for the caller to print after what it does last, the CLI's
+    stopping a launched server, instead of printed here)."""
+
     def __init__(
         self,
         config: RunConfig,
-        progress_stream: TextIO | None = None,
-        tty: bool | None = None,
+        progress: Progress,
+        *,
         client: SGLangClient | None = None,
+        stop: RunStop | None = None,
+        before_connect: Callable[[], Awaitable[None]] | None = None,
+        restarts: Callable[[], int] = no_restarts,
+        rerun_command: str = RERUN_COMMAND,
+        hold_end: bool = False,
     ):
-        self.config = config
-        self.stream = progress_stream
-        self.client = client  # None: built in run(); tests pass one over an httpx.MockTransport
-        # Called once, right before the server is first needed (the supervisor starts a launched server
-        # then, so a run with nothing to do never starts one).
-        self.before_connect: Callable[[], Awaitable[None]] | None = None
-        # The command a "rerun to retry" line prints; the CLI sets the real one.
-        self.rerun_command = "python run_inference.py (the same arguments)"
-        # With hold_end the last lines (what to do next) are kept in end_text for the caller to print
-        # after what it does last (the CLI: stopping a launched server), instead of printed here.
-        self.hold_end = False
+        self.config, self.progress, self.client = config, progress, client
+        self.stop = stop or RunStop(progress, config.drain_timeout)
+        self.before_connect, self.restarts = before_connect, restarts
+        self.rerun_command, self.hold_end = rerun_command, hold_end
         self.end_text = ""
         self.runs: list[DatasetRun] = []
         self.server = ServerContext()
-        self.progress = Progress(0, progress_stream, config.status_interval, config.log_file, tty)
         self.preparer: Preparer | None = None
         self.pool: Pool | None = None
-        self.stopping = asyncio.Event()
-        self.signal_name: str | None = None
-        self.fatal: BaseException | None = None
-        self._ignored: set[signal.Signals] = set()  # signals ignored when the run began (SIGHUP under nohup)
-        # <output-dir>/report.html and timeline.jsonl once the run goes ahead; restarts: the launched server's.
+        # <output-dir>/report.html and timeline.jsonl once the run goes ahead.
         self.report: LiveReport | None = None
-        self.restarts: Callable[[], int] = lambda: 0
 
     # ------------------------------------------------------------------ top level
     async def run(self) -> int:
@@ -124,19 +116,11 @@ class Runner:
             cfg.request_timeout,
             cfg.connect_timeout,
         )
-        loop = asyncio.get_running_loop()
-        # A signal ignored on purpose stays ignored: nohup ignores SIGHUP so the run outlives the terminal.
-        self._ignored = {sig for sig in SIGNALS if signal.getsignal(sig) is signal.SIG_IGN}
-        self._install_signals()
+        signals.hold(self.stop.on_signal)
         try:
-            self.plan()
             if cfg.dry_run:
-                if not any(run.selection.pending for run in self.runs):  # before any server is started
-                    print(f"dry run: nothing to do\n{self.plan_report()}", file=self.stream, flush=True)
-                    return EXIT_OK
-                # With --tokenizer a dry run needs no server: none is launched for it (one that answers is asked).
-                await self.connect(client, launch=cfg.tokenizer is None)
-                return self.dry_run()
+                return await self._dry_run(client)
+            self.plan()
             self.progress.print_block(
                 f"{now_iso()} synthgen: {cfg.display_url}, partition {cfg.partition}\n" + self.plan_report()
             )
@@ -145,38 +129,9 @@ class Runner:
                 self.open_report()
                 self._end(self.end_of_run()[0])
                 return EXIT_OK
-            connecting = time.monotonic()
-            await self.connect(client)
-            startup = time.monotonic() - connecting
-            self.check_settings()
-            if self.stopping.is_set():  # a signal during start-up: nothing was sent
-                return self.exit_code()
-            for run in self.writing():
-                run.begin(self.progress)  # every check passed: now the folders may change
-            self.open_report()
-            for note in self.server.notes:
-                self.progress.message(f"note: {note}")
-            self.progress.message(
-                f"model {self.server.model}; tokenizer {self.server.tokenizer_path}; context "
-                f"{self.server.context_len or 'unknown'}; max tokens {cfg.max_tokens}; "
-                f"concurrency {cfg.concurrency or 'auto'}"
-            )
-            assert self.preparer is not None
-            self.pool = Pool(self, client, self.preparer)
-            await self.pool.execute()
-            # The last status line: a log under nohup ends on the final counts, however short the run.
-            self.progress.tick(self.pool.monitor.status_text())
-            self.progress.close_bar()  # its last line before the summary, not after it
-            # The run's own figures: the server's start (a demo install, a model load) is shown apart.
-            summary = summary_table([run.counts for run in self.runs], time.monotonic() - self.progress.started)
-            summary += "\n" + self.pool.monitor.summary_line()
-            if startup >= 1.0 or cfg.launch_server is not None:
-                summary += f"\nnot in these figures: {fmt_duration(startup)} before the first request (server start-up)"
-            self.progress.print_block(summary)
-            return self.exit_code()
+            return await self._go(client)
         finally:
-            for sig in SIGNALS.keys() - self._ignored:
-                loop.remove_signal_handler(sig)
+            signals.release(self.stop.on_signal)
             if self.client is None:
                 await client.aclose()
             if self.preparer is not None:
@@ -184,6 +139,50 @@ class Runner:
             for run in self.runs:
                 run.close()
             self.progress.close()
+
+    async def _dry_run(self, client: SGLangClient) -> int:
+        self.plan()
+        if not any(run.selection.pending for run in self.runs):  # before any server is started
+            print(f"dry run: nothing to do\n{self.plan_report()}", file=self.progress.stream, flush=True)
+            return EXIT_OK
+        # With --tokenizer a dry run needs no server: none is launched for it (one that answers is asked).
+        await self.connect(client, launch=self.config.tokenizer is None)
+        return self.dry_run()
+
+    async def _go(self, client: SGLangClient) -> int:
+        """Connect, check, send everything, sum up: a run with prompts to send."""
+        cfg = self.config
+        connecting = time.monotonic()
+        await self.connect(client)
+        startup = time.monotonic() - connecting
+        self.check_settings()
+        if self.stop.is_set():  # a signal during start-up: nothing was sent
+            return self.exit_code()
+        for run in self.writing():
+            run.begin(self.progress)  # every check passed: now the folders may change
+        self.open_report()
+        for note in self.server.notes:
+            self.progress.message(f"note: {note}")
+        self.progress.message(
+            f"model {self.server.model}; tokenizer {self.server.tokenizer_path}; context "
+            f"{self.server.context_len or 'unknown'}; max tokens {cfg.max_tokens}; "
+            f"concurrency {cfg.concurrency or 'auto'}"
+        )
+        assert self.preparer is not None
+        self.pool = Pool(
+            cfg, client, self.preparer, self.runs, self.server, self.progress, self.stop, self.report, self.restarts
+        )
+        await self.pool.execute()
+        # The last status line: a log under nohup ends on the final counts, however short the run.
+        self.progress.tick(self.pool.monitor.status_text())
+        self.progress.close_bar()  # its last line before the summary, not after it
+        # The run's own figures: the server's start (a demo install, a model load) is shown apart.
+        summary = summary_table([run.counts for run in self.runs], time.monotonic() - self.progress.started)
+        summary += "\n" + self.pool.monitor.summary_line()
+        if startup >= 1.0 or cfg.launch_server is not None:
+            summary += f"\nnot in these figures: {fmt_duration(startup)} before the first request (server start-up)"
+        self.progress.print_block(summary)
+        return self.exit_code()
 
     def open_report(self) -> None:
         self.report = LiveReport.for_run(self.config, [run.name for run in self.runs], self.progress.message)
@@ -228,7 +227,6 @@ class Runner:
         """Start a launched server if there is one, ask the server, load what renders and parses."""
         if self.before_connect is not None and launch:
             await self.before_connect()
-            self._install_signals()  # a launching supervisor held the signals while the server started
         cfg = self.config
         self.server = await discover(client, cfg)
         self.preparer = Preparer(load_model(cfg, self.server), self.server, cfg.max_tokens)
@@ -260,15 +258,13 @@ class Runner:
             f"max tokens: {cfg.max_tokens}; concurrency: {cfg.concurrency or 'auto'}"
         )
         out += first_request_report(self.preparer, self.runs, cfg)
-        print("\n".join(out), file=self.stream, flush=True)
+        print("\n".join(out), file=self.progress.stream, flush=True)
         return EXIT_OK
 
     def exit_code(self) -> int:
-        if self.fatal is not None:
-            raise self.fatal
-        if self.signal_name is not None:
-            self.progress.message(f"stopped by {self.signal_name}; rerun the same command to resume")
-            return SIGNAL_EXIT[self.signal_name]
+        stopped = self.stop.exit_code()  # raises the fatal error that stopped the run
+        if stopped is not None:
+            return stopped
         text, left = self.end_of_run()
         self._end(text)
         return EXIT_FAILURES if left else EXIT_OK
@@ -286,101 +282,62 @@ class Runner:
         export = export_command(cfg.output_dir, names, cfg.partition, not cfg.datasets, cfg.prompts_dir)
         return end_of_run([run.counts for run in self.runs], cfg.output_dir, self.rerun_command, export)
 
-    # ------------------------------------------------------------------ signals and stopping
-    def _install_signals(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig, name in SIGNALS.items():
-            if sig not in self._ignored:
-                loop.add_signal_handler(sig, self._on_signal, name)
-
-    def _on_signal(self, name: str) -> None:
-        if self.signal_name is not None:
-            self._cancel_tasks(f"second {name}")
-            return
-        self.signal_name = name
-        self.stopping.set()
-        if self.pool is not None:
-            self.pool.stop_preparing()
-        if self.pool is not None and self.pool.health.is_down:
-            self._cancel_tasks(f"{name} during an outage: nothing in flight can finish")
-            return
-        asyncio.get_running_loop().call_later(self.config.drain_timeout, self._cancel_tasks, "drain timeout")
-        self.progress.message(
-            f"{name}: no new requests; waiting up to {fmt_duration(self.config.drain_timeout)} for "
-            f"{self.progress.in_flight} in flight (send {name} again to stop now)"
-        )
-
-    def _cancel_tasks(self, why: str) -> None:
-        alive = [t for t in self.pool.tasks if not t.done()] if self.pool is not None else []
-        sent = self.progress.in_flight  # the same count as "waiting for N in flight"
-        for task in alive:
-            task.cancel()
-        if alive:
-            waiting = f" and {len(alive) - sent} waiting to be sent" if len(alive) > sent else ""
-            self.progress.message(
-                f"stopping now ({why}): cancelling {sent} requests in flight{waiting}; their prompts stay pending "
-                "for the next run"
-            )
-
-    def fail_run(self, exc: BaseException) -> None:
-        """Stop the run now with ``exc`` as its outcome (also used by the server supervisor)."""
-        if self.fatal is None:
-            self.fatal = exc
-        self.stopping.set()
-        for task in self.pool.tasks if self.pool is not None else ():
-            if task is not asyncio.current_task():
-                task.cancel()
-
 
 class Pool:
-    """The requests of one run in flight: prepared ahead by a producer, admitted one task per prompt
+    """The requests of one run in flight: prepared ahead by the producer, admitted one task per prompt
     by an in-flight limit (fixed, or moved by the server's load), retried, recorded."""
 
-    def __init__(self, runner: Runner, client: SGLangClient, preparer: Preparer):
-        self.runner, self.client, self.preparer = runner, client, preparer
-        self.cfg, self.progress, self.stopping = runner.config, runner.progress, runner.stopping
-        cfg, progress = self.cfg, self.progress
+    def __init__(
+        self,
+        cfg: RunConfig,
+        client: SGLangClient,
+        preparer: Preparer,
+        runs: list[DatasetRun],
+        server: ServerContext,
+        progress: Progress,
+        stop: RunStop,
+        report: LiveReport | None = None,
+        restarts: Callable[[], int] = no_restarts,
+    ):
+        self.cfg, self.client, self.preparer, self.server = cfg, client, preparer, server
+        self.progress, self.stop, self.report, self.restarts = progress, stop, report, restarts
         self.health = ServerHealth(
             client,
             cfg.server_wait,
             on_down=lambda reason: progress.outage_began(client.shown_url, reason, cfg.server_wait),
             on_up=progress.outage_ended,
             on_gone=lambda gone: progress.gave_up(str(gone)),
-            verify=lambda: changed_identity(client, runner.server),
+            verify=lambda: changed_identity(client, server),
         )
         # auto: the server's load moves the limit; a fixed N only watches it, for the status line.
         fixed = cfg.concurrency
         self.limit = InFlightLimit(fixed or FALLBACK_CONCURRENCY)
         controller = AutoConcurrency(max_concurrency=cfg.max_concurrency, initial=fixed)
         self.monitor = LoadMonitor(client, self.limit, controller, on_message=progress.message, steer=fixed is None)
-        # Prompts are prepared about one in-flight target ahead of sending, never more.
-        self.ahead = InFlightLimit(max(PREPARED_AHEAD_MIN, self.limit.target))
-        self.queue: asyncio.Queue[WorkItem | None] = asyncio.Queue()
         self.tasks: set[asyncio.Task[None]] = set()  # one per prompt admitted
         self.sampling = cfg.sampling_params()
-        self.total = sum(len(run.selection.pending) for run in runner.runs)
         # Rendering and tokenizing: one worker for the producer, one for the next turns of conversations.
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
-        self._producer: asyncio.Task[None] | None = None
-        self._sendable = 0  # prompts prepared for sending so far
-        self._skips: dict[str, int] = {}  # template error -> prompts skipped so, before the first sendable one
+        self.producer = Producer(runs, preparer, self._executor, stop, self.limit.target)
+        self._producing: asyncio.Task[None] | None = None
+        stop.attach(self)
 
     async def execute(self) -> None:
-        self.progress.start(self.total)
+        self.progress.start(self.producer.total)
         # The first target from the server's own load, before anything is sent; bounded, so a slow
         # load endpoint costs the start at most FIRST_POLL_TIMEOUT.
         await self.monitor.first_poll()
-        self.ahead.set_target(max(PREPARED_AHEAD_MIN, self.limit.target))
-        producer = self._producer = asyncio.create_task(self.produce())
+        self.producer.keep_ahead(self.limit.target)
+        producer = self._producing = asyncio.create_task(self.producer.produce())
         dispatcher = asyncio.create_task(self.dispatch())
         background = [asyncio.create_task(self.ticker()), asyncio.create_task(self.monitor.run())]
-        if self.runner.report is not None:
-            sample = lambda: sample_of(self.progress, self.monitor, self.runner.restarts())  # noqa: E731
-            background.append(asyncio.create_task(self.runner.report.run(sample)))
+        if self.report is not None:
+            sample = lambda: sample_of(self.progress, self.monitor, self.restarts())  # noqa: E731
+            background.append(asyncio.create_task(self.report.run(sample)))
         try:
             await asyncio.gather(producer, dispatcher)
         except SynthgenError as exc:  # an input error from the producer, or the skips check
-            self.runner.fail_run(exc)
+            self.stop.fail(exc)
         except asyncio.CancelledError:
             pass
         finally:
@@ -397,90 +354,27 @@ class Pool:
 
     def stop_preparing(self) -> None:
         """A signal: the producer stops now, not after the render or tokenization under way."""
-        if self._producer is not None:
-            self._producer.cancel()
+        if self._producing is not None:
+            self._producing.cancel()
 
-    # ------------------------------------------------------------------ feeding the pool
-    async def produce(self) -> None:
-        """Prepare the prompts of every dataset, mixed (``concurrency.interleave``: the datasets in
-        ``longest_first`` order, each spread over the whole run), and queue them for sending.
+    def server_down(self) -> bool:
+        return self.health.is_down
 
-        Prompts go to the worker thread in batches of up to PREPARE_BATCH (as many as the
-        prepared-ahead bound has room for; the first alone, so the first request goes out at
-        once): one hand-over per prompt made the producer, not the server, the bound at ~1,000 in
-        flight, each costing a trip through the event loop and the GIL."""
-        loop = asyncio.get_running_loop()
-        prompts = self._send_order()
-        size = 1
-        try:
-            while not self.stopping.is_set():
-                await self.ahead.acquire()
-                slots, batch = 1, []
-                for run, prompt_id, last in prompts:
-                    if run.closed:
-                        if last:
-                            self.preparer.done_with(run)  # no batch is being prepared now
-                        continue
-                    batch.append((run, prompt_id, last))
-                    if len(batch) >= size or not self.ahead.try_acquire():
-                        break
-                    slots += 1
-                for _ in range(slots - len(batch)):
-                    self.ahead.release()
-                if not batch:
-                    break
-                size = PREPARE_BATCH
-                items, error = await loop.run_in_executor(self._executor, self._prepare, batch)
-                for (run, _, _), item in zip(batch, items, strict=False):  # items stop at an error
-                    if isinstance(item, Skip):
-                        self.ahead.release()
-                        run.record_error(item.prompt_id, "skipped", item.kind, item.reason, attempts=0)
-                        self._check_skips(item)
-                    else:
-                        self._sendable += 1
-                        self.queue.put_nowait(item)
-                if error is not None:
-                    raise error
-        finally:
-            self.queue.put_nowait(None)
-
-    def _send_order(self) -> Iterator[tuple[DatasetRun, str, bool]]:
-        """(dataset, prompt id, whether it is the dataset's last) in send order."""
-        runs = self.runner.runs
-        pending = [iter(run.selection.pending) for run in runs]
-        left = [len(run.selection.pending) for run in runs]
-        for index in interleave(list(left)):
-            left[index] -= 1
-            yield runs[index], next(pending[index]), left[index] == 0
-
-    def _prepare(self, batch: list[tuple[DatasetRun, str, bool]]) -> tuple[list[WorkItem | Skip], Exception | None]:
-        """In the worker thread: the batch's work items, up to the first error (returned with them,
-        so the prompts prepared before it are still sent)."""
-        items: list[WorkItem | Skip] = []
-        try:
-            for run, prompt_id, last in batch:
-                items.append(self.preparer.prepare(run, prompt_id))
-                if last:
-                    self.preparer.done_with(run)
-        except Exception as exc:
-            return items, exc
-        return items, None
-
+    # ------------------------------------------------------------------ sending
     async def dispatch(self) -> None:
-        while (item := await self.queue.get()) is not None:
-            self.ahead.release()
-            if self.stopping.is_set():
+        while (item := await self.producer.take()) is not None:
+            if self.stop.is_set():
                 continue  # drain the queue so the producer is never left waiting
             previous, finished = item.run.turn_order(item.prompt.id)
             if previous is not None and not previous.is_set():
                 self._spawn(self._after(item, previous, finished))
                 continue
             await self.limit.acquire()
-            if self.stopping.is_set():
+            if self.stop.is_set():
                 self.limit.release()
                 finished.set()
                 continue
-            self.ahead.set_target(max(PREPARED_AHEAD_MIN, self.limit.target))
+            self.producer.keep_ahead(self.limit.target)
             self._spawn(self._one(item, finished))
 
     def _spawn(self, job: Coroutine[Any, Any, None]) -> None:
@@ -493,7 +387,7 @@ class Pool:
             if await item.run.admit():
                 await self.process(item)
         except Exception as exc:  # a bug, not a prompt's failure: stop now rather than lose a worker
-            self.runner.fail_run(exc)
+            self.stop.fail(exc)
         finally:
             self.limit.release()
             finished.set()
@@ -508,7 +402,7 @@ class Pool:
         except BaseException:
             finished.set()
             raise
-        if self.stopping.is_set():
+        if self.stop.is_set():
             self.limit.release()
             finished.set()
             return
@@ -518,17 +412,6 @@ class Pool:
         while True:
             await asyncio.sleep(self.cfg.status_interval)
             self.progress.tick(self.monitor.status_text())
-
-    def _check_skips(self, skip: Skip) -> None:
-        if self._sendable or skip.kind != "template_error":
-            return
-        self._skips[skip.reason] = count = self._skips.get(skip.reason, 0) + 1
-        if count >= min(SKIPS_BEFORE_STOP, self.total):
-            raise UsageError(
-                f"the first {count} prompts all failed the chat template the same way ({skip.reason}); that is the "
-                "run's configuration, not the data: check --chat-template, --chat-template-kwargs and --tokenizer "
-                "(the skipped prompts are in errors.jsonl and are retried by the next run)"
-            )
 
     # ------------------------------------------------------------------ one prompt
     async def process(self, item: WorkItem) -> None:
@@ -544,7 +427,7 @@ class Pool:
                 positions = 1 if conversation is None else len(conversation.all_positions())
                 ended = item.conversation_done(turn, positions)
                 if ended is not None:
-                    run.record_result(item, turn, self.cfg, self.runner.server.model, ended)
+                    run.record_result(item, turn, self.cfg, self.server.model, ended)
                     return
                 run.record_turn(item, turn)
                 following = await asyncio.get_running_loop().run_in_executor(
@@ -555,7 +438,7 @@ class Pool:
                     return
                 item = following
         except SynthgenError as exc:  # AuthError, StoreWriteError: the run cannot go on
-            self.runner.fail_run(exc)
+            self.stop.fail(exc)
         finally:
             run.request_ended()
 
@@ -568,9 +451,9 @@ class Pool:
             try:
                 await health.wait_up()
             except ServerError as exc:  # gone for too long, or back with another model
-                self.runner.fail_run(exc)
+                self.stop.fail(exc)
                 return None
-            if self.stopping.is_set():
+            if self.stop.is_set():
                 return None
             attempts += 1
             payload = build_payload(item.input_ids, item.max_new_tokens, self.sampling, new_rid())
@@ -619,4 +502,4 @@ class Pool:
         delay = min(cfg.backoff_max, cfg.backoff_base * 2 ** (attempt - 1))
         delay *= random.uniform(0.5, 1.0)  # jitter: retries from many workers do not arrive together
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.stopping.wait(), timeout=delay)
+            await asyncio.wait_for(self.stop.wait(), timeout=delay)

@@ -18,6 +18,7 @@ from synthgen.config import RunConfig
 from synthgen.data.conversations import parse_record, prompt_hash
 from synthgen.data.records import ErrorRecord
 from synthgen.data.store import DatasetStore
+from synthgen.run.progress import Progress
 from synthgen.run.runner import Runner
 from synthgen.server.client import SGLangClient
 from tests.unit.run.test_runner_scripted_server import URL, ScriptedServer, answer
@@ -300,17 +301,19 @@ def test_a_duplicated_id_whose_conversation_opens_with_the_assistant_is_generate
 def run_inprocess(tmp_path: Path, server: ScriptedServer, **overrides: str) -> tuple[int, str]:
     """One run over tmp_path/prompts/p, in this process, against a scripted server."""
     cfg = RunConfig(
-        partition="p", prompts_dir=tmp_path / "prompts", output_dir=tmp_path / "out", server_url=URL, concurrency=1
-    )
-    for key, value in overrides.items():
-        setattr(cfg, key, value)
-    cfg.validate()
+        partition="p",
+        prompts_dir=tmp_path / "prompts",
+        output_dir=tmp_path / "out",
+        server_url=URL,
+        concurrency=1,
+        **overrides,  # type: ignore[arg-type]
+    ).validate()
     out = io.StringIO()
     client = SGLangClient(URL, None, 1, 30.0, transport=httpx.MockTransport(server))
 
     async def main() -> int:
         try:
-            return await Runner(cfg, out, tty=False, client=client).run()
+            return await Runner(cfg, Progress.of_run(cfg, out, tty=False), client=client).run()
         finally:
             await client.aclose()
 

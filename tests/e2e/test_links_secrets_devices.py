@@ -427,6 +427,7 @@ def test_a_signal_stops_the_run_while_its_worker_is_stuck_in_a_render(tmp_path, 
 
     from synthgen.config import RunConfig
     from synthgen.run import prepare
+    from synthgen.run.progress import Progress
     from synthgen.run.runner import Runner
     from synthgen.server.client import SGLangClient
     from tests.unit.run.test_runner_scripted_server import URL, ScriptedServer
@@ -450,7 +451,7 @@ def test_a_signal_stops_the_run_while_its_worker_is_stuck_in_a_render(tmp_path, 
     client = SGLangClient(URL, None, 2, 30.0, transport=httpx.MockTransport(ScriptedServer(tokenizers["chatml"])))
 
     async def main() -> int:
-        runner = Runner(cfg, io.StringIO(), tty=False, client=client)
+        runner = Runner(cfg, Progress.of_run(cfg, io.StringIO(), tty=False), client=client)
         task = asyncio.create_task(runner.run())
         await asyncio.get_running_loop().run_in_executor(None, started.wait)
         os.kill(os.getpid(), signal.SIGTERM)

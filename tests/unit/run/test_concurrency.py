@@ -24,6 +24,7 @@ from synthgen.run.concurrency import (
     parse_loads,
     router_worker_urls,
 )
+from synthgen.run.progress import Progress
 from synthgen.run.runner import Runner
 from synthgen.server.client import SGLangClient
 
@@ -650,7 +651,7 @@ def test_a_load_endpoint_that_does_not_answer_does_not_hold_back_the_first_reque
     async def main() -> int:
         client = SGLangClient(cfg.server_url, None, 8, 30.0, transport=httpx.MockTransport(server))
         try:
-            return await Runner(cfg, io.StringIO(), tty=False, client=client).run()
+            return await Runner(cfg, Progress.of_run(cfg, io.StringIO(), tty=False), client=client).run()
         finally:
             await client.aclose()
 
@@ -705,7 +706,7 @@ def test_a_run_sends_its_datasets_mixed_from_the_first_request_on(tmp_path, toke
     async def main() -> int:
         client = SGLangClient(cfg.server_url, None, 1, 30.0, transport=httpx.MockTransport(server))
         try:
-            return await Runner(cfg, io.StringIO(), tty=False, client=client).run()
+            return await Runner(cfg, Progress.of_run(cfg, io.StringIO(), tty=False), client=client).run()
         finally:
             await client.aclose()
 

@@ -15,6 +15,7 @@ import pytest
 from synthgen.config import RunConfig
 from synthgen.data.records import ResultRecord
 from synthgen.errors import AuthError
+from synthgen.run.progress import Progress
 from synthgen.run.runner import Runner
 from synthgen.server.client import SGLangClient
 
@@ -89,7 +90,7 @@ def run(tmp_path: Path, server: ScriptedServer, **overrides) -> tuple[int, str]:
 
     async def main() -> int:
         try:
-            return await Runner(cfg, out, tty=False, client=client).run()
+            return await Runner(cfg, Progress.of_run(cfg, out, tty=False), client=client).run()
         finally:
             await client.aclose()
 
@@ -249,7 +250,7 @@ def test_each_mode_sends_a_turn_only_after_the_turn_before_it_is_answered(tmp_pa
     async def main() -> int:
         client = SGLangClient(URL, None, 8, 30.0, transport=Transport())
         try:
-            return await Runner(cfg, io.StringIO(), tty=False, client=client).run()
+            return await Runner(cfg, Progress.of_run(cfg, io.StringIO(), tty=False), client=client).run()
         finally:
             await client.aclose()
 

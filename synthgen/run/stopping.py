@@ -1,0 +1,97 @@
+"""How a run stops before its prompts are all done: a signal (drain, then stop) or a fatal error.
+
+``RunStop`` is made before the runner and the launched server's supervisor, and handed to both: the
+supervisor ends the run through ``fail`` when its server cannot be brought back; the runner holds
+the stop signals (``synthgen.signals``) with ``on_signal`` while it runs. What is in flight is
+whatever the pool attaches (``attach``): its tasks are cancelled on a fatal error, a second
+signal, the drain timeout, or at once when the server is down (nothing in flight can finish).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from typing import Protocol
+
+from synthgen import signals
+from synthgen.fmt import fmt_duration
+from synthgen.run.progress import Progress
+
+
+class InFlight(Protocol):
+    """What a stop needs of the requests in flight (``runner.Pool`` fits)."""
+
+    tasks: set[asyncio.Task[None]]
+
+    def stop_preparing(self) -> None: ...
+
+    def server_down(self) -> bool: ...
+
+
+class RunStop:
+    def __init__(self, progress: Progress, drain_timeout: float):
+        self.progress, self.drain_timeout = progress, drain_timeout
+        self.event = asyncio.Event()  # set: no new requests
+        self.signal: signal.Signals | None = None
+        self.fatal: BaseException | None = None
+        self._in_flight: InFlight | None = None
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    async def wait(self) -> None:
+        await self.event.wait()
+
+    def attach(self, in_flight: InFlight) -> None:
+        self._in_flight = in_flight
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop the run now with ``exc`` as its outcome (the pool's fatal errors, the server supervisor's)."""
+        if self.fatal is None:
+            self.fatal = exc
+        self.event.set()
+        for task in self._in_flight.tasks if self._in_flight is not None else ():
+            if task is not asyncio.current_task():
+                task.cancel()
+
+    def exit_code(self) -> int | None:
+        """The exit code of a run a signal stopped (a fatal error is raised); None when neither happened."""
+        if self.fatal is not None:
+            raise self.fatal
+        if self.signal is None:
+            return None
+        self.progress.message(f"stopped by {self.signal.name}; rerun the same command to resume")
+        return signals.exit_code(self.signal)
+
+    def on_signal(self, sig: signal.Signals) -> None:
+        """The first signal stops sending and drains; a second (or the drain timeout) cancels what is left."""
+        name = sig.name
+        if self.signal is not None:
+            self._cancel(f"second {name}")
+            return
+        self.signal = sig
+        self.event.set()
+        pool = self._in_flight
+        if pool is not None:
+            pool.stop_preparing()
+            if pool.server_down():
+                self._cancel(f"{name} during an outage: nothing in flight can finish")
+                return
+        asyncio.get_running_loop().call_later(self.drain_timeout, self._cancel, "drain timeout")
+        self.progress.message(
+            f"{name}: no new requests; waiting up to {fmt_duration(self.drain_timeout)} for "
+            f"{self.progress.in_flight} in flight (send {name} again to stop now)"
+        )
+
+    def _cancel(self, why: str) -> None:
+        tasks = self._in_flight.tasks if self._in_flight is not None else set()
+        alive = [t for t in tasks if not t.done()]
+        sent = self.progress.in_flight  # the same count as "waiting for N in flight"
+        for task in alive:
+            task.cancel()
+        if alive:
+            waiting = f" and {len(alive) - sent} waiting to be sent" if len(alive) > sent else ""
+            self.progress.message(
+                f"stopping now ({why}): cancelling {sent} requests in flight{waiting}; their prompts stay pending "
+                "for the next run"
+            )
