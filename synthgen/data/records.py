@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from synthgen.data.samples import row_sample, sample_key
 from synthgen.redact import redact
 
 _LINE = orjson.OPT_APPEND_NEWLINE
@@ -63,12 +64,17 @@ class ResultRecord:
     turns: list[dict[str, Any]] | None = None  # regenerate=all: every generated turn (Turn.to_dict), in order
     stopped_early: str | None = None  # regenerate=all: why the conversation ends before its last turn
     settings: str | None = None  # id of the settings set in the dataset's settings.jsonl
+    # The training mix (left out of a row without it): which sample of the prompt, its seed, its recipe.
+    sample: int | None = None
+    sampling_seed: int | None = None
+    recipe: dict[str, Any] | None = None
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.to_dict(), option=_LINE)
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        row = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {k: v for k, v in row.items() if v is not None or k not in MIX_FIELDS}
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> ResultRecord:
@@ -159,6 +165,7 @@ class RowContext:
     chat_template_kwargs: dict[str, Any] | None
     regenerate: str
     settings: str | None
+    mix: dict[str, Any] | None = None  # sample, sampling_seed, recipe (run.mix.SampleRequest.row_fields)
 
 
 def build_result(
@@ -209,7 +216,11 @@ def build_result(
         turns=[t.to_dict() for t in turns] if ctx.regenerate == "all" else None,
         stopped_early=stopped_early,
         settings=ctx.settings,
+        **(ctx.mix or {}),
     )
+
+
+MIX_FIELDS = ("sample", "sampling_seed", "recipe")
 
 
 @dataclass(slots=True)
@@ -253,7 +264,7 @@ class DoneEntry:
     """What resume and the budget's measurement need of one result row, read without building the whole
     record: the one place a result row's id and token count are validated."""
 
-    id: str
+    id: str  # the row's resume key: its id, with the sample for samples after the first (samples.sample_key)
     completion_tokens: int  # 0 when the row's count is missing or not a count (see ``measured``)
     source: str | None
     prompt_hash: str | None
@@ -267,6 +278,7 @@ class DoneEntry:
         rid = row.get("id")
         if not isinstance(rid, str):
             return None
+        rid = sample_key(rid, row_sample(row))  # sample 0 keeps the id: resume is per (id, sample)
         tokens = row.get("completion_tokens")
         count = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None
         source, digest, mode = row.get("source"), row.get("prompt_hash"), row.get("regenerate")

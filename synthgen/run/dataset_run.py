@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -26,9 +26,11 @@ from synthgen.config import RunConfig
 from synthgen.data import provenance
 from synthgen.data.prompts import DatasetIndex, DatasetSource, Prompt, scan_dataset
 from synthgen.data.records import ErrorRecord, RowContext, Turn, build_result
+from synthgen.data.samples import sample_key, sample_work, split_key, touched_prompts
 from synthgen.data.selection import Selection, select
 from synthgen.data.store import DatasetStore, PartialTurn, PartialTurns, ResumeState, move_rows
 from synthgen.errors import UsageError
+from synthgen.run.mix import Mix, SampleRequest
 from synthgen.run.progress import DatasetStats, Progress
 from synthgen.server.client import Generation
 
@@ -49,6 +51,12 @@ class WorkItem:
     max_new_tokens: int
     messages: list[dict[str, Any]] = field(default_factory=list)  # what was rendered
     turns: list[Turn] = field(default_factory=list)  # regenerate=all: the turns before this one
+    request: SampleRequest | None = None  # the sample: its seed and recipe (None: the run's flags as they are)
+
+    @property
+    def key(self) -> str:
+        """Where resume files this work: the prompt id, with the sample after the first."""
+        return self.prompt.id if self.request is None else sample_key(self.prompt.id, self.request.sample)
 
     def turn(self, gen: Generation, parser: OutputParser, attempts: int, latency: float, rid: str) -> Turn:
         """The generated turn, split by the reasoning and tool-call parsers as SGLang would."""
@@ -128,6 +136,7 @@ class DatasetRun:
     partial_rows: list[PartialTurn] = field(default_factory=list)  # regenerate=all: what partial_turns.jsonl held
     moving: list[str] = field(default_factory=list)  # --changed-prompts regenerate: rows begin() moves aside
     settings: str | None = None  # the settings id rows of this run carry
+    mix: Mix | None = None  # samples and recipes: what each (prompt, sample) is sent with
     begun: bool = False  # begin() ran: the run writes this dataset's files
     in_flight: int = 0
     closed: bool = False  # no new requests (token budget reached)
@@ -148,15 +157,16 @@ class DatasetRun:
         return source_label(self.index.source)
 
     # --- requests ----------------------------------------------------------------------------
-    def turn_order(self, prompt_id: str) -> tuple[asyncio.Event | None, asyncio.Event]:
+    def turn_order(self, key: str) -> tuple[asyncio.Event | None, asyncio.Event]:
         """(the event of this conversation's previous turn in this run, if any; this prompt's own event).
-        Only --regenerate each ids (``<id>#<k>``) have a previous turn."""
+        Only --regenerate each ids (``<id>#<k>``) have a previous turn, of the same sample."""
         finished = asyncio.Event()
         if self.index.mode != "each":
             return None, finished
-        self._turns[prompt_id] = finished
+        self._turns[key] = finished
+        prompt_id, sample = split_key(key)
         base, _, k = prompt_id.rpartition("#")
-        return self._turns.pop(f"{base}#{int(k) - 1}", None), finished
+        return self._turns.pop(sample_key(f"{base}#{int(k) - 1}", sample), None), finished
 
     async def admit(self) -> bool:
         """Whether one more request of this dataset may go out, waiting while the token budget's
@@ -195,8 +205,10 @@ class DatasetRun:
         self, item: WorkItem, turn: Turn, cfg: RunConfig, model: str | None, stopped_early: str | None = None
     ) -> None:
         """Write the row of a finished prompt (every turn of it) and count it."""
-        prompt = item.prompt
+        prompt, sample = item.prompt, item.request
         turns = [*item.turns, turn]
+        sampling = cfg.sampling_params() if sample is None else sample.effective.sampling
+        kwargs = cfg.chat_template_kwargs if sample is None else sample.kwargs
         context = RowContext(
             id=prompt.id,
             dataset=self.name,
@@ -205,16 +217,16 @@ class DatasetRun:
             prompt_hash=prompt.prompt_hash,
             tools=prompt.tools,
             model=model,
-            sampling_params=cfg.sampling_params()
-            | {"max_new_tokens": item.max_new_tokens, "skip_special_tokens": False},
-            chat_template_kwargs=cfg.chat_template_kwargs or None,
+            sampling_params=sampling | {"max_new_tokens": item.max_new_tokens, "skip_special_tokens": False},
+            chat_template_kwargs=kwargs or None,
             regenerate=cfg.regenerate,
             settings=self.settings,
+            mix=None if sample is None else sample.row_fields() or None,
         )
         record = build_result(context, [*item.messages, turn.message()], turns, now_iso(), stopped_early or None)
         assert self.store is not None
         self.store.append_result(record)
-        self.resume.done.add(prompt.id)
+        self.resume.done.add(item.key)
         self._count_turn(turn)  # earlier turns were counted as they finished (record_turn, or an earlier run)
         self.counts.done += 1
         self.counts.last_finish = time.monotonic()
@@ -226,7 +238,7 @@ class DatasetRun:
         assert self.partial_store is not None
         prompt = item.prompt
         self.partial_store.append(
-            PartialTurn(prompt.id, len(item.turns), turn.to_dict(), prompt.prompt_hash, self.settings)
+            PartialTurn(item.key, len(item.turns), turn.to_dict(), prompt.prompt_hash, self.settings)
         )
         self._count_turn(turn)  # the token budget counts every turn
         self.progress.turn_finished(turn.completion_tokens)
@@ -367,13 +379,11 @@ def open_dataset(
     moving = changed_to_move(source, index.changed, cfg)
     if moving:
         resume = resume.without(set(moving))
-    selection = select(
-        index.ids, resume.done, cfg.cap_for(source.name), cfg.sample, cfg.seed, grouped=cfg.regenerate == "each"
-    )
+    selection, target, already_done = select_samples(index, resume.done, cfg, cfg.cap_for(source.name))
     counts = DatasetStats(
         source.name,
-        target=selection.target,
-        already_done=selection.already_done,
+        target=target,
+        already_done=already_done,
         pending=len(selection.pending),
         token_budget=cfg.max_tokens_per_dataset,
         tokens_before=resume.completion_tokens,
@@ -382,6 +392,7 @@ def open_dataset(
     if cfg.max_tokens_per_dataset is not None:
         budget = TokenBudget(cfg.max_tokens_per_dataset, cfg.max_tokens)
     run = DatasetRun(index, selection, resume, None if cfg.dry_run else store, counts, progress, budget)
+    run.mix = Mix.from_config(cfg)
     run.moving = moving  # a dry run never begins: nothing moves
     if cfg.regenerate == "all":
         run.partial_rows = partial_rows
@@ -389,6 +400,22 @@ def open_dataset(
         run.partial = PartialTurns.usable(partial_rows, resume.done, index.hashes, None)
         counts.tokens_before += partial_tokens(run.partial)
     return run
+
+
+def select_samples(index: DatasetIndex, done: set[str], cfg: RunConfig, cap: int | None) -> tuple[Selection, int, int]:
+    """(the selection, whose ``pending`` are the keys of the samples to send; the samples the dataset
+    should hold; those it holds). A cap counts prompts (a prompt with any sample done counts); every
+    selected prompt is owed its missing samples, so a larger --samples-per-prompt adds only those."""
+    per_prompt = cfg.samples_per_prompt
+    if per_prompt == 1 and not cfg.mixed:
+        selection = select(index.ids, done, cap, cfg.sample, cfg.seed, grouped=cfg.regenerate == "each")
+        return selection, selection.target, selection.already_done
+    touched = touched_prompts(done)
+    selection = select(index.ids, touched, cap, cfg.sample, cfg.seed, grouped=cfg.regenerate == "each")
+    started = [pid for pid in index.ids if pid in touched]
+    work = [sample_key(pid, k) for pid, k in sample_work([*started, *selection.pending], done, per_prompt)]
+    held = sum(1 for pid in started for k in range(per_prompt) if sample_key(pid, k) in done)
+    return replace(selection, pending=work), selection.target * per_prompt, held
 
 
 def check_source(store: DatasetStore, source: DatasetSource, resume: ResumeState) -> None:

@@ -6,9 +6,10 @@
     SampleRequest.row_fields()       what its row adds: sample, sampling_seed, recipe (with a mix)
     Mix.dry_run_lines(pairs)         the draw: how many samples each recipe gets, and its first sample
 
-Every request carries ``sampling_seed``: on a server with deterministic inference it makes the sample
-reproducible; elsewhere SGLang accepts it and samples as it would without (tests/integration/
-test_real_sampling_seed.py).
+With several samples per prompt or a mix (``RunConfig.mixed``) every request carries ``sampling_seed``: on
+a server with ``--enable-deterministic-inference`` it makes the sample reproducible; elsewhere SGLang
+accepts it and samples as it would without (tests/integration/test_real_sampling_seed.py). A run of one
+sample per prompt and no mix sends and writes what it did before samples existed.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from synthgen.config import RunConfig
 from synthgen.data.mix import Effective, SamplingMix, effective
-from synthgen.data.samples import sample_seed
+from synthgen.data.samples import sample_rid, sample_seed
 
 
 @dataclass(frozen=True)
@@ -28,9 +30,17 @@ class SampleRequest:
     seed: int  # sampling_params.sampling_seed
     effective: Effective
     mixed: bool  # a --sampling-mix drew the recipe
+    seeded: bool = True  # samples or a mix: the request carries its seed and its row says how it was drawn
 
     def sampling(self) -> dict[str, Any]:
+        if not self.seeded:
+            return dict(self.effective.sampling)
         return {**self.effective.sampling, "sampling_seed": self.seed}
+
+    def rid(self, base: str) -> str:
+        """The request id of one attempt: the sample as a fixed-width suffix, so that no two samples of a
+        prompt prefix-match (SGLang's /abort_request matches by prefix)."""
+        return sample_rid(base, self.sample) if self.seeded else base
 
     @property
     def max_tokens(self) -> int:
@@ -41,7 +51,9 @@ class SampleRequest:
         return self.effective.kwargs
 
     def row_fields(self) -> dict[str, Any]:
-        """What a row says of how it was drawn."""
+        """What a row says of how it was drawn (nothing for a run of one sample and no mix)."""
+        if not self.seeded:
+            return {}
         fields: dict[str, Any] = {"sample": self.sample, "sampling_seed": self.seed}
         if self.mixed:
             fields["recipe"] = self.effective.as_row()
@@ -60,16 +72,33 @@ class Mix:
     max_tokens: int
     kwargs: Mapping[str, Any]  # --chat-template-kwargs
 
+    @classmethod
+    def from_config(cls, cfg: RunConfig) -> Mix:
+        return cls(
+            cfg.samples_per_prompt,
+            cfg.sampling_mix,
+            cfg.seed,
+            cfg.sampling_params(),
+            cfg.max_tokens,
+            cfg.chat_template_kwargs,
+        )
+
+    @property
+    def seeded(self) -> bool:
+        return self.per_prompt > 1 or self.recipes is not None
+
     def request(self, prompt_id: str, sample: int) -> SampleRequest:
         recipe = None if self.recipes is None else self.recipes.draw(self.seed, prompt_id, sample)
         eff = effective(recipe, self.sampling, self.max_tokens, self.kwargs)
-        return SampleRequest(prompt_id, sample, sample_seed(self.seed, prompt_id, sample), eff, recipe is not None)
+        seed = sample_seed(self.seed, prompt_id, sample)
+        return SampleRequest(prompt_id, sample, seed, eff, recipe is not None, self.seeded)
 
     def settings(self) -> dict[str, Any]:
-        """What settings.jsonl records of the mix."""
+        """What settings.jsonl records of the mix (provenance.MIX_DEFAULTS: a run without samples or a mix
+        records what it recorded before)."""
         return {
             "samples_per_prompt": self.per_prompt,
-            "seed": self.seed,
+            "sample_seed": self.seed if self.seeded else None,
             "sampling_mix": None if self.recipes is None else self.recipes.as_json(),
         }
 

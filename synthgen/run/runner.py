@@ -365,7 +365,7 @@ class Pool:
         while (item := await self.producer.take()) is not None:
             if self.stop.is_set():
                 continue  # drain the queue so the producer is never left waiting
-            previous, finished = item.run.turn_order(item.prompt.id)
+            previous, finished = item.run.turn_order(item.key)
             if previous is not None and not previous.is_set():
                 self._spawn(self._after(item, previous, finished))
                 continue
@@ -431,7 +431,7 @@ class Pool:
                     return
                 run.record_turn(item, turn)
                 following = await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self.preparer.next_turn, run, item.prompt, [*item.turns, turn]
+                    self._executor, self.preparer.next_turn, run, item.prompt, [*item.turns, turn], item.request
                 )
                 if isinstance(following, Skip):
                     run.record_error(following.prompt_id, "skipped", following.kind, following.reason, attempts=0)
@@ -456,7 +456,9 @@ class Pool:
             if self.stop.is_set():
                 return None
             attempts += 1
-            payload = build_payload(item.input_ids, item.max_new_tokens, self.sampling, new_rid())
+            sample = item.request
+            sampling, rid = (self.sampling, new_rid()) if sample is None else (sample.sampling(), sample.rid(new_rid()))
+            payload = build_payload(item.input_ids, item.max_new_tokens, sampling, rid)
             started = time.monotonic()
             try:
                 generation = await self.client.generate(payload)
@@ -468,7 +470,7 @@ class Pool:
                     outages += 1
                     if outages >= OUTAGES_PER_PROMPT:
                         run.record_error(
-                            item.prompt.id,
+                            item.key,
                             "failed",
                             "server_died",
                             (
@@ -482,11 +484,11 @@ class Pool:
                     attempts -= 1
                     continue
                 if attempts >= self.cfg.max_attempts:
-                    run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
+                    run.record_error(item.key, "failed", exc.kind, exc.message, attempts, exc.status)
                     return None
                 await self._backoff(attempts)
             except Rejected as exc:
-                run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
+                run.record_error(item.key, "failed", exc.kind, exc.message, attempts, exc.status)
                 return None
 
     def _turn(self, item: WorkItem, generation: Generation, attempts: int, latency: float, rid: str) -> Turn:

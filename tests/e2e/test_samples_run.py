@@ -1,19 +1,25 @@
-"""Several samples per prompt and weighted recipes, through the simulator over loopback HTTP."""
+"""Several samples per prompt and weighted recipes: run_inference.py as a user runs it, against the simulator."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from simharness import start_sim
 
+from synthgen.data.mix import load_mix
 from synthgen.data.samples import sample_seed
+
+COMMON = ("--max-tokens", "256", "--concurrency", "8", "--status-interval", "0.2")
+MIX = (
+    '[{"weight": 3, "temperature": 0.0}, '
+    '{"weight": 1, "temperature": 0.8, "chat_template_kwargs": {"thinking": false}}]'
+)
 
 
 @pytest.fixture(scope="module")
-def sim(tmp_path_factory):
-    from tiny_tokenizers import build_all
-
-    tokenizers = build_all(tmp_path_factory.mktemp("tokenizers"))
-    with start_sim(tokenizers["chatml"]) as running:
+def sim(tokenizers):
+    with start_sim(tokenizers["kimi"]) as running:
         yield running
 
 
@@ -22,6 +28,10 @@ def answer(sim, params: dict) -> list[int]:
     reply = sim.client.post("/generate", json=body)
     assert reply.status_code == 200, reply.text
     return reply.json()["output_ids"]
+
+
+def sent(sim) -> int:
+    return sim.stats()["generate_requests"]
 
 
 def test_the_simulator_gives_a_seeded_sample_the_same_answer_every_time_and_other_seeds_other_answers(sim):
@@ -36,3 +46,94 @@ def test_the_simulator_answers_greedy_or_unseeded_requests_as_before(sim):
     assert answer(sim, {"temperature": 0.0, "sampling_seed": 5}) == plain
     assert answer(sim, {"sampling_seed": 5}) == plain  # temperature not sent: the model's default
     assert answer(sim, {"temperature": 0.8}) == plain
+
+
+def test_each_sample_is_its_own_row_drawn_from_the_mix_with_its_seed_and_recipe(ws, sim):
+    ids = ws.dataset("short", "mixd", 10)
+    before = sent(sim)
+    run = ws.run("--server-url", sim.url, "--samples-per-prompt", "3", "--sampling-mix", MIX, *COMMON)
+    assert run.returncode == 0, run.stderr
+    rows = ws.results("mixd")
+    assert sorted((r["id"], r["sample"]) for r in rows) == sorted((i, k) for i in ids for k in range(3))
+    assert sent(sim) - before == 30
+    mix = load_mix(MIX)
+    for row in rows:
+        recipe = mix.draw(0, row["id"], row["sample"])
+        assert row["sampling_seed"] == sample_seed(0, row["id"], row["sample"])
+        assert row["recipe"]["index"] == recipe.index
+        assert row["sampling_params"]["temperature"] == recipe.params["temperature"]
+        assert row["recipe"]["sampling_params"]["temperature"] == recipe.params["temperature"]
+        thinking_off = recipe.kwargs.get("thinking") is False
+        assert (row["reasoning_content"] == "") is thinking_off, row  # rendered with the recipe's kwargs
+    assert {r["recipe"]["index"] for r in rows} == {0, 1}
+    settings = json.loads((ws.outputs / "mixd" / "settings.jsonl").read_text().splitlines()[-1])["settings"]
+    assert settings["sampling_mix"] == mix.as_json()
+    assert (settings["samples_per_prompt"], settings["sample_seed"]) == (3, 0)
+
+
+def test_raising_n_adds_only_the_missing_samples_and_lowering_it_sends_nothing(ws, sim):
+    ids = ws.dataset("short", "grow", 6)
+    args = ("--server-url", sim.url, "--temperature", "0.8", *COMMON)
+    assert ws.run(*args, "--samples-per-prompt", "2").returncode == 0
+    before = sent(sim)
+    more = ws.run(*args, "--samples-per-prompt", "4")
+    assert more.returncode == 0, more.stderr
+    assert sent(sim) - before == 12
+    rows = ws.results("grow")
+    assert sorted((r["id"], r["sample"]) for r in rows) == sorted((i, k) for i in ids for k in range(4))
+    assert len({(r["id"], r["sampling_seed"]) for r in rows}) == 24
+    assert any(len({len(r["output_ids"]) for r in rows if r["id"] == i}) > 1 for i in ids)
+    before = sent(sim)
+    fewer = ws.run(*args, "--samples-per-prompt", "2")
+    assert fewer.returncode == 0, fewer.stderr
+    assert sent(sim) == before
+    assert len(ws.results("grow")) == 24
+
+
+def test_max_samples_counts_prompts_and_every_one_of_them_gets_all_its_samples(ws, sim):
+    ws.dataset("short", "capped", 8)
+    run = ws.run("--server-url", sim.url, "--max-samples", "3", "--samples-per-prompt", "2", *COMMON)
+    assert run.returncode == 0, run.stderr
+    rows = ws.results("capped")
+    assert sorted((r["id"], r["sample"]) for r in rows) == [(f"capped-{i:04d}", k) for i in range(3) for k in range(2)]
+
+
+def test_another_mix_or_seed_is_refused_naming_the_flag_and_nothing_changes(ws, sim):
+    ws.dataset("short", "fixed", 3)
+    args = ("--server-url", sim.url, "--samples-per-prompt", "2", "--sampling-mix", MIX, *COMMON)
+    assert ws.run(*args).returncode == 0
+    folder = ws.outputs / "fixed"
+    files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and p.name != ".lock"}
+    other = ws.run(*args[: -len(COMMON)], "--sampling-mix", '[{"temperature": 1.0}]', *COMMON)
+    assert other.returncode == 2
+    assert "--sampling-mix [" in other.stderr and "settings differ" in other.stderr
+    seeded = ws.run(*args, "--seed", "7")
+    assert seeded.returncode == 2
+    assert "--seed (the samples' seeds and recipe draws) 0 -> 7" in seeded.stderr
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and p.name != ".lock"} == files
+
+
+def test_the_dry_run_shows_the_draw_per_recipe_and_the_first_request_with_its_seed(ws, sim):
+    ws.dataset("short", "dry", 20)
+    run = ws.run("--server-url", sim.url, "--samples-per-prompt", "2", "--sampling-mix", MIX, "--dry-run", *COMMON)
+    assert run.returncode == 0, run.stderr
+    out = run.stdout + run.stderr
+    assert "samples: 40 to send, 2 per prompt, --seed 0" in out
+    assert "recipe 0 (weight 3, 75.0%):" in out and "recipe 1 (weight 1, 25.0%):" in out
+    assert '"sampling_seed":' in out and "-s00000." in out
+    assert not (ws.outputs / "dry" / "raw_responses.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (("--sampling-mix", "[{"), "run_inference.py: error: --sampling-mix: not valid JSON"),
+        (("--sampling-mix", '[{"temprature": 1}]'), "did you mean 'temperature'?"),
+        (("--samples-per-prompt", "0"), "--samples-per-prompt must be between 1 and 100,000, got 0"),
+    ],
+)
+def test_a_bad_mix_is_one_line_before_anything_is_sent(ws, sim, flags, message):
+    ws.dataset("short", "bad", 2)
+    run = ws.run("--server-url", sim.url, *flags, *COMMON)
+    assert run.returncode == 2
+    assert message in run.stderr and "Traceback" not in run.stderr

@@ -32,6 +32,14 @@ def test_a_sample_is_sent_with_its_seed_and_the_recipe_it_drew_over_the_runs_fla
     }
 
 
+def test_one_sample_and_no_mix_sends_and_writes_what_it_did_before():
+    req = mix(recipes=None, per_prompt=1).request("p1", 0)
+    assert req.sampling() == {"top_k": 20}
+    assert req.row_fields() == {}
+    assert req.rid("synthgen-abc") == "synthgen-abc"
+    assert mix().request("p1", 3).rid("synthgen-abc") == "synthgen-abc-s00003."
+
+
 def test_without_a_mix_a_sample_has_the_runs_flags_its_seed_and_no_recipe():
     req = mix(recipes=None).request("p1", 0)
     assert req.sampling() == {"top_k": 20, "sampling_seed": sample_seed(0, "p1", 0)}
@@ -45,8 +53,13 @@ def test_the_same_command_draws_the_same_requests():
 
 
 def test_settings_record_the_mix_the_samples_and_the_seed():
-    assert mix(seed=3).settings() == {"samples_per_prompt": 4, "seed": 3, "sampling_mix": MIX.as_json()}
+    assert mix(seed=3).settings() == {"samples_per_prompt": 4, "sample_seed": 3, "sampling_mix": MIX.as_json()}
     assert mix(recipes=None).settings()["sampling_mix"] is None
+    assert mix(recipes=None, per_prompt=1).settings() == {
+        "samples_per_prompt": 1,
+        "sample_seed": None,
+        "sampling_mix": None,
+    }
 
 
 def test_the_dry_run_shows_the_draw_per_recipe_and_each_recipes_first_sample():
