@@ -47,7 +47,8 @@ from bench.simproc import REPO, cli_env
 from synthgen.cli.budget import measure_outputs
 from synthgen.data.records import ResultRecord, RowContext, Turn, build_result
 from synthgen.data.store import DatasetStore
-from synthgen.export.exporter import DatasetRef, ExportConfig, scan_dataset
+from synthgen.export.config import DatasetRef, ExportConfig
+from synthgen.export.scan import scan_dataset
 
 DATASET = "rows"
 RESULTS = "raw_responses.jsonl"

@@ -1,8 +1,7 @@
-"""export_training.py: arguments -> ExportConfig -> scan, report, write; errors as one line and an exit code.
+"""export_training.py: arguments -> ExportRequest -> ``export.pipeline.export``; errors as one line and an exit code.
 
-The conversions, filters, split and report live in ``export``; this module chooses the datasets
-(by partition, by name or from a budget file), refuses a destination that is an input, loads the
-tokenizer and the route of the render check, and prints.
+This module only parses (and reads a --budget file, which the export layer does not import); choosing the
+datasets, the checks, the scan, the report and the writing live in ``synthgen.export``.
 """
 
 from __future__ import annotations
@@ -10,43 +9,18 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from synthgen.budget.file import read_budget
-from synthgen.data.prompts import discover
-from synthgen.data.provenance import recorded_sets
 from synthgen.data.store import RESULTS
-from synthgen.errors import OneLineParser, StoreWriteError, TokenizerError, UsageError, run_guarded
-from synthgen.export.exporter import (
-    FORMATS,
-    HINTS,
-    DatasetRef,
-    DatasetScan,
-    DriftError,
-    ExportConfig,
-    check_kept,
-    format_report,
-    mixed_settings_warning,
-    render_notes,
-    scan_dataset,
-    val_path,
-    vocab_size,
-    write_export,
-)
-from synthgen.export.rendercheck import SpecForgeRoute, TemplateRoute, specforge_available
-from synthgen.report.folder import FolderReport, token_budgets, write_page
-
-# Columns of a specforge row that are not template variables (the trainer pops or ignores them).
-TEMPLATE_SKIP_KEYS = frozenset({"id", "conversations", "tools", "status", "synthgen_meta"})
-
-PROG = "export_training.py"
-DEFAULT_PROMPTS_DIR = Path("prompts")
-DEFAULT_OUTPUT_DIR = Path("outputs")
+from synthgen.errors import OneLineParser, run_guarded
+from synthgen.export import formats
+from synthgen.export.config import DEFAULT_OUTPUT_DIR, DEFAULT_PROMPTS_DIR, PROG, ExportRequest, Plan
+from synthgen.export.pipeline import export
 
 EXAMPLES = f"""\
 exit codes:
   0 done   1 rows drift under --fail-on-drift (nothing written)
-  2 bad arguments, unknown dataset, missing results, nothing to export, --out is an input   5 write error
+  2 bad arguments, unknown dataset, no results at all, nothing to export, --out is an input   5 write error
 
 examples:
   # what would be exported, why rows are dropped, length distributions (writes nothing)
@@ -84,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,  # so --debug is found in argv even when parsing fails
     )
+    _which_datasets(parser)
+    _output(parser)
+    _report(parser)
+    return parser
+
+
+def _which_datasets(parser: argparse.ArgumentParser) -> None:
+    """--partition, --dataset, --budget and where they are read."""
     which = parser.add_argument_group("which datasets (default: every dataset with results under --output-dir)")
     which.add_argument(
         "--partition",
@@ -109,13 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"where results are read: DIR/<dataset>/{RESULTS} (default: outputs)",
     )
 
+
+def _output(parser: argparse.ArgumentParser) -> None:
+    """The format, the file and which rows go into it."""
     out = parser.add_argument_group("output")
     out.add_argument(
         "--format",
-        choices=FORMATS,
-        default="specforge",
-        help="specforge: {id, conversations, tools?, synthgen_meta}; tokens: {id, input_ids, "
-        "loss_mask} from the stored ids; messages: {id, messages, tools?} (default: specforge)",
+        choices=formats.names(),
+        default=formats.DEFAULT,
+        help="; ".join(f"{f.name}: {f.shape}" for f in formats.FORMATS.values()) + f" (default: {formats.DEFAULT})",
     )
     out.add_argument("--out", type=Path, metavar="FILE", help="the JSONL file to write (required unless --report)")
     out.add_argument(
@@ -137,9 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument(
         "--keep-truncated",
         action="store_true",
-        help="keep rows cut at --max-tokens (finish_reason length), even with unclosed reasoning",
+        help="keep rows cut at --max-tokens (finish_reason length), even with unclosed reasoning; specforge "
+        "leaves out those cut before any answer (cut_empty: SpecForge's validator refuses them)",
     )
 
+
+def _report(parser: argparse.ArgumentParser) -> None:
+    """The report, the render check and the error path."""
     report = parser.add_argument_group("report")
     report.add_argument(
         "--report",
@@ -178,274 +166,45 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--trust-remote-code", action="store_true", help="allow the tokenizer's own code")
     report.add_argument("--debug", action="store_true", help="show the traceback of an error instead of one line")
-    return parser
 
 
-# --- choosing datasets -----------------------------------------------------------------------------
-def choose_datasets(args: argparse.Namespace) -> list[DatasetRef]:
-    names = list(args.dataset)
+def request_from_args(args: argparse.Namespace) -> ExportRequest:
+    """The parsed arguments as a request; a --budget file is read here (the export does not import budgets)."""
+    plan = None
     if args.budget is not None:
-        names += read_budget(args.budget).generated
-    names = list(dict.fromkeys(names))
-    output_dir = Path(args.output_dir)
-    if args.partition is not None:
-        names = [source.name for source in discover(args.prompts_dir, args.partition, names)]
-    elif not names:
-        found = sorted(p.parent.name for p in output_dir.glob(f"*/{RESULTS}"))
-        if not found:
-            raise UsageError(
-                f"no results under {output_dir}/*/{RESULTS}; run run_inference.py first, or pass --output-dir DIR"
-            )
-        names = found
-    refs = [DatasetRef(name, output_dir / name / RESULTS) for name in names]
-    for ref in refs:
-        if not ref.path.is_file():
-            raise UsageError(
-                f"{ref.path}: no results for dataset '{ref.name}'; run it first "
-                f"(python run_inference.py --dataset {ref.name}) or leave it out"
-            )
-    return refs
-
-
-def config_from_args(args: argparse.Namespace) -> ExportConfig:
-    if args.out is None and not args.report:
-        raise UsageError("--out FILE is required (or --report to only see what would be exported)")
-    if not 0 <= args.val_fraction < 1:
-        raise UsageError(f"--val-fraction must be at least 0 and below 1, got {args.val_fraction}")
-    if args.out is not None and args.val_fraction > 0 and val_path(args.out) == Path(args.out):
-        raise UsageError(f"--out {args.out}: cannot name the validation file beside it; give FILE a name")
-    datasets = tuple(choose_datasets(args))
-    if args.out is not None:
-        targets = [Path(args.out)] + ([val_path(args.out)] if args.val_fraction > 0 else [])
-        inputs = [Path(args.budget)] if args.budget is not None else []
-        for target in targets:
-            refuse_input_destination(target, datasets, inputs)
-    tokenizer, checkers, vocabs = render_setup(args, datasets)
-    return ExportConfig(
-        datasets=datasets,
+        budget = read_budget(args.budget)
+        plan = Plan(tuple(budget.generated), budget.caps, budget.averages)
+    return ExportRequest(
+        partition=args.partition,
+        datasets=tuple(args.dataset),
+        budget=args.budget,
+        plan=plan,
+        prompts_dir=args.prompts_dir,
+        output_dir=args.output_dir,
         format=args.format,
         out=args.out,
-        keep_truncated=args.keep_truncated,
+        val_fraction=args.val_fraction,
         shuffle=args.shuffle,
         seed=args.seed,
-        val_fraction=args.val_fraction,
-        tokenizer=tokenizer,
-        vocabs=vocabs,
-        checkers=checkers,
-        fail_on_drift=args.fail_on_drift,
         settings=None if args.settings is None else ("" if args.settings == "unrecorded" else args.settings),
+        keep_truncated=args.keep_truncated,
+        report=args.report,
+        html=args.html,
+        tokenizer=args.tokenizer,
+        specforge_template=args.specforge_template,
+        fail_on_drift=args.fail_on_drift,
+        render_check=not args.no_render_check,
+        trust_remote_code=args.trust_remote_code,
     )
 
 
-def recorded_tokenizer(ref: DatasetRef) -> str | None:
-    """The tokenizer folder the dataset's latest settings set names, when it is a folder here."""
-    for entry in reversed(recorded_sets(ref.path.parent)):
-        path = entry["settings"].get("tokenizer")
-        if isinstance(path, str) and path and Path(path).expanduser().is_dir():
-            return path
-    return None
-
-
-def render_setup(
-    args: argparse.Namespace, datasets: tuple[DatasetRef, ...]
-) -> tuple[Any, dict[str, Any], dict[str, int]]:
-    """(the --tokenizer, the render check's route per dataset, the vocabulary size per dataset).
-
-    The tokenizer is --tokenizer, else the one each dataset's settings record (when its folder is here);
-    a recorded one that does not load is a note, not an error. The vocabulary is the model's config.json
-    vocab_size, else the tokenizer's length."""
-    from synthgen.chat.templating import model_config, model_vocab_size
-
-    paths = {ref.name: args.tokenizer or recorded_tokenizer(ref) for ref in datasets}
-    check = args.format != "tokens" and not args.no_render_check
-    if args.specforge_template and not check:
-        raise UsageError("--specforge-template is for the render check of specforge/messages rows; drop it")
-    if args.specforge_template and not specforge_available():
-        raise UsageError(
-            f"--specforge-template {args.specforge_template}: the specforge package does not import here "
-            "(pip install --no-deps specforge, with torch, transformers and datasets); drop the flag to check "
-            "with the model's chat template"
-        )
-    loaded: dict[str, Any] = {}
-    checkers: dict[str, Any] = {}
-    vocabs: dict[str, int] = {}
-    for name, path in paths.items():
-        if path is None:
-            continue
-        vocab = model_vocab_size(model_config(path))
-        if (check or vocab is None) and path not in loaded:
-            loaded[path] = _load(args, path, explicit=args.tokenizer is not None)
-        tokenizer = loaded.get(path)
-        if vocab is None and tokenizer is not None:
-            vocab = vocab_size(tokenizer)
-        if vocab is not None:
-            vocabs[name] = vocab
-        if check and tokenizer is not None:
-            _check_template(name, tokenizer, datasets)
-            try:
-                checkers[name] = (
-                    SpecForgeRoute(tokenizer, args.specforge_template)
-                    if args.specforge_template
-                    else TemplateRoute(tokenizer, TEMPLATE_SKIP_KEYS)
-                )
-            except KeyError as exc:
-                raise UsageError(f"--specforge-template {exc.args[0]}") from None
-    tokenizer = loaded.get(args.tokenizer) if args.tokenizer else None
-    return tokenizer, checkers, vocabs
-
-
-def _check_template(name: str, tokenizer: Any, datasets: tuple[DatasetRef, ...]) -> None:
-    """A note when the tokenizer's chat template is not the one the dataset's latest settings set rendered with."""
-    from synthgen.chat.templating import ChatRenderer
-
-    [ref] = [r for r in datasets if r.name == name]
-    sets = recorded_sets(ref.path.parent)
-    recorded = sets[-1]["settings"].get("chat_template_sha256") if sets else None
-    try:
-        used = ChatRenderer(tokenizer).template_hash
-    except TokenizerError:
-        return
-    if recorded and recorded != used:
-        _note(
-            f"{name}: the tokenizer's chat template is not the one the run rendered with (settings.jsonl "
-            "chat_template_sha256); the render check compares with another template"
-        )
-
-
-def _load(args: argparse.Namespace, path: str, explicit: bool) -> Any:
-    from synthgen.chat.templating import load_tokenizer  # transformers only when a tokenizer is used
-
-    try:
-        return load_tokenizer(path, trust_remote_code=args.trust_remote_code)
-    except TokenizerError as exc:
-        if explicit:
-            raise
-        _note(f"render check skipped for the recorded tokenizer {path}: {exc}")
-        return None
-
-
-def refuse_input_destination(target: Path, datasets: tuple[DatasetRef, ...], inputs: list[Path]) -> None:
-    """An export written over an input file, or into a dataset folder being read, would replace what it reads
-    (the results, the run's lock or settings): refused before anything is read or written."""
-    where = target.resolve()
-    for path in inputs:
-        if where == path.resolve():
-            raise UsageError(f"--out {target}: is the input file {path}; write the export to another file")
-    for ref in datasets:
-        folder = ref.path.parent.resolve()
-        if where == folder or folder in where.parents:
-            raise UsageError(
-                f"--out {target}: is inside the dataset folder {ref.path.parent} being read; "
-                "write the export outside the output folders (e.g. --out train.jsonl)"
-            )
-
-
-def _note(message: str) -> None:
-    print(f"note: {message}", file=sys.stderr)
-
-
-# --- running ---------------------------------------------------------------------------------------
-def summary_line(scan: DatasetScan) -> str:
-    """``<dataset>: K of N rows (dropped: ...; U unreadable lines)``: every line of the file is in it."""
-    dropped = ", ".join(f"{n:,} {reason}" for reason, n in sorted(scan.dropped.items()) if n)
-    notes = [f"dropped: {dropped}"] if dropped else []
-    if scan.unreadable:
-        notes.append(f"{scan.unreadable:,} unreadable line{'s' if scan.unreadable != 1 else ''} skipped")
-    return f"{scan.ref.name}: {len(scan.kept):,} of {scan.rows:,} rows" + (f" ({'; '.join(notes)})" if notes else "")
-
-
-def check_settings_filter(scans: list[DatasetScan], config: ExportConfig) -> None:
-    if config.settings is None or any(config.settings in s.settings for s in scans):
-        return
-    found = sorted({sid or "unrecorded" for s in scans for sid in s.settings})
-    raise UsageError(
-        f"--settings {config.settings or 'unrecorded'}: no rows of this settings set "
-        f"(sets found: {', '.join(found) or 'none'}); see them with --report"
-    )
-
-
-def show_render_check(scans: list[DatasetScan], config: ExportConfig, report: bool) -> None:
-    """After an export: the whole report (--report), else the render check's lines and the notes on stderr."""
-    if report:
-        sys.stdout.write(format_report(scans, config))
-        return
-    for scan in scans:
-        if scan.render is not None:
-            print(f"{scan.ref.name}: {scan.render.summary()}", file=sys.stderr)
-            for kind, example in scan.render.examples.items():
-                print(f"  first {kind}: {example}", file=sys.stderr)
-    for line in render_notes(scans, config):
-        _note(line)
-
-
-def write_html(args: argparse.Namespace, datasets: tuple[DatasetRef, ...]) -> None:
-    """--html FILE: the page of these datasets (and the timeline of their output folder), written atomically."""
-    target = Path(args.html)
-    for ref in datasets:
-        folder = ref.path.parent.resolve()
-        if target.resolve() == folder or folder in target.resolve().parents:
-            raise UsageError(
-                f"--html {target}: is inside the dataset folder {ref.path.parent} being read; write the page "
-                f"outside it (e.g. --html {Path(args.output_dir) / 'report.html'})"
-            )
-    budget = read_budget(args.budget) if args.budget is not None else None
-    names = [ref.name for ref in datasets]
-    budgets = token_budgets(names, None, budget.caps, budget.averages) if budget else {}
-    page = FolderReport(Path(args.output_dir), names, budgets).page(
-        None, PROG, f"{args.output_dir} ({', '.join(names)})"
-    )
-    try:
-        write_page(target, page)
-    except OSError as exc:
-        raise StoreWriteError(f"--html {target}: cannot write the page ({exc.strerror or exc})") from exc
-    print(f"wrote {target} (the report as a page)", file=sys.stderr)
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.html is not None and not args.report:
-        raise UsageError("--html FILE goes with --report (e.g. --report --html outputs/report.html)")
-    config = config_from_args(args)
-    if args.html is not None:
-        write_html(args, config.datasets)
-    scans = [scan_dataset(ref, config) for ref in config.datasets]
-    check_settings_filter(scans, config)
-    if config.out is None:
-        check_kept(scans, config)
-        sys.stdout.write(format_report(scans, config))
-        return 0
-    read = sum(s.rows for s in scans)
-    kept = sum(len(s.kept) for s in scans)
-    if not args.report:
-        for scan in scans:
-            print(summary_line(scan), file=sys.stderr)
-        for scan in scans:
-            if len(scan.settings) > 1:
-                print(f"warning: {mixed_settings_warning(scan)}", file=sys.stderr)
-    # What brings dropped rows back, once per reason (e.g. --keep-truncated for rows cut at --max-tokens).
-    for reason, hint in HINTS.items():
-        n = sum(scan.dropped[reason] for scan in scans)
-        if n:
-            _note(f"{n:,} rows dropped as {reason}: {hint}")
-    if not kept:
-        if args.report:
-            sys.stdout.write(format_report(scans, config))
-        raise UsageError(f"nothing to export: {read:,} rows read, none kept; see why with --report")
-    try:
-        written = write_export(scans, config)
-    except DriftError:
-        show_render_check(scans, config, args.report)
-        raise
-    for path, rows in written.items():
-        print(f"wrote {path} ({rows:,} rows, {config.format})", file=sys.stderr)
-        if not rows:
-            _note(f"{path} is empty: too few rows for --val-fraction {config.val_fraction}")
-    show_render_check(scans, config, args.report)
-    return 0
+def run(argv: list[str]) -> int:
+    return export(request_from_args(build_parser().parse_args(argv)))
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        return run_guarded(PROG, lambda: run(build_parser().parse_args(argv)), sys.stderr, debug="--debug" in argv)
+        return run_guarded(PROG, lambda: run(argv), sys.stderr, debug="--debug" in argv)
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0

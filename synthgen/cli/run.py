@@ -345,6 +345,18 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     ).validate()
 
 
+def closing_text(end_text: str, report: str) -> str:
+    """The run's closing lines; the last one says where the rows and the report page are and how to export:
+    ``rows: ...; report: outputs/report.html; export them with: ...`` (the report alone when no row exists)."""
+    lines = end_text.splitlines()
+    if report and lines and lines[-1].startswith("rows: ") and "; export them with: " in lines[-1]:
+        where, export = lines[-1].split("; export them with: ", 1)
+        lines[-1] = f"{where}; {report}; export them with: {export}"
+    elif report:
+        lines.append(report)
+    return "\n".join(lines)
+
+
 def rerun_command(argv: list[str]) -> str:
     """This run's command as a user can paste it again; an API key given as a flag is printed as
     "$SGLANG_API_KEY", and every other credential shape hidden (``synthgen.redact``)."""
@@ -387,8 +399,7 @@ def main(argv: list[str] | None = None, stream: TextIO | None = None, tty: bool 
                 code = await runner.run()
             finally:
                 report = runner.finish_report()  # the page of the output folder, also after an error
-        # The report page first: what to do next (rows and the export command) stays the run's last line.
-        write_last("\n".join(line for line in (report, runner.end_text) if line), out, config.log_file)
+        write_last(closing_text(runner.end_text, report), out, config.log_file)
         return code
 
     def body() -> int:

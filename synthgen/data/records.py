@@ -14,6 +14,8 @@ and never raises on a missing or mistyped optional field.
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +25,17 @@ from synthgen.data.samples import row_sample, sample_key
 from synthgen.redact import redact
 
 _LINE = orjson.OPT_APPEND_NEWLINE
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # the JSON escape of a surrogate (U+D800-U+DFFF)
+
+
+def json_line(obj: Any) -> bytes:
+    """One JSONL line (newline included): orjson's, or, for a value orjson refuses (a lone surrogate, as a
+    model's ``\\ud83d`` escape leaves in a tool call's arguments), the standard library's with every
+    non-ASCII character escaped, which :func:`parse_line` reads back to the same value."""
+    try:
+        return orjson.dumps(obj, option=_LINE)
+    except TypeError:
+        return (json.dumps(obj, ensure_ascii=True, separators=(",", ":")) + "\n").encode("ascii")
 
 
 @dataclass(slots=True)
@@ -70,7 +83,7 @@ class ResultRecord:
     recipe: dict[str, Any] | None = None
 
     def to_json(self) -> bytes:
-        return orjson.dumps(self.to_dict(), option=_LINE)
+        return json_line(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         row = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -237,7 +250,7 @@ class ErrorRecord:
     def to_json(self) -> bytes:
         row = dataclasses.asdict(self)
         row["error"] = redact(self.error)  # a server's message may quote a URL with its key
-        return orjson.dumps(row, option=_LINE)
+        return json_line(row)
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> ErrorRecord | None:
@@ -298,7 +311,12 @@ def parse_line(line: bytes) -> dict[str, Any] | None:
     try:
         row = orjson.loads(line)
     except orjson.JSONDecodeError:
-        return None
+        if not _SURROGATE_ESCAPE.search(line):
+            return None
+        try:  # json_line's fallback: a lone surrogate escape, which orjson refuses to read
+            row = json.loads(line)
+        except ValueError:
+            return None
     return row if isinstance(row, dict) else None
 
 

@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 
 from synthgen.data.openfiles import FilePool, create_new, limit_error, open_output, open_output_file, pool_size
-from synthgen.data.records import DoneEntry, ErrorRecord, ResultRecord, parse_line
+from synthgen.data.records import DoneEntry, ErrorRecord, ResultRecord, json_line, parse_line
 from synthgen.errors import RunLockedError, StoreWriteError, SynthgenError
 
 RESULTS = "raw_responses.jsonl"
@@ -372,7 +372,7 @@ class DatasetStore:
         try:
             with create_new(tmp) as fh:
                 for row in keep:
-                    fh.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+                    fh.write(json_line(row))
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, self.errors_path)
@@ -487,7 +487,7 @@ class PartialTurn:
     def to_json(self) -> bytes:
         row = {"id": self.id, "turn": self.turn, "data": self.data}
         row |= {"prompt_hash": self.prompt_hash, "settings": self.settings}
-        return orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
+        return json_line(row)
 
 
 class PartialTurns:

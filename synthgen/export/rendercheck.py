@@ -1,7 +1,7 @@
 """The render check: does an exported row train on exactly what the model saw and wrote?
 
 Each exported specforge/messages row is rendered the way its trainer will render it, tokenized, and compared
-with what it must be (``exporter.Expected``: the stored prompt ids + output ids, the output span trained and
+with what it must be (``formats.Expected``: the stored prompt ids + output ids, the output span trained and
 nothing else). Two routes:
 
     template    the model's chat template with the row's kwargs (what a trainer calling
@@ -22,7 +22,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from synthgen.chat.templating import TOOL_TURN_SHAPES
 from synthgen.data.conversations import template_messages
@@ -53,6 +53,17 @@ SPECFORGE_MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", 
 class Rendering:
     ids: list[int]
     mask: list[int] | None  # the trained tokens, or None when the route cannot tell
+
+
+class Route(Protocol):
+    """How a trainer renders an exported row: TemplateRoute or SpecForgeRoute."""
+
+    name: str
+    system_prompt: str | None
+
+    def render(self, row: dict[str, Any]) -> Rendering: ...
+
+    def decode(self, ids: list[int]) -> str: ...
 
 
 @dataclass

@@ -197,6 +197,12 @@ class ServerProcess:
         None while it runs or before start()."""
         return self._proc.poll() if self._proc else None
 
+    def settle_log(self) -> None:
+        """Once the process has exited: let the pump write its last lines (the crash message a restart
+        quotes) before anyone reads the log's tail."""
+        if self.exited() is not None:
+            self._reap_pump(PUMP_WAIT)
+
     def log_tail(self) -> str:
         """The last lines this start wrote to the log, as one short line."""
         return self._log.tail()

@@ -55,6 +55,7 @@ async def watch(
             reason = f"/health failing for {now - unhealthy_since:.0f} s"
         else:
             reason = "died during the run"
+            await asyncio.to_thread(server.settle_log)  # its last lines are in the log before they are quoted
         unhealthy_since = None
         try:
             await recover(server, reason, ready, timeout, message)

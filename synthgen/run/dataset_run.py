@@ -31,6 +31,7 @@ from synthgen.data.selection import Selection, select
 from synthgen.data.store import DatasetStore, PartialTurn, PartialTurns, ResumeState, move_rows
 from synthgen.errors import UsageError
 from synthgen.run.mix import Mix, SampleRequest
+from synthgen.run.model import stop_token
 from synthgen.run.progress import DatasetStats, Progress
 from synthgen.server.client import Generation
 
@@ -69,11 +70,12 @@ class WorkItem:
                 call_id_prefix=f"{self.prompt.id}/{len(self.turns)}",
                 history_tool_calls=history,
                 tools=self.prompt.tools,  # undeclared functions dropped, XML arguments typed by the schemas
+                stop=stop_token(gen, parser),
             )
             reasoning, content, complete = parsed.reasoning, parsed.content, parsed.reasoning_complete
             had_reasoning, calls = parsed.had_reasoning, parsed.tool_calls or None
         else:  # no tools declared: a tool-call-looking answer stays in the content, as SGLang leaves it
-            split = parser.split(gen.text, self.opens_reasoning)
+            split = parser.split(gen.text, self.opens_reasoning, stop=stop_token(gen, parser))
             reasoning, content, complete = split.reasoning, split.content, split.reasoning_closed
             had_reasoning, calls = split.had_reasoning, None
         return Turn(

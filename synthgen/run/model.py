@@ -13,6 +13,7 @@ from synthgen.chat.parsers import KNOWN_REASONING, KNOWN_TOOL_CALL, OutputParser
 from synthgen.config import RunConfig
 from synthgen.data.provenance import Settings
 from synthgen.run.mix import Mix
+from synthgen.server.client import Generation
 from synthgen.server.discovery import ServerContext
 
 
@@ -35,8 +36,20 @@ def load_model(cfg: RunConfig, ctx: ServerContext) -> Model:
         choose_parser("tool-call", cfg.tool_call_parser, ctx.tool_call_parser, ctx.notes),
         cfg.think_start,
         cfg.think_end,
+        decode=lambda ids: str(tokenizer.decode(ids, skip_special_tokens=False)),
+        chat_template_kwargs=cfg.chat_template_kwargs,
     )
     return Model(renderer, parser, templating.max_token_bytes(tokenizer))
+
+
+def stop_token(gen: Generation, parser: OutputParser) -> str:
+    """The stop token a generation ended on, as text ("" if it did not end on one): SGLang's ``text``
+    leaves a matched stop token out while ``output_ids`` keep it, and where the parsers' grammar has it
+    (gpt-oss's ``<|call|>`` closes a tool call) the row is parsed from what the model wrote."""
+    matched = gen.finish_reason.get("matched")
+    if gen.finish_type != "stop" or type(matched) is not int or not gen.output_ids or parser.decode is None:
+        return ""
+    return parser.decode([matched]) if gen.output_ids[-1] == matched else ""
 
 
 def choose_parser(kind: str, chosen: str | None, served: str | None, notes: list[str]) -> str | None:

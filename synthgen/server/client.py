@@ -8,12 +8,21 @@ httpx exceptions and HTTP statuses are translated here, and only here, into:
                               finish_reason is "abort"
     Rejected                  any other 4xx: this prompt's permanent failure
     AuthError                 401/403: the whole run stops
+
+A Transient carries ``partial``: the output ids the server generated before the attempt ended (an
+abort answer's ``output_ids``, or what a stream delivered before it broke), else None.
+
+Streaming (``generate(payload, progress=...)``, sglang_api.md §10): SSE ``data:`` chunks, cumulative
+by default, deltas under the server's ``--incremental-streaming-output``; both are told apart by
+``meta_info.completion_tokens``, which counts every id so far in either mode.
 """
 
 from __future__ import annotations
 
+import inspect
+import re
 import uuid
-from collections.abc import AsyncIterator, Callable, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,9 +45,17 @@ class RequestFailure(Exception):
 
 
 class Transient(RequestFailure):
-    def __init__(self, kind: str, message: str, status: int | None = None, outage: bool = False):
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        status: int | None = None,
+        outage: bool = False,
+        partial: list[int] | None = None,
+    ):
         super().__init__(kind, message, status)
         self.outage = outage
+        self.partial = partial  # output ids generated before the attempt ended, when known
 
 
 class Rejected(RequestFailure):
@@ -110,12 +127,7 @@ def check_auth(status: int, body: bytes) -> None:
 
 def parse_generation(status: int, body: bytes) -> Generation:
     """Turn one /generate answer into a Generation or raise the matching RequestFailure."""
-    check_auth(status, body)
-    if status >= 500 or status in RETRYABLE_4XX:
-        message = f"HTTP {status}: {error_message(body)}"
-        raise Transient(f"http_{status}", message, status, outage=status in OUTAGE_STATUSES)
-    if status != 200:
-        raise Rejected(f"http_{status}", f"HTTP {status}: {error_message(body)}", status)
+    check_status(status, body)
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -125,11 +137,30 @@ def parse_generation(status: int, body: bytes) -> Generation:
     meta = data.get("meta_info") if isinstance(data, dict) else None
     if not isinstance(meta, dict) or not isinstance(data.get("text"), str):
         raise Transient("bad_response", f"response has no text/meta_info: {body[:200]!r}", status)
+    return generation_from(data, meta, status)
+
+
+def check_status(status: int, body: bytes) -> None:
+    """Raise the RequestFailure (or AuthError) of any answer but a 200."""
+    check_auth(status, body)
+    if status >= 500 or status in RETRYABLE_4XX:
+        message = f"HTTP {status}: {error_message(body)}"
+        raise Transient(f"http_{status}", message, status, outage=status in OUTAGE_STATUSES)
+    if status != 200:
+        raise Rejected(f"http_{status}", f"HTTP {status}: {error_message(body)}", status)
+
+
+def generation_from(data: dict[str, Any], meta: dict[str, Any], status: int) -> Generation:
+    """A 200 answer's text, ids and meta_info as a Generation; an abort raises Transient with
+    the ids so far as ``partial``."""
     finish = meta.get("finish_reason")
     if isinstance(finish, str):  # very old servers sent a bare string
         finish = {"type": finish}
     if not isinstance(finish, dict) or not isinstance(finish.get("type"), str):
         raise Transient("bad_response", f"response has no usable finish_reason ({_shown(finish)})", status)
+    output_ids = data.get("output_ids")
+    if output_ids is not None and not _int_list(output_ids):
+        raise Transient("bad_response", f"output_ids is not a list of token ids ({_shown(output_ids)})", status)
     if finish["type"] == "abort":
         code = finish.get("status_code")
         raise Transient(
@@ -137,10 +168,8 @@ def parse_generation(status: int, body: bytes) -> Generation:
             f"server aborted the request: {finish.get('message') or 'Aborted'}",
             code if isinstance(code, int) else None,
             outage=isinstance(code, int) and code in OUTAGE_STATUSES,
+            partial=output_ids,
         )
-    output_ids = data.get("output_ids")
-    if output_ids is not None and not _int_list(output_ids):
-        raise Transient("bad_response", f"output_ids is not a list of token ids ({_shown(output_ids)})", status)
     completion = _count(meta, "completion_tokens", status)
     if completion is None:
         completion = len(output_ids) if output_ids is not None else 0
@@ -176,6 +205,149 @@ def _count(meta: dict[str, Any], key: str, status: int) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise Transient("bad_response", f"meta_info.{key} is {_shown(value)}, not a token count", status)
     return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Streaming: SSE chunks of one /generate (sglang_api.md §10)
+# ---------------------------------------------------------------------------------------------
+
+# Called with the output ids so far after each chunk that brought new ones (not after the last):
+# the list is the client's, to read or copy, never to change. An exception raised by it ends the
+# attempt: the stream is closed, which SGLang answers by aborting the request at once.
+Progress = Callable[[list[int]], None | Awaitable[None]]
+DEFAULT_STREAM_INTERVAL = 256
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
+
+
+async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The ``data`` of each server-sent event in a byte stream (comments and other fields skipped)."""
+    buffer = bytearray()
+    async for chunk in chunks:
+        scan = max(0, len(buffer) - 3)  # a separator may straddle two network chunks
+        buffer += chunk
+        start = 0
+        while match := _EVENT_END.search(buffer, max(start, scan)):
+            event = bytes(buffer[start : match.start()])
+            start = match.end()
+            data = [line[5:].removeprefix(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
+            if data:
+                yield b"\n".join(line.rstrip(b"\r") for line in data)
+        del buffer[:start]
+    if buffer.strip():  # a last event without its blank line (the stream was cut, or a lax server)
+        data = [line[5:].removeprefix(b" ") for line in bytes(buffer).split(b"\n") if line.startswith(b"data:")]
+        if data:
+            yield b"\n".join(line.rstrip(b"\r") for line in data)
+
+
+class StreamState:
+    """What one streamed /generate delivered so far: the output ids, the text, the final chunk, and
+    whether the chunks between the first and the last kept the asked ``stream_interval`` (a
+    gateway may drop the key: then the server's default, 1 unless it was started otherwise)."""
+
+    def __init__(self, interval: int):
+        self.interval = interval
+        self.ids: list[int] = []
+        self.deltas: list[str] = []  # text pieces under incremental streaming
+        self.text: str | None = None  # the last cumulative text
+        self.incremental: bool | None = None  # None until a chunk tells
+        self.chunks = 0
+        self.middle_chunks = 0  # chunks after the first with new ids, before the last
+        self.short_chunks = 0  # ... of which brought fewer than ``interval`` new ids
+        self.final: dict[str, Any] | None = None  # the last chunk's meta_info
+
+    @property
+    def interval_honoured(self) -> bool | None:
+        """None when this stream cannot tell (interval 1, or no chunk between the first and last)."""
+        if self.interval <= 1 or not self.middle_chunks:
+            return None
+        return self.short_chunks == 0
+
+    def add(self, raw: bytes) -> int:
+        """Take one event's data; returns how many new ids it brought. Raises the attempt's
+        failure for an error event or a chunk that cannot be read."""
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise self.failure("bad_response", f"stream chunk is not JSON: {raw[:200]!r}") from None
+        if isinstance(data, dict) and "error" in data and "meta_info" not in data:
+            self.error_event(data)
+        meta = data.get("meta_info") if isinstance(data, dict) else None
+        ids = data.get("output_ids") if isinstance(data, dict) else None
+        if not isinstance(meta, dict) or not _int_list(ids):
+            raise self.failure("bad_response", f"stream chunk has no output_ids/meta_info: {raw[:200]!r}")
+        assert isinstance(ids, list) and isinstance(data, dict)
+        before = len(self.ids)
+        self._take_ids(ids, meta.get("completion_tokens"))
+        text = data.get("text")
+        if isinstance(text, str):
+            self.text = text
+            if self.incremental is not False:  # the first chunk is the first delta too
+                self.deltas.append(text)
+        new = len(self.ids) - before
+        self.chunks += 1
+        if meta.get("finish_reason") is not None:
+            self.final = meta
+        elif before and new:
+            self.middle_chunks += 1
+            self.short_chunks += new < self.interval
+        return new
+
+    def _take_ids(self, ids: list[int], total: object) -> None:
+        known = len(self.ids)
+        if isinstance(total, int) and not isinstance(total, bool):
+            if len(ids) == total and (known == 0 or not self.incremental):
+                if known:
+                    self.incremental, self.deltas = False, []
+                self.ids = ids
+            elif known + len(ids) == total:
+                self.ids.extend(ids)
+                self.incremental = True if known else self.incremental
+            elif known != total:  # known == total: 0.5.23 repeats the last id in an incremental abort
+                raise self.failure(
+                    "bad_response", f"stream chunk of {len(ids)} ids does not add up to {total} after {known}"
+                )
+        elif self.incremental is False or (self.incremental is None and ids[:known] == self.ids):
+            if known:
+                self.incremental, self.deltas = False, []
+            self.ids = ids
+        else:
+            self.ids.extend(ids)
+            self.incremental = True if known else self.incremental
+
+    def error_event(self, data: dict[str, Any]) -> None:
+        """SGLang sends a failure after the stream began (e.g. a prompt over the context length,
+        checked once the 200 went out) as ``data: {"error": {...}}``."""
+        err = data["error"]
+        code = err.get("code") if isinstance(err, dict) else None
+        if isinstance(code, bool) or not isinstance(code, int) or not 400 <= code <= 599:
+            code = 500 if isinstance(err, dict) and err.get("retryable") else 400
+        body = orjson.dumps(data)
+        if self.ids:  # tokens came first: keep them, whatever the error says
+            raise self.failure("stream_error", f"the stream ended in an error: {error_message(body)}")
+        check_status(code, body)
+
+    def failure(self, kind: str, message: str, outage: bool = False) -> Transient:
+        return Transient(kind, message, outage=outage, partial=list(self.ids))
+
+    def result(self) -> Generation:
+        """The Generation of a finished stream (an abort raises Transient with ``partial``)."""
+        if self.final is None:
+            raise self.failure("connection", "the stream ended before its last chunk", outage=True)
+        text = "".join(self.deltas) if self.incremental else self.text
+        if text is None:
+            raise self.failure("bad_response", "the stream's chunks carry no text")
+        return generation_from({"text": text, "output_ids": self.ids}, self.final, 200)
+
+
+def transport_failure(exc: httpx.HTTPError, partial: list[int] | None) -> Transient:
+    """httpx's failure of one attempt as a Transient, with the ids a stream delivered."""
+    if isinstance(exc, httpx.TimeoutException):
+        return Transient("timeout", f"{type(exc).__name__}: no answer in time", outage=True, partial=partial)
+    if isinstance(exc, httpx.TransportError):
+        message = f"{type(exc).__name__}: {exc or 'connection lost'}"
+        return Transient("connection", message, outage=True, partial=partial)
+    # DecodingError: e.g. a body marked gzip that is not gzip
+    return Transient("bad_response", f"{type(exc).__name__}: {exc}", partial=partial)
 
 
 def origin(url: httpx.URL) -> tuple[str, str, int | None]:
@@ -281,6 +453,9 @@ class SGLangClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ):
         self.base_url = base_url.rstrip("/")
+        # Whether streamed requests got chunks at the interval they asked for: None until a
+        # stream could tell, False for good once one did not (sglang_api.md §11: smg drops it).
+        self.stream_interval_honoured: bool | None = None
         self.shown_url = redact(self.base_url)  # for messages: a credential in the URL is never printed
         # httpx's defaults (5 s read timeout, 100 connections) would time out every long
         # generation and queue requests beyond 100; the runner's semaphore bounds in-flight
@@ -298,24 +473,61 @@ class SGLangClient:
     async def aclose(self) -> None:
         await self.http.aclose()
 
-    async def generate(self, payload: dict[str, Any]) -> Generation:
+    async def generate(
+        self,
+        payload: dict[str, Any],
+        progress: Progress | None = None,
+        stream_interval: int = DEFAULT_STREAM_INTERVAL,
+    ) -> Generation:
+        """One /generate. With ``progress``, the answer streams at ``stream_interval`` tokens a
+        chunk and ``progress(ids_so_far)`` follows each chunk; a stream cut short raises Transient
+        with the ids it delivered as ``partial``."""
+        if progress is not None:
+            return await self._generate_streamed(payload, progress, stream_interval)
         try:
             response = await self.http.post(
                 "/generate", content=orjson.dumps(payload), headers={"Content-Type": "application/json"}
             )
-        except httpx.TimeoutException as exc:
-            raise Transient("timeout", f"{type(exc).__name__}: no answer in time", outage=True) from exc
-        except httpx.TransportError as exc:
-            raise Transient("connection", f"{type(exc).__name__}: {exc or 'connection lost'}", outage=True) from exc
-        except httpx.RequestError as exc:  # DecodingError: e.g. a body marked gzip that is not gzip
-            raise Transient("bad_response", f"{type(exc).__name__}: {exc}") from exc
+        except httpx.HTTPError as exc:
+            raise transport_failure(exc, None) from exc
         return parse_generation(response.status_code, response.content)
+
+    async def _generate_streamed(self, payload: dict[str, Any], progress: Progress, interval: int) -> Generation:
+        params = {**(payload.get("sampling_params") or {}), "stream_interval": interval}
+        body = orjson.dumps({**payload, "sampling_params": params, "stream": True})
+        state = StreamState(interval)
+        try:
+            async with self.http.stream(
+                "POST", "/generate", content=body, headers={"Content-Type": "application/json"}
+            ) as response:
+                if response.status_code != 200:
+                    check_status(response.status_code, await response.aread())
+                if not response.headers.get("content-type", "").startswith("text/event-stream"):
+                    return parse_generation(200, await response.aread())  # a server that does not stream
+                async for data in sse_data(response.aiter_bytes()):
+                    if data == b"[DONE]":
+                        break
+                    if state.add(data) and state.final is None:
+                        called = progress(state.ids)
+                        if inspect.isawaitable(called):
+                            await called
+        except httpx.HTTPError as exc:
+            raise transport_failure(exc, state.ids) from exc
+        self._note_interval(state.interval_honoured)
+        return state.result()
+
+    def _note_interval(self, honoured: bool | None) -> None:
+        """Once a stream shows the server ignoring ``stream_interval`` (a gateway that drops the
+        key: chunks come every token), ``stream_interval_honoured`` stays False."""
+        if honoured is not None and self.stream_interval_honoured is not False:
+            self.stream_interval_honoured = honoured
 
     async def abort(self, rid: str) -> bool:
         """End the request ``rid`` through SGLang's ``POST /abort_request``: its pending ``/generate``
         then answers 200 with ``finish_reason.type == "abort"`` and the output so far (sglang_api.md
-        §10). The server matches rids by prefix. False when the server could not be asked; never raises,
-        since it is called while stopping."""
+        §10). Only a rid in flight reaches the scheduler, which then also ends every request whose
+        rid starts with it (measured on 0.5.23): a rid must not be the prefix of another's. False
+        when the server could not be asked; never raises, since it is called while stopping."""
         try:
             response = await self.http.post(
                 "/abort_request",

@@ -8,162 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import orjson
 import pyarrow.json as paj
 import pytest
+from result_rows import ARGS, CALC_TOOL, WEATHER_TOOL, old_row, record, tool_row, truncated_row, write_results
+from specforge_validator import validate_file, validate_row
 
 from synthgen.cli.export import main
-from synthgen.data.records import ResultRecord
-from synthgen.export.exporter import (
-    ExportConfig,
-    RowRef,
-    drop_reason,
-    split_rows,
-    token_rows,
-    val_path,
-)
-from synthgen.export.histogram import histogram, quantile
+from synthgen.export.config import val_path
 
 ROOT = Path(__file__).resolve().parents[2]
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather of a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
-CALC_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "parameters": {"type": "object", "properties": {"a": {"type": "integer", "default": 0}}},
-    },
-}
-ARGS = '{"city": "Paris",  "unit":"C"}'  # odd spacing on purpose: it must survive byte for byte
-
-
-def record(rid: str, dataset: str = "chat", **fields) -> ResultRecord:
-    """A realistic completed row: reasoning closed, an answer, ids stored (prompt 4 ids, output 3 + stop)."""
-    reasoning = fields.pop("reasoning_content", "Let me think.")
-    content = fields.pop("content", f"Answer {rid}.")
-    assistant = {"role": "assistant", "content": content, "reasoning_content": reasoning}
-    if fields.get("tool_calls"):
-        assistant["tool_calls"] = fields["tool_calls"]
-    values = {
-        "id": rid,
-        "dataset": dataset,
-        "partition": "short",
-        "messages": [
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": f"Question {rid}?"},
-            assistant,
-        ],
-        "reasoning_content": reasoning,
-        "content": content,
-        "finish_reason": "stop",
-        "finish_detail": {"type": "stop", "matched": 2},
-        "reasoning_complete": True,
-        "prompt_tokens": 4,
-        "completion_tokens": 4,
-        "cached_tokens": None,
-        "output_text": f"<think>{reasoning}</think>{content}",
-        "model": "tiny",
-        "sampling_params": {"temperature": 0.6, "max_new_tokens": 64},
-        "chat_template_kwargs": None,
-        "latency_s": 0.5,
-        "server_latency_s": 0.4,
-        "attempts": 1,
-        "request_id": f"r-{rid}",
-        "created_at": "2026-11-30T00:00:00Z",
-        "source": f"short/{dataset}.jsonl",
-        "input_ids": [1, 5, 6, 7],
-        "output_ids": [10, 11, 12, 2],
-        "regenerate": "last",
-    }
-    values.update(fields)
-    return ResultRecord.from_dict(values)
-
-
-def old_row(rid: str, dataset: str = "chat") -> dict:
-    """A row written before tools, ids, turns and settings were stored."""
-    row = record(rid, dataset).to_dict()
-    for key in (
-        "source",
-        "prompt_hash",
-        "tools",
-        "tool_calls",
-        "input_ids",
-        "output_ids",
-        "regenerate",
-        "turns",
-        "settings",
-    ):
-        del row[key]
-    return row
-
-
-def tool_row(rid: str = "t1", dataset: str = "chat") -> ResultRecord:
-    calls = [{"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": ARGS}}]
-    return record(
-        rid, dataset, content="", tool_calls=calls, tools=[WEATHER_TOOL], chat_template_kwargs={"thinking": True}
-    )
-
-
-def truncated_row(rid: str = "cut", dataset: str = "chat") -> ResultRecord:
-    return record(
-        rid,
-        dataset,
-        content="",
-        reasoning_content="and so on and so",
-        reasoning_complete=False,
-        finish_reason="length",
-        finish_detail={"type": "length", "length": 4},
-        output_text="<think>and so on and so",
-        output_ids=[10, 11, 12, 13],
-    )
-
-
-def multi_turn_row(rid: str = "mt", chained: bool = True, dataset: str = "chat") -> ResultRecord:
-    first = {
-        "input_ids": [1, 5],
-        "output_ids": [10, 2],
-        "reasoning_content": "",
-        "content": "A1",
-        "tool_calls": None,
-        "finish_reason": "stop",
-        "reasoning_complete": True,
-        "prompt_tokens": 2,
-        "completion_tokens": 2,
-        "output_text": "A1",
-    }
-    history = [1, 5, 10, 2] if chained else [1, 5, 99]
-    second = dict(first, input_ids=[*history, 6], output_ids=[11, 12, 2], content="A2", output_text="A2 more")
-    messages = [
-        {"role": "user", "content": "Q1"},
-        {"role": "assistant", "content": "A1"},
-        {"role": "user", "content": "Q2"},
-        {"role": "assistant", "content": "A2"},
-    ]
-    return record(
-        rid,
-        dataset,
-        messages=messages,
-        turns=[first, second],
-        regenerate="all",
-        content="A2",
-        reasoning_content="",
-        input_ids=second["input_ids"],
-        output_ids=second["output_ids"],
-    )
-
-
-def write_results(root: Path, dataset: str, rows: list, tail: bytes = b"") -> Path:
-    path = root / "outputs" / dataset / "raw_responses.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = b"".join(r.to_json() if isinstance(r, ResultRecord) else orjson.dumps(r) + b"\n" for r in rows)
-    path.write_bytes(data + tail)
-    return path
 
 
 @pytest.fixture
@@ -246,39 +99,6 @@ def test_tokens_rows_are_prompt_plus_output_ids_with_the_mask_on_the_output_and_
     assert read_arrow(project / "tok.jsonl")[0]["loss_mask"] == [0, 0, 0, 0, 1, 1, 1, 1]
 
 
-def test_a_multi_turn_row_whose_turns_chain_is_one_sequence_with_every_generated_span_masked():
-    rows = token_rows(multi_turn_row(chained=True))
-    assert rows == [{"id": "chat/mt", "input_ids": [1, 5, 10, 2, 6, 11, 12, 2], "loss_mask": [0, 0, 1, 1, 0, 1, 1, 1]}]
-
-
-def test_a_multi_turn_row_whose_history_was_re_rendered_differently_is_one_row_per_turn():
-    rows = token_rows(multi_turn_row(chained=False))
-    assert rows == [
-        {"id": "chat/mt#0", "input_ids": [1, 5, 10, 2], "loss_mask": [0, 0, 1, 1]},
-        {"id": "chat/mt#1", "input_ids": [1, 5, 99, 6, 11, 12, 2], "loss_mask": [0, 0, 0, 0, 1, 1, 1]},
-    ]
-
-
-# --- filters -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("row", "fmt", "keep", "reason"),
-    [
-        (record("a"), "specforge", False, None),
-        (truncated_row(), "specforge", False, "truncated"),
-        (truncated_row(), "specforge", True, None),
-        (record("u", reasoning_complete=False), "specforge", False, "unclosed"),
-        (record("e", content="  \n"), "specforge", False, "empty"),
-        (tool_row(), "specforge", False, None),  # an empty answer beside a tool call is the call
-        (record("s", content="</think>The answer"), "specforge", False, "stray"),
-        (record("h", reasoning_content="x<|channel|>final"), "specforge", False, "stray"),
-        (ResultRecord.from_dict(old_row("o")), "tokens", False, "no_ids"),
-        (ResultRecord.from_dict(old_row("o")), "messages", False, None),
-    ],
-)
-def test_each_filter_drops_the_row_it_is_for_and_nothing_else(row, fmt, keep, reason):
-    assert drop_reason(row, fmt, keep) == reason
-
-
 def test_duplicates_torn_lines_and_filtered_rows_are_counted_and_the_first_copy_of_an_id_wins(project, capsys):
     write_results(
         project,
@@ -295,35 +115,64 @@ def test_duplicates_torn_lines_and_filtered_rows_are_counted_and_the_first_copy_
     assert jsonl(project / "o.jsonl")[0]["messages"][-1]["content"] == "Answer a."
 
 
-def test_keep_truncated_exports_rows_cut_at_max_tokens(project, capsys):
-    write_results(project, "chat", [record("a"), truncated_row("cut")])
-    code, _, _ = run(capsys, "--dataset", "chat", "--keep-truncated", "--out", "o.jsonl")
-    assert code == 0
-    assert [r["id"] for r in jsonl(project / "o.jsonl")] == ["chat/a", "chat/cut"]
+def test_keep_truncated_leaves_cut_rows_without_an_answer_out_of_specforge_so_specforges_validator_accepts_it(
+    project, capsys
+):
+    # issue 30.10: such rows were written with status "success" and an empty answer, which the validator refuses.
+    write_results(project, "chat", [record("a"), truncated_row("cut"), truncated_row("mid", content="A partial")])
+    code, _, err = run(capsys, "--dataset", "chat", "--keep-truncated", "--out", "train.jsonl")
+    assert code == 0, err
+    assert err.splitlines()[0] == "chat: 2 of 3 rows (dropped: 1 cut_empty)"
+    assert (
+        "note: 1 rows dropped as cut_empty: kept by --keep-truncated but SpecForge's validator refuses an empty "
+        "answer; --format tokens keeps them"
+    ) in err.splitlines()
+    assert [r["id"] for r in jsonl(project / "train.jsonl")] == ["chat/a", "chat/mid"]
+    assert validate_file(project / "train.jsonl") == 2
+    code, _, err = run(capsys, "--dataset", "chat", "--keep-truncated", "--format", "tokens", "--out", "tok.jsonl")
+    assert code == 0 and len(jsonl(project / "tok.jsonl")) == 3, err
 
 
-# --- order and split ---------------------------------------------------------------------------------
-def refs(n: int) -> list[RowRef]:
-    return [RowRef("chat", f"id{i}", Path("x"), i, 1) for i in range(n)]
+def test_specforges_validator_refuses_tool_turns_and_history_without_reasoning_as_docs_export_md_says(project, capsys):
+    history = [
+        {"role": "user", "content": "Q1"},
+        {"role": "assistant", "content": "A1"},  # the prompt file's turn: no reasoning
+        {"role": "user", "content": "Q2"},
+        {"role": "assistant", "content": "A2", "reasoning_content": "Let me think."},
+    ]
+    write_results(project, "chat", [record("a"), tool_row("t1"), record("m", messages=history, content="A2")])
+    code, _, err = run(capsys, "--dataset", "chat", "--out", "train.jsonl")
+    assert code == 0, err
+    plain, tool, multi = jsonl(project / "train.jsonl")
+    assert validate_row(plain, expect_reasoning=True, strict_think_markers=True) == 1
+    with pytest.raises(ValueError, match="message 2 content must be a non-empty string"):
+        validate_row(tool)  # a tool-calling turn has no text; SpecForge's validator does not know tool calls
+    assert validate_row(multi) == 2
+    with pytest.raises(ValueError, match="assistant message 1 has empty reasoning_content"):
+        validate_row(multi, expect_reasoning=True)
 
 
-def test_the_validation_split_is_the_same_for_the_same_seed_and_keeps_rows_on_their_side_as_data_grows():
-    config = ExportConfig(datasets=(), val_fraction=0.2, seed=7, shuffle=True)
-    train, val = split_rows(refs(1000), config)
-    again_train, again_val = split_rows(refs(1000), config)
-    assert (train, val) == (again_train, again_val)
-    assert 150 < len(val) < 250 and len(train) + len(val) == 1000
-    _, grown_val = split_rows(refs(2000), config)
-    assert {r.id for r in val} <= {r.id for r in grown_val}
-    _, other_val = split_rows(refs(1000), ExportConfig(datasets=(), val_fraction=0.2, seed=8))
-    assert {r.id for r in other_val} != {r.id for r in val}
-
-
-def test_shuffle_changes_the_order_but_not_the_rows_and_no_shuffle_keeps_input_order():
-    ordered, _ = split_rows(refs(50), ExportConfig(datasets=()))
-    shuffled, _ = split_rows(refs(50), ExportConfig(datasets=(), shuffle=True, seed=3))
-    assert ordered == refs(50)
-    assert shuffled != ordered and sorted(shuffled, key=lambda r: r.offset) == ordered
+def test_a_lone_surrogate_in_tool_call_arguments_is_exported_as_the_escape_the_model_wrote_in_every_format(
+    project, capsys
+):
+    # issue 30.3: a parser decodes {"q": "\ud83d"} to a lone surrogate; the run writes the row with ASCII escapes,
+    # which orjson refuses to read: the row was lost as an unreadable line, or the export crashed writing it.
+    arguments = '{"q": "\ud83d"}'
+    calls = [{"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}]
+    row = record("s", content="", tool_calls=calls, tools=[WEATHER_TOOL]).to_dict()
+    path = write_results(project, "chat", [record("a")])
+    with path.open("a") as fh:
+        fh.write(json.dumps(row, ensure_ascii=True) + "\n")
+    for fmt in ("specforge", "messages", "tokens"):
+        code, _, err = run(capsys, "--dataset", "chat", "--format", fmt, "--out", f"{fmt}.jsonl")
+        assert code == 0, err
+        assert err.splitlines()[0] == "chat: 2 of 2 rows", err
+        rows = read_arrow(project / f"{fmt}.jsonl")  # Arrow refuses a lone surrogate escape anywhere in a file
+        assert [r["id"] for r in rows] == ["chat/a", "chat/s"]
+        if fmt != "tokens":
+            turns = rows[1]["conversations" if fmt == "specforge" else "messages"]
+            written = turns[-1]["tool_calls"][0]["function"]["arguments"]
+            assert written == '{"q": "\\ud83d"}' and json.loads(written) == {"q": "\ud83d"}
 
 
 def test_val_fraction_writes_a_second_file_named_with_val_before_the_extension(project, capsys):
@@ -373,7 +222,7 @@ def test_datasets_come_from_a_partition_a_budget_file_or_every_result_folder(pro
             "none",
             ["--dataset", "chat", "--out", "o.jsonl"],
             "outputs/chat/raw_responses.jsonl: no results for dataset 'chat'; run it first "
-            "(python run_inference.py --dataset chat) or leave it out",
+            "(python run_inference.py --dataset chat) or check --output-dir",
         ),
         (
             "dropped",
@@ -394,7 +243,7 @@ def test_datasets_come_from_a_partition_a_budget_file_or_every_result_folder(pro
         (
             "rows",
             ["--format", "csv"],
-            "argument --format: invalid choice: 'csv' (choose from 'specforge', 'tokens', 'messages') "
+            "argument --format: invalid choice: 'csv' (choose from 'messages', 'specforge', 'tokens') "
             "(see export_training.py --help)",
         ),
     ],
@@ -483,16 +332,6 @@ def test_the_report_shows_counts_shares_and_histograms_and_writes_nothing(projec
     )
     assert not list(project.glob("*.jsonl"))
     assert out.isascii() and "\r" not in out and "\x1b" not in out
-
-
-def test_histogram_marks_the_bins_holding_p50_p90_and_p99():
-    assert quantile([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 0.9) == 9
-    assert histogram([], "x") == ["x  n=0"]
-    lines = histogram([10, 20, 300, 301, 999, 4000], "completion tokens")
-    assert lines[0] == "completion tokens  n=6  min 10  p50 300  p90 4,000  p99 4,000  max 4,000"
-    assert lines[1] == "      0 -   499  ######################################## 4  p50"
-    assert lines[-1] == "  4,000 - 4,499  ##########                               1  p90 p99"
-    assert len({len(line.split("  p")[0].rstrip()) for line in lines[1:]}) <= 2
 
 
 def test_export_training_py_runs_as_a_script(project):

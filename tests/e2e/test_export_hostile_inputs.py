@@ -11,8 +11,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-
-from tests.e2e.test_export_formats import record, write_results
+from result_rows import record, write_results
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPORT = ROOT / "export_training.py"

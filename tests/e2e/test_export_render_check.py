@@ -193,8 +193,9 @@ def test_history_tool_call_arguments_keep_the_prompt_files_form(ws, tmp_path, qw
 def test_a_template_that_drops_the_final_turns_reasoning_is_reported_as_reasoning_dropped(tmp_path, monkeypatch):
     # Kimi-K2-Thinking's template keeps reasoning only after the last plain assistant turn: a finished
     # conversation renders its answer with an empty <think></think>, so the row trains on other text.
+    from result_rows import record, write_results
+
     from synthgen.chat.templating import load_tokenizer
-    from tests.e2e.test_export_formats import record, write_results
 
     monkeypatch.chdir(tmp_path)
     folder = build_model_tokenizer(tmp_path / "tok", "kimi-k2-thinking")

@@ -14,6 +14,7 @@ import orjson
 import pyarrow.json as paj
 import pytest
 from model_tokenizers import build_model_tokenizer
+from specforge_validator import validate_row
 
 EXPORT = Path(__file__).resolve().parents[2] / "export_training.py"
 COMMON = ("--max-tokens", "256", "--concurrency", "4", "--status-interval", "0.2")
@@ -199,3 +200,8 @@ def test_specforge_rows_rendered_with_qwen3s_template_give_back_what_the_model_s
             [call] = out["conversations"][-1]["tool_calls"]
             assert call["function"]["arguments"] == json.dumps({"query": "And in Rome?"})
             assert json.loads(out["tools"]) == [LOOKUP_TOOL]
+    # SpecForge's validator (docs/export.md): the chat passes, thinking off; the tool-calling turn has no text.
+    by_id = {r["id"]: r for r in exported}
+    assert validate_row(by_id["chats/chat"], expect_non_reasoning=True, strict_think_markers=True) == 2
+    with pytest.raises(ValueError, match="content must be a non-empty string"):
+        validate_row(by_id["agents/tool"])

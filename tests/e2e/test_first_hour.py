@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 from simharness import wait_until
 from workspace import BUDGET, REPO, cli_env
@@ -133,6 +134,25 @@ def test_a_run_ends_with_where_the_rows_are_and_an_export_command_that_runs_as_p
     again = ws.run("--partition", "short", "--server-url", sim.url, *COMMON)
     assert again.returncode == 0 and "nothing to do" in again.stderr
     assert last_line(again.stderr) == last  # the rerun that has nothing to do says the same
+
+
+def test_the_printed_export_command_runs_when_one_dataset_of_the_partition_had_every_prompt_skipped(ws, make_sim):
+    # issue 30.9: as with the bundled prompts/short, --regenerate all skips every tool conversation: that
+    # dataset has no results file, and the printed `--partition short` export exited 2 ("run it first").
+    sim = make_sim("chatml")
+    ws.dataset("short", "alpha", 2)
+    tools = [orjson.loads(line) for line in (REPO / "prompts/short/agent_tools.jsonl").read_bytes().splitlines()]
+    ws.dataset("short", "tools", tools)
+    result = ws.run("--partition", "short", "--regenerate", "all", "--server-url", sim.url, *COMMON)
+    assert "tools: 3 prompts skipped (cannot_regenerate)" in result.stderr, result.stderr
+    command = re.search(r"export them with: (.*)", result.stderr).group(1)
+    exported = run_as_printed(ws, command)
+    assert exported.returncode == 0, exported.stderr
+    assert len((ws.root / "train.jsonl").read_text().splitlines()) == 2
+    assert (
+        "note: tools: no results (outputs/tools/raw_responses.jsonl), left out: not run yet, or every prompt was "
+        "skipped (see outputs/tools/errors.jsonl)"
+    ) in exported.stderr.splitlines()
 
 
 def test_failed_prompts_end_with_the_rerun_command_with_the_api_key_left_out(ws, make_sim):
@@ -322,7 +342,11 @@ def test_the_export_says_which_flag_brings_back_rows_cut_at_max_tokens(ws, make_
     exported = run_as_printed(ws, command)
     assert exported.returncode == 2  # nothing kept
     assert "note: 3 rows dropped as truncated: finish_reason length; --keep-truncated keeps them" in exported.stderr
-    assert run_as_printed(ws, command + " --keep-truncated").returncode == 0
+    # Cut before any answer: SpecForge's validator refuses those rows, the export says so and what keeps them.
+    kept = run_as_printed(ws, command + " --keep-truncated")
+    assert kept.returncode == 2
+    assert "note: 3 rows dropped as cut_empty: kept by --keep-truncated but SpecForge's validator" in kept.stderr
+    assert run_as_printed(ws, command + " --keep-truncated --format tokens").returncode == 0
 
 
 def test_the_summary_of_a_launched_server_run_shows_the_start_up_apart(ws, tokenizers):

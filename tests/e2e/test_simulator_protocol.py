@@ -405,12 +405,21 @@ def test_abort_request_ends_an_in_flight_request_with_200_and_partial_output(sim
     assert sim.stats()["by_outcome"] == {"aborted": 1}
 
 
-def test_abort_request_matches_rids_by_prefix(sim, tokenizer_dirs, background):
+def test_abort_request_needs_its_rid_in_flight_then_matches_the_others_by_prefix(sim, tokenizer_dirs, background):
+    # Measured on 0.5.23: the tokenizer manager drops an abort whose rid is not in flight (a batch
+    # "job" runs as job_0, job_1); the scheduler ends every request whose rid starts with it.
     sim.configure(token_delay=600)
     ids = chat_ids(tokenizer_dirs["chatml"])
-    pending = start_blocked_request(sim, background, {"input_ids": [ids, ids], "rid": "job"})
+    batch = start_blocked_request(sim, background, {"input_ids": [ids, ids], "rid": "job"})
     abort(sim, "job")
-    body = pending.result(timeout=60).json()
+    short = start_blocked_request(sim, background, {"input_ids": ids, "rid": "row#s1"})
+    longer = start_blocked_request(sim, background, {"input_ids": ids, "rid": "row#s10"})
+    abort(sim, "row#s1")
+    assert [r.result(timeout=60).json()["meta_info"]["finish_reason"] for r in (short, longer)] == [ABORTED] * 2
+    assert not batch.done()
+    abort(sim, "job_0")
+    abort(sim, "job_1")
+    body = batch.result(timeout=60).json()
     assert [item["meta_info"]["finish_reason"] for item in body] == [ABORTED, ABORTED]
 
 

@@ -259,3 +259,69 @@ def test_every_name_sglang_accepts_is_reproduced_or_listed_as_left_out(sglang_an
         ("tool-call", answer["tool_names"], KNOWN_TOOL_CALL),
     ):
         assert all(n in known or (kind, n) in NOT_REPRODUCED for n in names)
+
+
+# serving_chat passes the request to ReasoningParser, whose chat_template_kwargs decide for iquest_q1 whether
+# the output starts in reasoning (IQuestQ1ReasoningDetector.thinking_enabled), whatever force_reasoning says.
+KWARGS_SIDE = r"""
+import json, sys
+from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, Tool
+from sglang.srt.function_call.function_call_parser import FunctionCallParser
+from sglang.srt.parser.reasoning_parser import ReasoningParser
+
+job = json.load(sys.stdin)
+tools = [Tool(**tool) for tool in job["tools"]]
+results = []
+for row in job["rows"]:
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}],
+                                    chat_template_kwargs=row["kwargs"])
+    parser = ReasoningParser("iquest_q1", stream_reasoning=False, force_reasoning=row["opened"], request=request,
+                             tool_call_parser_active=row["tools"])
+    reasoning, text = parser.parse_non_stream(row["text"])
+    text, calls = text or "", []
+    if row["tools"]:
+        tool_parser = FunctionCallParser(tools, "iquest_q1")
+        if tool_parser.has_tool_call(text):
+            try:
+                text, items = tool_parser.parse_non_stream(text)
+            except Exception:
+                items = []
+            calls = [[item.name, item.parameters] for item in items]
+    results.append({"reasoning": reasoning or "", "content": text or "", "calls": calls})
+print(json.dumps(results))
+"""
+THINKING_FLAGS = [
+    None,
+    {},
+    {"enable_thinking": False},
+    {"thinking": False},
+    {"enable_thinking": True},
+    {"thinking": False, "enable_thinking": True},
+    {"thinking": 0},
+]
+
+
+def test_iquest_q1_follows_the_requests_thinking_flags_as_sglangs_serving_does(real_setup):
+    texts = [*REASONING_TEXTS, *TOOL_TEXTS[:12], "The user asks for 17 × 23.</think>\n\n391."]
+    rows = [
+        {"text": text, "kwargs": kwargs, "opened": opened, "tools": tools}
+        for text in texts
+        for kwargs in THINKING_FLAGS
+        for opened in (False, True)
+        for tools in (False, True)
+    ]
+    job = json.dumps({"rows": rows, "tools": TOOLS})
+    done = subprocess.run(
+        [str(SGLANG_PYTHON), "-c", KWARGS_SIDE], input=job, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    mismatches = []
+    for row, their in zip(rows, theirs, strict=True):
+        parser = OutputParser("iquest_q1", "iquest_q1" if row["tools"] else None, chat_template_kwargs=row["kwargs"])
+        out = parser.parse(row["text"], row["opened"], tools=TOOLS)
+        calls = [[c["function"]["name"], c["function"]["arguments"]] for c in out.tool_calls]
+        ours = {"reasoning": out.reasoning, "content": out.content, "calls": calls}
+        if ours != their:
+            mismatches.append((row, ours, their))
+    assert not mismatches, f"{len(mismatches)} of {len(rows)} differ; first: {mismatches[:3]}"

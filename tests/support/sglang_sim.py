@@ -32,6 +32,9 @@ Output styles (``--output-style``), as text; ``R = "Reasoning about: U"``, ``A =
   ``json.dumps({"name": "lookup", "arguments": {"query": U}}, ensure_ascii=False)``; for a tool
   result ``<think>R</think>A``.
 - ``harmony``: ``<|channel|>analysis<|message|>R<|end|><|start|>assistant<|channel|>final<|message|>A<|return|>``.
+- ``harmony_tool``: for a user turn ``<|channel|>analysis<|message|>R<|end|><|start|>assistant<|channel|>``
+  ``commentary to=functions.lookup <|constrain|>json<|message|>ARGS<|call|>`` (ARGS as ``kimi_tool``'s;
+  a gpt-oss ``generation_config.json`` makes ``<|call|>`` a stop id); for a tool result as ``harmony``.
 
 In the three think-tag styles the reasoning part follows the prompt's tail: when the prompt ends
 with ``<think>`` (Kimi-K2.5 style, ignoring trailing whitespace) the opening tag is left out; when
@@ -59,6 +62,27 @@ the request's ``skip_special_tokens`` (default true), so special tags vanish fro
 real server. ``meta_info.reasoning_tokens`` is 0 unless the request sets ``require_reasoning`` and
 the server has ``--reasoning-parser``: then it counts output tokens up to and including the first
 ``</think>`` (``<|end|>`` for ``gpt-oss``), as 0.5.23's scheduler does.
+
+Streaming, aborts, disconnects, continuations
+---------------------------------------------
+``"stream": true`` answers as 0.5.23 does (``sim_streaming.py`` has the details): SSE chunks at the
+request's ``stream_interval`` (else ``--stream-interval``, default 1), cumulative unless
+``--incremental-streaming-output``, the last with the finish reason, then ``data: [DONE]``; a check
+that SGLang makes after the stream began (input too long, duplicate rid, ...) is a 200 with a
+``data: {"error": ...}`` event. Only single requests (one prompt, n=1) stream here.
+``POST /abort_request`` with the rid of a request in flight ends it and every request whose rid
+starts with that rid (an unknown rid is ignored, as 0.5.23's tokenizer manager does; ``abort_all``
+ends all): a plain request answers 200 with ``finish_reason`` abort and the output so far, a
+streamed one sends that as its last chunk. A client that disconnects aborts its request (outcome
+``disconnected``): streamed at once, plain at the next check (``--disconnect-check``, 4 s as SGLang).
+The model is stateless and greedy: input ids that are a prompt followed by the start of its
+output continue that output (see ``FakeModel.complete``), as a continuation on a real server does
+under greedy sampling.
+
+Prompt markers, in the last user turn: ``[sim:loop]`` makes the output loop (the start of the
+reasoning, then one sentence repeated until ``max_new_tokens``, never a stop id), for loop-guard
+tests; ``[sim:long=N]`` makes it exactly N ids (stop included) of varied words inside the reasoning
+(else the answer), which no repetition check should flag, for tests of long answers.
 
 Two engines
 -----------
@@ -124,6 +148,7 @@ exactly one line, ``SIM READY port=<port> pid=<pid>``, on stdout; everything els
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import hmac
 import json
@@ -143,6 +168,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs
 
+from sim_streaming import STREAM_POLL, ChunkStream, Watch
 from tokenizers import Tokenizer
 
 log = logging.getLogger("sglang_sim")
@@ -154,6 +180,20 @@ KV_POOL_TOKENS = 65536
 # tp_worker.py reserves this many tokens below the context length for the scheduler-side check.
 SCHEDULER_RESERVED_TOKENS = 5
 
+# Prompt markers (in the last user turn) for the waste and loop guard tests: ``[sim:loop]`` makes
+# the model repeat LOOP_SENTENCE until max_new_tokens, ``[sim:long=N]`` makes its output N ids long.
+SIM_MARKER = re.compile(r"\[sim:(?:(?P<loop>loop)|long=(?P<long>\d+))\]")
+LOOP_SENTENCE = " Wait, let me check that step again."
+LOOP_LENGTH = 1 << 16
+# How far back a continuation's partial output may begin (the longest output the simulator writes).
+MAX_CONTINUED_OUTPUT = LOOP_LENGTH + 64
+FILLER_WORDS = (
+    "apple", "river", "stone", "cloud", "number", "garden", "signal", "window", "market", "candle",
+    "forest", "engine", "silver", "planet", "bridge", "letter", "shadow", "harbor", "pencil", "valley",
+    "rocket", "mirror", "ladder", "button", "circle", "meadow", "thread", "castle", "summer", "anchor",
+    "copper", "island", "lantern", "marble", "orchid", "puzzle", "quartz", "ribbon", "saddle", "tunnel",
+    "velvet", "walnut", "yellow", "zipper", "basket", "canyon", "dragon", "falcon", "glacier", "hammer",
+)  # fmt: skip
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 # Turn headers of the chat formats the fake model reads (see the module docstring); each named
@@ -174,7 +214,7 @@ END_MARKERS = {
     "ds_user": "<｜Assistant｜>",
     "ds_tool": "<｜tool▁output▁end｜>",
 }
-OUTPUT_STYLES = ("think", "kimi_tool", "qwen_tool", "harmony")
+OUTPUT_STYLES = ("think", "kimi_tool", "qwen_tool", "harmony", "harmony_tool")
 TOOL_NAME = "lookup"
 HARMONY_RETURN = "<|return|>"
 # Reasoning parsers whose end-of-thinking marker is not </think>.
@@ -313,6 +353,9 @@ class Settings:
     weight_version: str = "default"
     v1_loads: bool = True
     exit_after: int | None = None
+    stream_interval: int = 1
+    incremental_streaming_output: bool = False
+    disconnect_check: float = 4.0  # seconds between checks of a plain request's client (SGLang: 4)
 
     @property
     def max_req_input_len(self) -> int:
@@ -400,14 +443,63 @@ class FakeModel:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def complete(self, input_ids: list[int], variation: int = 0) -> list[int]:
-        """The full output, ending with a stop id, that the model would write given unlimited tokens;
-        ``variation`` pad tokens go before the stop id (a seeded sample, see seeded_variation)."""
+        """The output, ending with a stop id unless it loops, that the model would write given
+        unlimited tokens (``variation`` pad tokens before the stop id: a seeded sample, see
+        seeded_variation). Greedy and stateless, as a model is: when the ids are a prompt followed
+        by the start of this model's output for it (a continuation: prompt + partial ids), the
+        answer is the rest of that output.
+
+        A ``<think>`` that ends the ids can be the template's (Kimi-style) or the model's first
+        token; the text is the same either way. Without a ``[sim:...]`` marker it is the prompt's,
+        as before continuations existed; with one it is the model's, so ``[sim:long=N]`` stays N ids
+        long whatever the partial. Lengths from ``--output-len-dist`` therefore hold across a
+        continuation only for partials longer than that one token and prompts not ending in it."""
+        marked = SIM_MARKER.search(self.decode(input_ids, skip_special_tokens=False)) is not None
+        for split in self._continuation_splits(input_ids, marked):
+            rest = self._continued(input_ids, split, variation)
+            if rest is not None:
+                return rest
+        return self._complete_prompt(input_ids, variation)
+
+    def _continued(self, input_ids: list[int], split: int, variation: int = 0) -> list[int] | None:
+        full = self._complete_prompt(input_ids[:split], variation)
+        partial = len(input_ids) - split
+        return full[partial:] if input_ids[split:] == full[:partial] else None
+
+    def _continuation_splits(self, input_ids: list[int], marked: bool) -> list[int]:
+        """Where a partial output could begin, longest partial first: positions whose ids begin
+        one of the output's forms (full think block, open think tag left out, no think block)."""
+        tail = self.decode(input_ids[-8:], skip_special_tokens=False)
+        if not marked and tail.rstrip().endswith(THINK_OPEN):
+            return []
+        starts = self._output_starts
+        firsts = {ids[0] for ids in starts}
+        end = len(input_ids)
+        return [
+            i
+            for i in range(max(1, end - MAX_CONTINUED_OUTPUT), end)
+            if input_ids[i] in firsts and any(input_ids[i : i + len(ids)] == ids[: end - i] for ids in starts)
+        ]
+
+    @functools.cached_property
+    def _output_starts(self) -> list[list[int]]:
+        starts = [THINK_OPEN + "Reasoning", "Reasoning", "Answer", "<|channel|>", "<tool_call>"]
+        starts += ["<|tool_calls_section_begin|>"]
+        return [ids for ids in (self.encode_text(text) for text in starts) if ids]
+
+    def _complete_prompt(self, input_ids: list[int], variation: int = 0) -> list[int]:
         prompt = self.decode(input_ids, skip_special_tokens=False)
+        kind, message = last_turn(prompt)
+        marker = SIM_MARKER.search(message)
+        if marker and marker["loop"] is not None:
+            return self._looping(prompt)
         ids = self.encode_text(self.output_text(prompt))
         if not ids or ids[-1] not in self.stop_ids:
             ids.append(self.eos_id)
         if variation:
             ids = ids[:-1] + [self.pad_id] * variation + ids[-1:]
+        if marker and marker["long"]:
+            return self._lengthened(prompt, input_ids, ids, int(marker["long"]))
         if self.length_dist is None:
             return ids
         low, high = self.length_dist
@@ -417,10 +509,48 @@ class FakeModel:
             return body[: length - 1] + [stop]
         return body + [self.pad_id] * (length - len(ids)) + [stop]
 
+    def _looping(self, prompt: str) -> list[int]:
+        """``[sim:loop]``: the start of the reasoning, then one sentence over and over, never a stop."""
+        head = self.output_text(prompt)
+        reasoning = f"Reasoning about: {last_turn(prompt)[1]}"
+        cut = head.find(reasoning)
+        head = head[: cut + len(reasoning)] if cut >= 0 else ""
+        ids = self.encode_text(head + LOOP_SENTENCE)
+        sentence = self.encode_text(LOOP_SENTENCE)
+        repeats = max(1, (LOOP_LENGTH - len(ids)) // max(1, len(sentence)) + 1)
+        return ids + sentence * repeats
+
+    def _lengthened(self, prompt: str, input_ids: list[int], ids: list[int], length: int) -> list[int]:
+        """``[sim:long=N]``: exactly N ids (stop id included), the reasoning (else the answer)
+        lengthened with varied words that never repeat a pattern, so a loop guard stays quiet."""
+        text = self.output_text(prompt)
+        kind, message = last_turn(prompt)
+        for part in (f"Reasoning about: {message}", f"Answer: {message}"):
+            at = text.find(part)
+            if at >= 0:
+                cut = at + len(part)
+                break
+        else:
+            cut = len(text)
+        before = self.encode_text(text[:cut])
+        after = ids[len(before) :] if ids[: len(before)] == before else ids[-1:]
+        words = random.Random(prompt_sha1(input_ids))
+        filler: list[int] = []
+        while len(before) + len(filler) + len(after) < length:
+            filler += self.encode_text(" " + " ".join(words.choice(FILLER_WORDS) for _ in range(64)))
+        body = (before + filler[: max(0, length - len(before) - len(after))] + after)[: length - 1]
+        return body + [ids[-1]]
+
     def output_text(self, prompt: str) -> str:
         kind, message = last_turn(prompt)
         reasoning, answer = f"Reasoning about: {message}", f"Answer: {message}"
-        if self.style == "harmony":
+        if kind == "user" and self.style == "harmony_tool":
+            arguments = json.dumps({"query": message}, ensure_ascii=False)
+            return (
+                f"<|channel|>analysis<|message|>{reasoning}<|end|><|start|>assistant<|channel|>commentary "
+                f"to=functions.{TOOL_NAME} <|constrain|>json<|message|>{arguments}<|call|>"
+            )
+        if self.style in ("harmony", "harmony_tool"):
             final = f"<|channel|>final<|message|>{answer}{HARMONY_RETURN}"
             if not self.reasoning:
                 return final
@@ -520,6 +650,7 @@ class Sequence:
     abort_at: int | None = None  # the rate_abort fault ends the sequence after this many tokens
     aborted_waiting: bool = False  # aborted before the scheduler ran it (or after a retraction)
     job: Job | None = None
+    stream_interval: int = 1  # the request's sampling key, else the server's --stream-interval
 
     @property
     def target(self) -> int:
@@ -531,6 +662,7 @@ class ParsedRequest:
     sequences: list[Sequence]
     returns_list: bool  # batch input or n > 1
     prompts: list[list[int]]  # one per prompt (not per sample), in request order
+    stream: bool = False
 
 
 def json_type_description(value) -> str:
@@ -689,9 +821,6 @@ def parse_generate(body, settings: Settings, model: FakeModel) -> ParsedRequest:
     error = contract_error(body, settings.version)
     if error:
         raise error
-    if body.get("stream"):
-        # Not SGLang behaviour: the simulator does not speak SSE, and says so instead of guessing.
-        raise value_error("sglang_sim does not simulate streaming; send stream=false.")
     prompts, is_batch = normalize_prompts(body, model)
 
     sampling = body.get("sampling_params") or {}
@@ -710,6 +839,10 @@ def parse_generate(body, settings: Settings, model: FakeModel) -> ParsedRequest:
 
     # n > 1 gives every sample a fresh id, so the caller's rid does not appear in the response.
     single = not is_batch and n == 1
+    stream = body.get("stream") is True
+    if stream and not single:
+        # Not SGLang behaviour: SGLang streams batches with an "index" per chunk; the simulator does not.
+        raise value_error("sglang_sim streams single requests (one prompt, n=1) only.")
     rids = expand_rids(None if n > 1 else body.get("rid"), len(prompts) * n, single)
     for params in per_prompt:
         verify_sampling(params)
@@ -723,11 +856,12 @@ def parse_generate(body, settings: Settings, model: FakeModel) -> ParsedRequest:
             skip_special_tokens=sampling_value(params, "skip_special_tokens", True),
             require_reasoning=body.get("require_reasoning") is True,
             variation=seeded_variation(params),
+            stream_interval=params.get("stream_interval") or settings.stream_interval,
         )
         for i, (prompt, params) in enumerate(zip(prompts, per_prompt, strict=True))
         for j in range(n)
     ]
-    return ParsedRequest(sequences, not single, prompts)
+    return ParsedRequest(sequences, not single, prompts, stream)
 
 
 # --------------------------------------------------------------------------------------------
@@ -742,6 +876,8 @@ class Job:
     wake: threading.Event = field(default_factory=threading.Event)  # aborts, pause changes
     done: threading.Event = field(default_factory=threading.Event)  # scheduler mode: all finished
     unfinished: int = 0
+    advanced: threading.Event = field(default_factory=threading.Event)  # scheduler mode: a step, a finish
+    streamed: bool = False  # scheduler mode: wake the handler at every step, to send its chunks
 
 
 @dataclass
@@ -922,8 +1058,12 @@ class SimState:
             self.busy_clock.update(self.jobs_in_flight > 0, time.monotonic())
 
     def abort(self, rid: str, abort_all: bool) -> None:
-        # The scheduler matches by prefix, so aborting "job" also aborts "job_0", "job_1", ...
+        # The tokenizer manager passes an abort on only when its rid is in flight (one tokenizer
+        # worker, the default); the scheduler then matches by prefix, so aborting "row#s1" also
+        # aborts "row#s10", while "job" alone reaches no part of a batch "job" (job_0, job_1).
         with self.lock:
+            if not abort_all and rid not in self.inflight:
+                return
             for seq_rid, (job, seq) in self.inflight.items():
                 if abort_all or (rid and seq_rid.startswith(rid)):
                     seq.aborted = True
@@ -1068,8 +1208,9 @@ class Scheduler:
 
     # -- called from handler threads
 
-    def run_job(self, job: Job, abort_at_half: bool) -> None:
-        """Queue the job's sequences and block until every one has finished."""
+    def run_job(self, job: Job, abort_at_half: bool, watch: Watch | None = None) -> None:
+        """Queue the job's sequences and block until every one has finished; with a ``watch``,
+        its chunks go out as the steps pass and a client gone aborts the job."""
         now = time.monotonic()
         with self.cond:
             for seq in job.sequences:
@@ -1086,7 +1227,17 @@ class Scheduler:
             if job.unfinished == 0:
                 job.done.set()
             self.cond.notify()
-        job.done.wait()
+        if watch is None:
+            job.done.wait()
+            return
+        while not job.done.is_set():
+            job.advanced.wait(watch.poll)
+            job.advanced.clear()
+            if not job.done.is_set() and not watch.step(job.sequences[0].produced):
+                for seq in job.sequences:
+                    seq.aborted = True
+                self.notice_aborts()
+                job.done.wait()
 
     def notice_aborts(self) -> None:
         with self.cond:
@@ -1250,6 +1401,8 @@ class Scheduler:
         still_running = []
         for seq in self.running:
             seq.produced += 1
+            if seq.job is not None and seq.job.streamed:
+                seq.job.advanced.set()
             if seq.abort_at is not None and seq.produced >= seq.abort_at:
                 seq.aborted = True
             if seq.aborted or seq.produced >= seq.target:
@@ -1267,6 +1420,7 @@ class Scheduler:
         job.unfinished -= 1
         if job.unfinished == 0:
             job.done.set()
+            job.advanced.set()
 
     def _account_queue_time(self, seq: Sequence, now: float) -> None:
         waited = now - seq.enqueued_at
@@ -1284,12 +1438,15 @@ class Scheduler:
 # Generation
 
 
-def run_generation(job: Job, model: FakeModel, plan: Plan, faults: Faults, state: SimState) -> None:
+def run_generation(
+    job: Job, model: FakeModel, plan: Plan, faults: Faults, state: SimState, watch: Watch | None = None
+) -> None:
     """Produce every sequence's output, one token per step, honouring delays and aborts.
 
     The sequences of a request advance in lockstep, as they would in one scheduler batch.
     Waits are on the job's wake event, so /abort_request cuts a slow or delayed request short.
-    While /pause_generation holds the engine, requests stop between tokens.
+    While /pause_generation holds the engine, requests stop between tokens. A ``watch`` sends a
+    streamed request's chunks as tokens pass and aborts the request once its client is gone.
     """
     for seq in job.sequences:
         seq.planned = model.complete(seq.input_ids, seq.variation)
@@ -1321,20 +1478,42 @@ def run_generation(job: Job, model: FakeModel, plan: Plan, faults: Faults, state
             ends = [seq.target for seq in pending]
             if plan.outcome == "abort":
                 ends += [seq.target // 2 for seq in pending]
+            due = watch.due() if watch else None
+            if due is not None:
+                ends.append(due)
             steps = max(1, min((end for end in ends if end > produced), default=produced + 1) - produced)
-            began = time.monotonic()
-            if job.wake.wait(steps * faults.token_delay):
-                job.wake.clear()
-                steps = min(steps, 1 + int((time.monotonic() - began) / faults.token_delay))
-            produced += steps
+            produced += wait_tokens(job, steps, faults.token_delay, watch)
         elif pending:
             produced += 1
+        if watch and pending and not watch.step(min(produced, min(seq.target for seq in pending) - 1)):
+            for seq in pending:
+                seq.aborted = True
 
 
-def response_item(seq: Sequence, model: FakeModel, settings: Settings, started: float) -> dict:
-    output = seq.planned
+def wait_tokens(job: Job, steps: int, delay: float, watch: Watch | None) -> int:
+    """Wait out ``steps`` tokens of ``delay`` seconds; returns how many began. An abort or a pause
+    wakes it early, and so does a client gone (looked at every ``watch.poll`` seconds)."""
+    began = time.monotonic()
+    deadline = began + steps * delay
+    while (remaining := deadline - time.monotonic()) > 0:
+        if job.wake.wait(min(remaining, watch.poll) if watch else remaining):
+            job.wake.clear()
+            break
+        if watch and not watch.check():
+            break
+    else:
+        return steps
+    return min(steps, 1 + int((time.monotonic() - began) / delay))
+
+
+def response_item(
+    seq: Sequence, model: FakeModel, settings: Settings, started: float, count: int | None = None
+) -> dict:
+    """The answer item of a finished sequence, or with ``count`` a streamed chunk's: the first
+    ``count`` output ids, no finish reason yet."""
+    output = seq.planned if count is None else seq.planned[:count]
     text_ids = output
-    if seq.aborted_waiting:
+    if seq.aborted_waiting and count is None:
         # The tokenizer manager answers a waiting-queue abort itself, with fewer meta_info keys.
         return {
             "text": model.decode(output, skip_special_tokens=seq.skip_special_tokens),
@@ -1347,8 +1526,10 @@ def response_item(seq: Sequence, model: FakeModel, settings: Settings, started: 
                 "completion_tokens": len(output),
             },
         }
-    finish: dict[str, str | int | None]
-    if seq.aborted:
+    finish: dict[str, str | int | None] | None
+    if count is not None:
+        finish = None
+    elif seq.aborted:
         finish = dict(ABORTED)
     elif len(output) >= seq.max_new_tokens:
         # SGLang checks the length limit before EOS, so an EOS landing on the last allowed token
@@ -1408,6 +1589,10 @@ def malform(item: dict, kind: str) -> dict:
 # HTTP
 
 
+# generate()'s body when it has written a streamed answer itself.
+STREAMED = object()
+
+
 class DropConnection(Exception):
     """Close the socket without answering (simulates a worker or proxy dying mid-request)."""
 
@@ -1465,6 +1650,8 @@ class SimHandler(BaseHTTPRequestHandler):
         except Exception:
             log.exception("unhandled error on %s %s", method, path)
             status, body = INTERNAL_SERVER_ERROR.status, INTERNAL_SERVER_ERROR.body
+        if body is STREAMED:
+            return
         try:
             self._send(status, body)
         except ConnectionError:
@@ -1735,15 +1922,17 @@ class SimHandler(BaseHTTPRequestHandler):
             log.error("exiting on /generate request %d (--exit-after %d)", arrival, settings.exit_after)
             os._exit(1)
         outcome, prompts, rid, logged = "http_500", [], None, None
+        streamed = False
         try:
             faults = state.current_faults()
             if faults.no_workers:
                 raise HttpError(503, NO_WORKERS_TEXT)
             body = self._json(raw)
             rid = body.get("rid") if isinstance(body, dict) else None
+            streamed = isinstance(body, dict) and body.get("stream") is True
             parsed = parse_generate(body, settings, model)
             prompts = parsed.prompts
-            job = Job(parsed.sequences)
+            job = Job(parsed.sequences, streamed=parsed.stream)
             # The tokenizer manager rejects an in-flight rid before the scheduler sees anything.
             state.register(job)
             try:
@@ -1754,14 +1943,15 @@ class SimHandler(BaseHTTPRequestHandler):
                 if plan.outcome == "503":
                     raise HttpError(503, QUEUE_FULL_BODY)
                 self._crash_on_out_of_vocab(prompts)
+                watch = self._watch(job, started)
                 if self.server.scheduler:
                     for seq in job.sequences:
                         seq.planned = model.complete(seq.input_ids, seq.variation)
                     if plan.slow:
                         job.wake.wait(faults.slow_seconds)
-                    self.server.scheduler.run_job(job, abort_at_half=plan.outcome == "abort")
+                    self.server.scheduler.run_job(job, abort_at_half=plan.outcome == "abort", watch=watch)
                 else:
-                    run_generation(job, model, plan, faults, state)
+                    run_generation(job, model, plan, faults, state, watch)
             finally:
                 state.unregister(job)
             items = [response_item(seq, model, settings, started) for seq in job.sequences]
@@ -1776,17 +1966,68 @@ class SimHandler(BaseHTTPRequestHandler):
                 for seq, item in zip(job.sequences, items, strict=True)
             ]
             outcome = "aborted" if any(seq.aborted for seq in job.sequences) else "ok"
+            if watch.gone:
+                outcome = "disconnected"
+                raise DropConnection
             kind = state.current_faults().malformed
             if kind:
                 items = [malform(item, kind) for item in items]
-                if kind == "bad_gzip":
-                    self.extra_headers["Content-Encoding"] = "gzip"
+            if watch.stream:
+                seq = job.sequences[0]
+                watch.stream.finish(items[0], len(seq.planned), waiting_abort=seq.aborted_waiting)
+                return 200, STREAMED
+            if kind == "bad_gzip":
+                self.extra_headers["Content-Encoding"] = "gzip"
             return 200, items if parsed.returns_list else items[0]
         except HttpError as error:
             outcome = f"http_{error.status}"
+            if (
+                streamed
+                and error.status == 400
+                and isinstance(error.body, dict)
+                and isinstance(error.body.get("error"), dict)
+            ):
+                # Checks past the request contract run once the stream began: an error event.
+                self._stream_error(error.body["error"].get("message", ""))
+                return 200, STREAMED
             raise
         finally:
             state.record(outcome, prompts, rid, logged)
+
+    def _watch(self, job: Job, started: float) -> Watch:
+        """The request's client check, and for a streamed request its chunk stream (whose 200
+        head goes out now: the faults decided before this point answered without one)."""
+        settings, model = self.server.settings, self.server.model
+        if not job.streamed:
+            return Watch(self.connection, settings.disconnect_check)
+        seq = job.sequences[0]
+        self._stream_head()
+        stream = ChunkStream(
+            self.wfile,
+            seq.stream_interval,
+            settings.incremental_streaming_output,
+            lambda count: response_item(seq, model, settings, started, count),
+        )
+        kind = self.server.state.current_faults().malformed
+        if kind:
+            stream.transform = lambda item: malform(item, kind)
+        return Watch(self.connection, STREAM_POLL, stream)
+
+    def _stream_head(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        if self.server.state.current_faults().malformed == "bad_gzip":
+            self.send_header("Content-Encoding", "gzip")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _stream_error(self, message: str) -> None:
+        self._stream_head()
+        stream = ChunkStream(self.wfile, 1, False, lambda count: {})
+        error = {"message": message, "type": "invalid_request_error", "code": 400, "retryable": False}
+        stream.event(json.dumps({"error": error}, separators=(",", ":")).encode())
+        stream.event(b"[DONE]")
+        stream.write(b"0\r\n\r\n")
 
     def _crash_on_out_of_vocab(self, prompts: list[list[int]]) -> None:
         # The real scheduler dies in F.embedding and takes the whole server down with it.
@@ -1952,6 +2193,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--exit-after", type=int, help="exit with code 1, unanswered, when the N-th /generate request arrives")
     add("--malformed", choices=MALFORMED_KINDS, help="break every 200 /generate answer this way")
     add("--no-workers", action="store_true", help="answer /generate with sglang-router's 503 'No available workers'")
+    add(
+        "--stream-interval",
+        type=int,
+        default=1,
+        help="tokens per streamed chunk unless a request sets stream_interval (default %(default)s)",
+    )
+    add(
+        "--incremental-streaming-output",
+        action="store_true",
+        help="streamed chunks carry only the ids and text added since the last one (default: cumulative)",
+    )
+    add(
+        "--disconnect-check",
+        type=float,
+        default=4.0,
+        help="seconds between checks that a plain request's client is still there (default %(default)s)",
+    )
     sched = parser.add_argument_group("scheduler mode (on with --max-total-tokens)")
     sched.add_argument("--max-total-tokens", type=int, help="KV pool size in tokens; switches the scheduler on")
     sched.add_argument(
@@ -1981,6 +2239,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--max-running-requests must be at least 1")
     if args.exit_after is not None and args.exit_after < 1:
         parser.error("--exit-after must be at least 1")
+    if args.stream_interval < 1:
+        parser.error("--stream-interval must be at least 1")
+    if args.disconnect_check <= 0:
+        parser.error("--disconnect-check must be above 0")
     return args
 
 
@@ -2017,6 +2279,9 @@ def build_settings(args: argparse.Namespace, tokenizer: Tokenizer) -> Settings:
         weight_version=args.weight_version,
         v1_loads=not args.no_v1_loads,
         exit_after=args.exit_after,
+        stream_interval=args.stream_interval,
+        incremental_streaming_output=args.incremental_streaming_output,
+        disconnect_check=args.disconnect_check,
     )
 
 

@@ -211,4 +211,7 @@ def convert_qwen3_coder(value: str, name: str, config: dict[str, Any]) -> Any:
         return value
 
 
-ToolParser = Callable[[str, Tools], "tuple[str, list[Item]] | None"]
+Found = tuple[str, list[Item]] | None
+"""A detector's result: None when its ``has_tool_call`` is false, else the answer SGLang keeps and the calls."""
+
+ToolParser = Callable[[str, Tools], Found]

@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from synthgen.chat.parsers.reasoning.base import Split
+from synthgen.chat.parsers.registry import reasoning_parser
+
 _HARMONY_MARKERS = {
     "<|start|>": "START",
     "<|channel|>": "CHANNEL",
@@ -255,3 +258,18 @@ def harmony_events(text: str) -> list[Event]:
                 after_call = True
             kept.append(event)
     return kept
+
+
+@reasoning_parser(
+    "gpt-oss", splits="Harmony channels: `analysis` is reasoning, `final`/`commentary` the answer", ends=("<|call|>",)
+)
+def gpt_oss(text: str, opened: bool, tool_parsing: bool = False) -> Split:
+    """GptOssDetector: HarmonyParser events; tool-call blocks stay in the answer with their markers."""
+    events = harmony_events(text)
+    thoughts = [e for e in events if e.kind == "reasoning"]
+    return Split(
+        reasoning="".join(e.content for e in thoughts),
+        content="".join(e.raw or e.content for e in events if e.kind != "reasoning"),
+        reasoning_closed=not any(e.partial for e in thoughts),
+        had_reasoning=bool(thoughts),
+    )

@@ -1,0 +1,111 @@
+"""What an export is asked to do (ExportRequest: the arguments, as the CLI parsed them) and what it does
+(ExportConfig: the datasets found, the format's table entry, the tokenizer and render-check routes loaded).
+
+    request = ExportRequest(partition="short", out=Path("train.jsonl"))   # the CLI builds this
+    datasets, missing = select.choose_datasets(request, note)            # pipeline.configure does these
+    config = routes.resolve(request, datasets, note)                     # the tokenizers and routes loaded
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from synthgen.errors import UsageError
+from synthgen.export import formats
+from synthgen.export.rendercheck import Route
+
+PROG = "export_training.py"  # the script, named in pages and messages
+DEFAULT_PROMPTS_DIR = Path("prompts")
+DEFAULT_OUTPUT_DIR = Path("outputs")
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetRef:
+    name: str
+    path: Path  # its raw_responses.jsonl
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the CLI read of a compute_budget.py plan file: its datasets, caps and expected lengths."""
+
+    names: tuple[str, ...]
+    caps: Mapping[str, int] = field(default_factory=dict)
+    averages: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """export_training.py's arguments, grouped as --help shows them (defaults: the CLI's)."""
+
+    # which datasets (none of the three: every dataset with results under output_dir)
+    partition: str | None = None
+    datasets: tuple[str, ...] = ()
+    budget: Path | None = None  # the plan file, named in errors and refused as a destination
+    plan: Plan | None = None  # what the CLI read of it
+    prompts_dir: Path = DEFAULT_PROMPTS_DIR
+    output_dir: Path = DEFAULT_OUTPUT_DIR
+    # output
+    format: str = formats.DEFAULT
+    out: Path | None = None  # None: report only
+    val_fraction: float = 0.0
+    shuffle: bool = False
+    seed: int = 0
+    settings: str | None = None  # a settings id; "" the rows written before settings ids
+    keep_truncated: bool = False
+    # report and render check
+    report: bool = False
+    html: Path | None = None
+    tokenizer: str | None = None
+    specforge_template: str | None = None
+    fail_on_drift: bool = False
+    render_check: bool = True
+    trust_remote_code: bool = False
+
+    def check(self) -> None:
+        """The argument combinations that cannot work, refused before anything is read."""
+        if self.html is not None and not self.report:
+            raise UsageError("--html FILE goes with --report (e.g. --report --html outputs/report.html)")
+        if self.out is None and not self.report:
+            raise UsageError("--out FILE is required (or --report to only see what would be exported)")
+        if not 0 <= self.val_fraction < 1:
+            raise UsageError(f"--val-fraction must be at least 0 and below 1, got {self.val_fraction}")
+        if self.out is not None and self.val_fraction > 0 and val_path(self.out) == Path(self.out):
+            raise UsageError(f"--out {self.out}: cannot name the validation file beside it; give FILE a name")
+
+    def targets(self) -> list[Path]:
+        """The files an export writes: --out and, with --val-fraction, its validation file."""
+        if self.out is None:
+            return []
+        return [Path(self.out)] + ([val_path(self.out)] if self.val_fraction > 0 else [])
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """What to export and how, resolved (routes.resolve): the datasets with results, the vocabulary of each
+    (ids at or above it are malformed) and the render check's route of each."""
+
+    datasets: tuple[DatasetRef, ...]
+    format: str = formats.DEFAULT
+    out: Path | None = None  # None: report only
+    keep_truncated: bool = False
+    shuffle: bool = False
+    seed: int = 0
+    val_fraction: float = 0.0
+    vocabs: dict[str, int] = field(default_factory=dict)  # dataset -> vocabulary size, when known
+    settings: str | None = None  # export only the rows of this settings set (its id)
+    # the render check: dataset -> its route (rendercheck.TemplateRoute / SpecForgeRoute); absent: not checked
+    checkers: dict[str, Route] = field(default_factory=dict)
+    fail_on_drift: bool = False
+
+    @property
+    def fmt(self) -> formats.Format:
+        return formats.get(self.format)
+
+
+def val_path(out: Path) -> Path:
+    """train.jsonl -> train.val.jsonl; a name without an extension gets .val at its end."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.val{out.suffix}") if out.suffix else out.with_name(f"{out.name}.val")
