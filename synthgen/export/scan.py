@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 
 from synthgen.data.provenance import recorded_sets
 from synthgen.data.records import ResultRecord, parse_line
+from synthgen.data.samples import row_sample, sample_key
 from synthgen.errors import InputFileError
 from synthgen.export.config import DatasetRef, ExportConfig
 from synthgen.export.fields import as_int, as_text
@@ -115,10 +116,11 @@ def scan_dataset(ref: DatasetRef, config: ExportConfig) -> DatasetScan:
             scan.dropped[MALFORMED] += 1
             scan.malformed_example = scan.malformed_example or f"line at byte {offset:,}: {why}"
             continue
-        if record.id in seen:
+        key = sample_key(record.id, row_sample(row))  # each sample of a prompt is a row of its own
+        if key in seen:
             scan.dropped[DUPLICATE] += 1
             continue
-        seen.add(record.id)
+        seen.add(key)
         record.dataset = ref.name  # rows copied between folders still belong to the folder they are in
         settings = record.settings if isinstance(record.settings, str) else ""
         scan.settings[settings] += 1

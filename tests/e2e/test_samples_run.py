@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from simharness import start_sim
@@ -10,6 +11,7 @@ from simharness import start_sim
 from synthgen.data.mix import load_mix
 from synthgen.data.samples import sample_seed
 
+EXPORT = Path(__file__).resolve().parents[2] / "export_training.py"
 COMMON = ("--max-tokens", "256", "--concurrency", "8", "--status-interval", "0.2")
 MIX = (
     '[{"weight": 3, "temperature": 0.0}, '
@@ -69,6 +71,20 @@ def test_each_sample_is_its_own_row_drawn_from_the_mix_with_its_seed_and_recipe(
     settings = json.loads((ws.outputs / "mixd" / "settings.jsonl").read_text().splitlines()[-1])["settings"]
     assert settings["sampling_mix"] == mix.as_json()
     assert (settings["samples_per_prompt"], settings["sample_seed"]) == (3, 0)
+
+    # The export: a row per sample with a unique id, and the validation split keeps a prompt's samples together.
+    export = ws.run(
+        "--dataset", "mixd", "--format", "messages", "--out", "mix.jsonl", "--val-fraction", "0.5", script=EXPORT
+    )
+    assert export.returncode == 0, export.stderr
+    train = [json.loads(line) for line in (ws.root / "mix.jsonl").read_text().splitlines()]
+    val = [json.loads(line) for line in (ws.root / "mix.val.jsonl").read_text().splitlines()]
+    exported = [r["id"] for r in train + val]
+    assert sorted(exported) == sorted(f"mixd/{i}@s{k}" for i in ids for k in range(3))
+    sides = {r["id"].rpartition("@")[0]: "train" for r in train} | {r["id"].rpartition("@")[0]: "val" for r in val}
+    assert len(sides) == 10 and {r["id"].rpartition("@")[0] for r in train}.isdisjoint(
+        {r["id"].rpartition("@")[0] for r in val}
+    )
 
 
 def test_raising_n_adds_only_the_missing_samples_and_lowering_it_sends_nothing(ws, sim):
