@@ -81,6 +81,30 @@ def test_each_sample_is_its_own_row_drawn_from_the_mix_with_its_seed_and_recipe(
     val = [json.loads(line) for line in (ws.root / "mix.val.jsonl").read_text().splitlines()]
     exported = [r["id"] for r in train + val]
     assert sorted(exported) == sorted(f"mixd/{i}@s{k}" for i in ids for k in range(3))
+    # Token rows made elsewhere join a tokens export, their source named by the id.
+    pretok = ws.root / "pretok.jsonl"
+    pretok.write_text('{"input_ids": [5, 6, 7], "loss_mask": [0, 1, 1]}\n{"input_ids": [8, 9], "loss_mask": [0, 1]}\n')
+    merged = ws.run(
+        "--dataset",
+        "mixd",
+        "--format",
+        "tokens",
+        "--out",
+        "t.jsonl",
+        "--existing",
+        f"A1_deepswekimi={pretok}",
+        script=EXPORT,
+    )
+    assert merged.returncode == 0, merged.stderr
+    assert "A1_deepswekimi: 2 existing token rows (3 trained tokens) merged" in merged.stderr
+    tokens = [json.loads(line) for line in (ws.root / "t.jsonl").read_text().splitlines()]
+    assert len(tokens) == 32
+    assert tokens[-2:] == [
+        {"id": "A1_deepswekimi/1", "input_ids": [5, 6, 7], "loss_mask": [0, 1, 1]},
+        {"id": "A1_deepswekimi/2", "input_ids": [8, 9], "loss_mask": [0, 1]},
+    ]
+    refused = ws.run("--dataset", "mixd", "--out", "m.jsonl", "--existing", f"A1={pretok}", script=EXPORT)
+    assert refused.returncode == 2 and "add --format tokens" in refused.stderr
     sides = {r["id"].rpartition("@")[0]: "train" for r in train} | {r["id"].rpartition("@")[0]: "val" for r in val}
     assert len(sides) == 10 and {r["id"].rpartition("@")[0] for r in train}.isdisjoint(
         {r["id"].rpartition("@")[0] for r in val}
