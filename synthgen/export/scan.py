@@ -30,6 +30,7 @@ from synthgen.export.filters import (
     tool_calls,
 )
 from synthgen.export.rendercheck import Tally
+from synthgen.export.samples import SampleStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,7 @@ class DatasetScan:
     cut: int = 0
     empty: int = 0
     render: Tally | None = None  # the render check of the exported rows, when it ran
+    samples: SampleStats = field(default_factory=SampleStats)  # the training mix's rows (with a sample)
 
     @property
     def unique(self) -> int:
@@ -128,6 +130,8 @@ def scan_dataset(ref: DatasetRef, config: ExportConfig) -> DatasetScan:
             scan.dropped[OTHER_SETTINGS] += 1
             continue
         _measure(scan, record)
+        if "sample" in row:
+            scan.samples.add(record.id, row, max(0, as_int(record.completion_tokens) or 0))
         reason = drop_reason(record, fmt, config.keep_truncated)
         if reason is not None:
             scan.dropped[reason] += 1

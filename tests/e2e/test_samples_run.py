@@ -123,6 +123,11 @@ def test_raising_n_adds_only_the_missing_samples_and_lowering_it_sends_nothing(w
     assert sorted((r["id"], r["sample"]) for r in rows) == sorted((i, k) for i in ids for k in range(4))
     assert len({(r["id"], r["sampling_seed"]) for r in rows}) == 24
     assert any(len({len(r["output_ids"]) for r in rows if r["id"] == i}) > 1 for i in ids)
+    report = ws.run("--dataset", "grow", "--report", script=EXPORT)
+    assert report.returncode == 0, report.stderr
+    assert "prompts by samples                     6   (4 samples: 6)" in report.stdout
+    assert "samples differ" in report.stdout and "of 6 prompts with 2+ samples)" in report.stdout
+    assert "no recipe                             24   completion tokens p10" in report.stdout
     before = sent(sim)
     fewer = ws.run(*args, "--samples-per-prompt", "2")
     assert fewer.returncode == 0, fewer.stderr
