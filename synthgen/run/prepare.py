@@ -92,12 +92,24 @@ class Preparer:
         key = _key(prompt, request)
         kwargs = None if request is None else request.kwargs
         try:
-            rendered = self.renderer.render(messages, prompt.tools, max_chars, too_long, kwargs)
+            if prompt.input_ids is not None:  # rendered already: sent as they are, checked like any other
+                ids = list(prompt.input_ids)
+                vocab = self.server.vocab_size
+                if vocab is not None and max(ids) >= vocab:
+                    return Skip(
+                        key,
+                        "token_out_of_vocab",
+                        f"the line's input_ids hold id {max(ids)}, outside the model's vocabulary ({vocab}); "
+                        "render them with the served model's tokenizer",
+                    )
+                text = self.renderer.tokenizer.decode(ids, skip_special_tokens=False)
+            else:
+                rendered = self.renderer.render(messages, prompt.tools, max_chars, too_long, kwargs)
+                ids, text = rendered.input_ids, rendered.text
         except TemplateBudgetError as exc:  # over the render's time, step or size bound
             return Skip(key, exc.kind, str(exc))
         except ValueError as exc:
             return Skip(key, "template_error", str(exc))
-        ids = rendered.input_ids
         ctx = self.server
         if ctx.vocab_size is not None and ids and max(ids) >= ctx.vocab_size:
             return Skip(
@@ -114,7 +126,7 @@ class Preparer:
         max_new, reason = fit_max_new_tokens(len(ids), max_tokens, ctx.context_len, ctx.max_input_len)
         if max_new is None:
             return Skip(key, "prompt_too_long", reason or "")
-        opens = self.parser.opens_reasoning(rendered.text)
+        opens = self.parser.opens_reasoning(text)
         return WorkItem(run, prompt, ids, opens, max_new, messages, turns, request)
 
     def _render_cap(self) -> tuple[int | None, str | None]:

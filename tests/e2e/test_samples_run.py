@@ -182,3 +182,21 @@ def test_a_bad_mix_is_one_line_before_anything_is_sent(ws, sim, flags, message):
     run = ws.run("--server-url", sim.url, *flags, *COMMON)
     assert run.returncode == 2
     assert message in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_prompt_line_of_input_ids_is_sent_as_it_is_and_ids_outside_the_vocabulary_never_go_out(ws, sim):
+    ws.dataset("short", "src", 1)
+    assert ws.run("--server-url", sim.url, *COMMON).returncode == 0
+    rendered = ws.results("src")[0]["input_ids"]
+    ws.dataset("long", "pre", [{"id": "r1", "input_ids": rendered}, {"id": "far", "input_ids": [1, 10**7]}])
+    before = sent(sim)
+    run = ws.run("--partition", "long", "--server-url", sim.url, "--samples-per-prompt", "2", *COMMON)
+    assert run.returncode == 0, run.stderr  # the out-of-vocabulary line is skipped (errors.jsonl), as a bad render is
+    rows = ws.results("pre")
+    assert sorted((r["id"], r["sample"]) for r in rows) == [("r1", 0), ("r1", 1)]
+    assert all(r["input_ids"] == rendered and r["content"].startswith("Answer: ") for r in rows)
+    assert sent(sim) - before == 2
+    errors = ws.errors("pre")
+    assert {e["error_type"] for e in errors} == {"token_out_of_vocab"} and "outside the model's vocabulary" in errors[
+        0
+    ]["error"]
