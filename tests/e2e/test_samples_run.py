@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
-from simharness import start_sim
+from simharness import start_sim, wait_until
 
 from synthgen.data.mix import load_mix
 from synthgen.data.samples import sample_seed
@@ -200,3 +202,32 @@ def test_a_prompt_line_of_input_ids_is_sent_as_it_is_and_ids_outside_the_vocabul
     assert {e["error_type"] for e in errors} == {"token_out_of_vocab"} and "outside the model's vocabulary" in errors[
         0
     ]["error"]
+
+
+def chat(cid: str, *turns: str) -> dict:
+    roles = ("user", "assistant")
+    return {"id": cid, "messages": [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)]}
+
+
+def test_conversations_run_per_sample_in_each_and_all_modes_and_a_kill_loses_and_repeats_nothing(ws, sim):
+    convs = [chat(f"c{i}", f"c{i} t0", "old 0", f"c{i} t1", "old 1", f"c{i} t2") for i in range(6)]
+    ws.dataset("short", "conv", convs)
+    each = ws.run("--server-url", sim.url, "--regenerate", "each", "--samples-per-prompt", "2", *COMMON)
+    assert each.returncode == 0, each.stderr
+    keys = sorted((r["id"], r["sample"]) for r in ws.results("conv"))
+    assert keys == sorted((f"c{i}#{k}", s) for i in range(6) for k in range(3) for s in range(2))
+
+    ws.dataset("short", "whole", convs)
+    args = ("--server-url", sim.url, "--regenerate", "all", "--samples-per-prompt", "2", "--temperature", "0.8")
+    proc = ws.start(*args, "--dataset", "whole", *COMMON)
+    wait_until(lambda: len(ws.raw_lines("whole")) >= 2 or proc.poll() is not None, timeout=120, what="rows")
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    rerun = ws.run(*args, "--dataset", "whole", *COMMON)
+    assert rerun.returncode == 0, rerun.stderr
+    rows = ws.results("whole")
+    assert sorted((r["id"], r["sample"]) for r in rows) == sorted((f"c{i}", s) for i in range(6) for s in range(2))
+    for row in rows:
+        assert len(row["turns"]) == 3 and row["stopped_early"] is None, row["id"]
+        assert row["sampling_seed"] == sample_seed(0, row["id"], row["sample"])
