@@ -325,6 +325,8 @@ def run_hint(cfg: BudgetConfig, plan: budget.Plan) -> str:
         for row in plan.generated:
             parts += ["--dataset", row.name]
     parts += ["--budget", str(cfg.out)]
+    if cfg.samples_per_prompt > 1:  # the run refuses a budget planned for another count
+        parts += ["--samples-per-prompt", str(cfg.samples_per_prompt)]
     return " ".join(shlex.quote(p) for p in parts)
 
 

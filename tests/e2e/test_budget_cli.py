@@ -337,7 +337,7 @@ def test_the_entry_script_runs_as_a_subprocess_with_the_default_folders(project)
 
 
 def test_four_samples_per_prompt_select_a_quarter_of_the_prompts_and_the_plan_says_so(project, capsys):
-    code, out, _ = run(
+    code, out, err = run(
         capsys, "--dataset", "math", "--avg-tokens", "math=1000", "--samples-per-prompt", "4", "--out", "b.json"
     )
     assert code == 0
@@ -345,6 +345,7 @@ def test_four_samples_per_prompt_select_a_quarter_of_the_prompts_and_the_plan_sa
     assert table_row(out, "math") == ["math", "1,000", "--avg-tokens", "14,714", "2,500", "10,000", "10,000,000"]
     plan = json.loads((project / "b.json").read_text())
     assert plan["samples_per_prompt"] == 4
+    assert err.rstrip().endswith("--dataset math --budget b.json --samples-per-prompt 4")
     assert plan["datasets"]["math"]["max_samples"] == 2_500
 
 
