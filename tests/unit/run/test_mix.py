@@ -71,3 +71,19 @@ def test_the_dry_run_shows_the_draw_per_recipe_and_each_recipes_first_sample():
     assert lines[2].startswith(f"  recipe 0 (weight 3, 75.0%): {counts[0]:,} samples (")
     assert lines[3].startswith(f"  recipe 1 (weight 1, 25.0%): {counts[1]:,} samples (")
     assert "temperature=0.8, top_p=0.95" in lines[3] and "'thinking': False" in lines[3]
+
+
+def test_a_budget_planned_for_another_sample_count_is_refused_naming_the_flag(tmp_path):
+    import json
+
+    import pytest
+
+    from synthgen.cli.run import build_parser, config_from_args
+    from synthgen.errors import UsageError
+
+    plan = tmp_path / "budget.json"
+    plan.write_text(json.dumps({"datasets": {"a": {"max_samples": 5}}, "samples_per_prompt": 4}))
+    with pytest.raises(UsageError, match=r"was planned for 4 sample\(s\) per prompt; pass --samples-per-prompt 4"):
+        config_from_args(build_parser().parse_args(["--budget", str(plan)]))
+    cfg = config_from_args(build_parser().parse_args(["--budget", str(plan), "--samples-per-prompt", "4"]))
+    assert cfg.samples_per_prompt == 4 and cfg.mixed
