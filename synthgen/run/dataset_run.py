@@ -278,6 +278,8 @@ class DatasetRun:
             extra.append(f"{ix.bad_lines} bad lines skipped")
         if ix.dropped_empty_system:
             extra.append(f"{ix.dropped_empty_system} empty system turns dropped")
+        if self.mix is not None and self.mix.seeded:
+            extra.append(f"{self.mix.per_prompt} samples per prompt: 'to run' counts samples")
         if resume.repaired:
             extra.append(resume.repaired)
         if resume.bom:
