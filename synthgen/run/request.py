@@ -90,6 +90,17 @@ class Requests:
     def keeps_partials(self) -> bool:
         return self.blocker is None
 
+    def unlike_for(self, item: WorkItem) -> str | None:
+        """Why a continuation of this item would not be the same distribution (None: it would): the
+        run's sampling params, or its sample's (a training mix's per-sample seed is a fixed seed)."""
+        if self.unlike is not None or item.request is None:
+            return self.unlike
+        return continuation_blocker(item.request.sampling())
+
+    def keeps_for(self, item: WorkItem) -> bool:
+        """This item's ended attempts are kept and continued."""
+        return self.blocker is None and self.unlike_for(item) is None
+
     # ------------------------------------------------------------------ a stop
     async def abort_all(self) -> int:
         """End every request in flight through the server's /abort_request; how many it accepted.
@@ -103,7 +114,7 @@ class Requests:
         """One request with its retries: the parsed turn, or None once the prompt's failure is
         recorded (or the run is stopping; a partial output is kept for the next run)."""
         run, health = item.run, self.health
-        if self.keeps_partials:
+        if self.keeps_for(item):
             self._resume(item)
         attempts = outages = 0
         while True:
@@ -139,7 +150,7 @@ class Requests:
                     outages += 1
                     if outages >= OUTAGES_PER_PROMPT:
                         run.record_error(
-                            item.prompt.id,
+                            item.key,
                             FAILED,
                             SERVER_DIED.name,
                             (
@@ -153,11 +164,11 @@ class Requests:
                     attempts -= 1
                     continue
                 if attempts >= self.cfg.max_attempts:
-                    run.record_error(item.prompt.id, FAILED, exc.kind, exc.message, attempts, exc.status)
+                    run.record_error(item.key, FAILED, exc.kind, exc.message, attempts, exc.status)
                     return None
                 await self._backoff(attempts)
             except Rejected as exc:
-                run.record_error(item.prompt.id, FAILED, exc.kind, exc.message, attempts, exc.status)
+                run.record_error(item.key, FAILED, exc.kind, exc.message, attempts, exc.status)
                 return None
             finally:
                 self.live.pop(rid, None)
@@ -183,7 +194,7 @@ class Requests:
         base = carried.output_ids if carried is not None else []
         segments = carried.segments if carried is not None else []
         guard = LoopGuard() if self.cfg.loop_guard else None
-        every = self.cfg.checkpoint_tokens if self.keeps_partials else 0
+        every = self.cfg.checkpoint_tokens if self.keeps_for(item) else 0
         saved = 0  # ids of this attempt on disk
 
         def progress(ids: list[int]) -> None:
@@ -194,7 +205,7 @@ class Requests:
                 raise LoopFound(found, list(ids))
             if every and len(ids) - saved >= every:
                 partial = Partial(
-                    item.prompt.id, len(item.turns), whole, [*segments, len(ids)], item.prompt.prompt_hash, run.settings
+                    item.key, len(item.turns), whole, [*segments, len(ids)], item.prompt.prompt_hash, run.settings
                 )
                 run.checkpoint(partial, len(base) + saved)
                 saved = len(ids)
@@ -222,12 +233,14 @@ class Requests:
         carried = item.carried
         ids = item.input_ids if carried is None else [*item.input_ids, *carried.output_ids]
         left = item.max_new_tokens - (0 if carried is None else carried.tokens)
-        item.payload = build_payload(ids, left, self.sampling, new_rid())
+        sample = item.request  # a training mix: the sample's own params, seed and request id
+        sampling, rid = (self.sampling, new_rid()) if sample is None else (sample.sampling(), sample.rid(new_rid()))
+        item.payload = build_payload(ids, left, sampling, rid)
         return item.payload
 
     def _resume(self, item: WorkItem) -> None:
         """A partial output an earlier run kept for this prompt (and turn), if it can be continued."""
-        partial = item.run.take_partial(item.prompt.id, len(item.turns))
+        partial = item.run.take_partial(item.key, len(item.turns))
         if partial is None:
             return
         if partial.tokens >= item.max_new_tokens:  # nothing left to continue (the context shrank, a cut extended)
@@ -244,7 +257,7 @@ class Requests:
         # The last id is sampled again: an abort can race the answer's own end, and a stop token must
         # not be continued past (one token a partial; drawn from the same distribution again).
         lost, partial = partial[-1:], partial[:-1]
-        if not self.keeps_partials or not partial:
+        if not self.keeps_for(item) or not partial:
             lost, partial = lost + partial, []
         if self.stopping.is_set():
             run.tokens.stopped += len(lost)
@@ -255,7 +268,7 @@ class Requests:
         tokens = len(partial)
         before = item.carried
         item.carried = Partial(
-            item.prompt.id,
+            item.key,
             len(item.turns),
             [*(before.output_ids if before else []), *partial],
             [*(before.segments if before else []), tokens],
@@ -269,7 +282,7 @@ class Requests:
         continued once with up to N more tokens, as the same generation (the context allowing); True
         when the item now carries it for one more request."""
         extra = self.cfg.continue_cut
-        if not extra or item.extended_by or self.unlike is not None or turn.output_ids is None:
+        if not extra or item.extended_by or self.unlike_for(item) is not None or turn.output_ids is None:
             return False
         if turn.finish_reason != "length" or (turn.reasoning_complete and turn.content.strip()):
             return False
@@ -281,7 +294,7 @@ class Requests:
             return False
         run = item.run
         item.carried = Partial(
-            item.prompt.id,
+            item.key,
             len(item.turns),
             turn.output_ids,
             turn.segments or [len(turn.output_ids)],

@@ -49,6 +49,11 @@ gpt-oss tokenizer). Stop ids are the tokenizer's ``eos_token`` plus ``eos_token_
 ``config.json`` and ``generation_config.json``; ``finish_reason.matched`` is the id that ended the
 output, which ``output_ids`` includes and ``text`` does not.
 
+A request with ``sampling_params.sampling_seed`` and a ``temperature`` above 0 (sent, not defaulted)
+stands for a sampled answer: the output gets ``V`` more pad tokens (the last token of ``"."``) before its
+stop id, ``V`` = the seed's SHA-1 mod 4, so samples of one prompt under different seeds mostly differ and
+the same seed always gives the same answer (what a server with deterministic inference does).
+
 ``--output-len-dist`` overrides the length (EOS included) per prompt: ``fixed:N``, or
 ``uniform:LO-HI`` drawn from the prompt ids' SHA-1. A shorter length cuts the styled output (then
 EOS), a longer one pads it with the last token of ``"."`` before EOS. Output is truncated at
@@ -438,9 +443,10 @@ class FakeModel:
     def decode(self, ids: list[int], skip_special_tokens: bool) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
-    def complete(self, input_ids: list[int]) -> list[int]:
+    def complete(self, input_ids: list[int], variation: int = 0) -> list[int]:
         """The output, ending with a stop id unless it loops, that the model would write given
-        unlimited tokens. Greedy and stateless, as a model is: when the ids are a prompt followed
+        unlimited tokens (``variation`` pad tokens before the stop id: a seeded sample, see
+        seeded_variation). Greedy and stateless, as a model is: when the ids are a prompt followed
         by the start of this model's output for it (a continuation: prompt + partial ids), the
         answer is the rest of that output.
 
@@ -451,13 +457,13 @@ class FakeModel:
         continuation only for partials longer than that one token and prompts not ending in it."""
         marked = SIM_MARKER.search(self.decode(input_ids, skip_special_tokens=False)) is not None
         for split in self._continuation_splits(input_ids, marked):
-            rest = self._continued(input_ids, split)
+            rest = self._continued(input_ids, split, variation)
             if rest is not None:
                 return rest
-        return self._complete_prompt(input_ids)
+        return self._complete_prompt(input_ids, variation)
 
-    def _continued(self, input_ids: list[int], split: int) -> list[int] | None:
-        full = self._complete_prompt(input_ids[:split])
+    def _continued(self, input_ids: list[int], split: int, variation: int = 0) -> list[int] | None:
+        full = self._complete_prompt(input_ids[:split], variation)
         partial = len(input_ids) - split
         return full[partial:] if input_ids[split:] == full[:partial] else None
 
@@ -482,7 +488,7 @@ class FakeModel:
         starts += ["<|tool_calls_section_begin|>"]
         return [ids for ids in (self.encode_text(text) for text in starts) if ids]
 
-    def _complete_prompt(self, input_ids: list[int]) -> list[int]:
+    def _complete_prompt(self, input_ids: list[int], variation: int = 0) -> list[int]:
         prompt = self.decode(input_ids, skip_special_tokens=False)
         kind, message = last_turn(prompt)
         marker = SIM_MARKER.search(message)
@@ -491,6 +497,8 @@ class FakeModel:
         ids = self.encode_text(self.output_text(prompt))
         if not ids or ids[-1] not in self.stop_ids:
             ids.append(self.eos_id)
+        if variation:
+            ids = ids[:-1] + [self.pad_id] * variation + ids[-1:]
         if marker and marker["long"]:
             return self._lengthened(prompt, input_ids, ids, int(marker["long"]))
         if self.length_dist is None:
@@ -632,6 +640,7 @@ class Sequence:
     max_new_tokens: int  # after the scheduler's clamp
     skip_special_tokens: bool
     require_reasoning: bool = False
+    variation: int = 0  # pad tokens of a seeded sample (seeded_variation)
     planned: list[int] = field(default_factory=list)  # the model's whole output, stop id included
     aborted: bool = False  # set by /abort_request
     # Scheduler mode: progress, and how the request fared in the queue.
@@ -715,6 +724,14 @@ def sampling_contract_problem(sampling) -> str | None:
             if expected_type and not matches_type(value, expected_type):
                 return f"invalid type: {json_type_description(value)}, expected {expected_type}"
     return None
+
+
+def seeded_variation(params: dict) -> int:
+    """Pad tokens a seeded, sampled request adds to its answer: 0..3 from the seed, 0 when greedy or unseeded."""
+    seed, temperature = params.get("sampling_seed"), params.get("temperature")
+    if not isinstance(seed, int) or not isinstance(temperature, (int, float)) or temperature <= 0:
+        return 0
+    return int(hashlib.sha1(str(seed).encode()).hexdigest(), 16) % 4
 
 
 def sampling_value(params: dict, key: str, default):
@@ -839,6 +856,7 @@ def parse_generate(body, settings: Settings, model: FakeModel) -> ParsedRequest:
             max_new_tokens=max_new[i],
             skip_special_tokens=sampling_value(params, "skip_special_tokens", True),
             require_reasoning=body.get("require_reasoning") is True,
+            variation=seeded_variation(params),
             stream_interval=params.get("stream_interval") or settings.stream_interval,
         )
         for i, (prompt, params) in enumerate(zip(prompts, per_prompt, strict=True))
@@ -1437,7 +1455,7 @@ def run_generation(
     streamed request's chunks as tokens pass and aborts the request once its client is gone.
     """
     for seq in job.sequences:
-        seq.planned = model.complete(seq.input_ids)
+        seq.planned = model.complete(seq.input_ids, seq.variation)
     if plan.slow:
         job.wake.wait(faults.slow_seconds)
     produced = 0
@@ -1934,7 +1952,7 @@ class SimHandler(BaseHTTPRequestHandler):
                 watch = self._watch(job, started)
                 if self.server.scheduler:
                     for seq in job.sequences:
-                        seq.planned = model.complete(seq.input_ids)
+                        seq.planned = model.complete(seq.input_ids, seq.variation)
                     if plan.slow:
                         job.wake.wait(faults.slow_seconds)
                     self.server.scheduler.run_job(job, abort_at_half=plan.outcome == "abort", watch=watch)
