@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from synthgen.data.records import ResultRecord, typed_list
-from synthgen.export.formats.base import Expected
 
 META_KEY = "synthgen_meta"
 # Keys SpecForge itself reads, or that apply_chat_template takes as arguments: never template variables.
@@ -38,6 +38,22 @@ RESERVED_KEYS = frozenset(
     }
 )
 SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """What one exported row must render to: ``ids`` (prompt ids + output ids as stored) with the generated
+    span ``[start, len(ids))`` trained and nothing else."""
+
+    ids: list[int]
+    start: int
+    reasoning: str = ""  # the generated turn's reasoning, to name a drift that drops it
+
+
+@dataclass(frozen=True, slots=True)
+class Exported:
+    row: dict[str, Any]
+    expected: Expected | None = None  # None: exact by construction (tokens) or no stored ids to compare
 
 
 def as_int(value: Any) -> int | None:

@@ -7,26 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from synthgen.data.records import ResultRecord
-
-
-@dataclass(frozen=True, slots=True)
-class Expected:
-    """What one exported row must render to: ``ids`` (prompt ids + output ids as stored) with the generated
-    span ``[start, len(ids))`` trained and nothing else."""
-
-    ids: list[int]
-    start: int
-    reasoning: str = ""  # the generated turn's reasoning, to name a drift that drops it
-
-
-@dataclass(frozen=True, slots=True)
-class Exported:
-    row: dict[str, Any]
-    expected: Expected | None = None  # None: exact by construction (tokens) or no stored ids to compare
-
+from synthgen.export.fields import Exported
 
 RowMaker = Callable[[ResultRecord], list[Exported]]
 

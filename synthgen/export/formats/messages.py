@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from synthgen.data.records import ResultRecord
-from synthgen.export.fields import expected, export_id, generated_positions, message, template_kwargs
-from synthgen.export.formats.base import Exported, register
+from synthgen.export.fields import Exported, expected, export_id, generated_positions, message, template_kwargs
+from synthgen.export.formats.base import register
 
 
 @register("messages", shape="{id, messages, generated_turns, tools?}", needs_ids=False, render_check=True)

@@ -18,6 +18,7 @@ from typing import Any
 from synthgen.data.records import ResultRecord
 from synthgen.export.fields import (
     META_KEY,
+    Exported,
     as_text,
     expected,
     export_id,
@@ -27,7 +28,7 @@ from synthgen.export.fields import (
     meta,
     template_kwargs,
 )
-from synthgen.export.formats.base import Exported, Refusal, register
+from synthgen.export.formats.base import Refusal, register
 
 SPECFORGE_SETTING = "data.train_only_last_turn: true"
 

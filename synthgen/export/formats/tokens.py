@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from synthgen.data.records import ResultRecord
-from synthgen.export.fields import export_id, turn_ids
-from synthgen.export.formats.base import Exported, register
+from synthgen.export.fields import Exported, export_id, turn_ids
+from synthgen.export.formats.base import register
 
 
 def token_rows(record: ResultRecord) -> list[dict[str, Any]]:
