@@ -1599,6 +1599,26 @@ def malform(item: dict, kind: str) -> dict:
 STREAMED = object()
 
 
+def is_value_error(error: HttpError) -> bool:
+    """A 400 of SGLang's ValueError shape (``value_error``), not the request contract's."""
+    body = error.body
+    return error.status == 400 and isinstance(body, dict) and isinstance(body.get("error"), dict)
+
+
+def logged_answers(job: Job, items: list[dict]) -> list[dict]:
+    """What ``--request-log`` keeps of a 200 answer, one entry per sequence."""
+    return [
+        {
+            "rid": seq.rid,
+            "input_ids": seq.input_ids,
+            "output_ids": item["output_ids"],
+            "text": item["text"],
+            "finish_reason": item["meta_info"]["finish_reason"],
+        }
+        for seq, item in zip(job.sequences, items, strict=True)
+    ]
+
+
 class DropConnection(Exception):
     """Close the socket without answering (simulates a worker or proxy dying mid-request)."""
 
@@ -1961,16 +1981,7 @@ class SimHandler(BaseHTTPRequestHandler):
             finally:
                 state.unregister(job)
             items = [response_item(seq, model, settings, started) for seq in job.sequences]
-            logged = [
-                {
-                    "rid": seq.rid,
-                    "input_ids": seq.input_ids,
-                    "output_ids": item["output_ids"],
-                    "text": item["text"],
-                    "finish_reason": item["meta_info"]["finish_reason"],
-                }
-                for seq, item in zip(job.sequences, items, strict=True)
-            ]
+            logged = logged_answers(job, items)
             outcome = "aborted" if any(seq.aborted for seq in job.sequences) else "ok"
             if watch.gone:
                 outcome = "disconnected"
@@ -1987,12 +1998,7 @@ class SimHandler(BaseHTTPRequestHandler):
             return 200, items if parsed.returns_list else items[0]
         except HttpError as error:
             outcome = f"http_{error.status}"
-            if (
-                streamed
-                and error.status == 400
-                and isinstance(error.body, dict)
-                and isinstance(error.body.get("error"), dict)
-            ):
+            if streamed and is_value_error(error):
                 # Checks past the request contract run once the stream began: an error event.
                 self._stream_error(error.body["error"].get("message", ""))
                 return 200, STREAMED
