@@ -8,7 +8,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import orjson
 
@@ -86,7 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=_formatter,
     )
-    g = p.add_argument_group("what to run")
+    _what_to_run(p.add_argument_group("what to run"))
+    _how_many(p.add_argument_group("how many"))
+    _server(p.add_argument_group("server"))
+    _model_and_template(p.add_argument_group("model and template"))
+    _sampling(p.add_argument_group("sampling"))
+    _running(p.add_argument_group("running"))
+    return p
+
+
+def _what_to_run(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--partition",
         default=default_of("partition"),
@@ -109,11 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
         "on its own replies)",
     )
 
-    g = p.add_argument_group("how many")
+
+def _how_many(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--max-samples", type=int, metavar="N", help="at most N prompts per dataset (done ones count)")
     g.add_argument("--budget", type=Path, metavar="FILE", help="per-dataset counts from compute_budget.py --out")
     g.add_argument(
-        "--max-tokens-per-dataset", metavar="N", help="stop a dataset at N output tokens, earlier runs included (10M)"
+        "--max-tokens-per-dataset", metavar="N", help="stop a dataset at N output tokens, earlier runs too (e.g. 10M)"
     )
     g.add_argument(
         "--sample", choices=SAMPLE_MODES, default=default_of("sample"), help="which prompts a cap keeps (%(default)s)"
@@ -126,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="seed of --sample random (default: %(default)s)",
     )
 
-    g = p.add_argument_group("server")
+
+def _server(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--server-url", default=default_of("server_url"), metavar="URL", help="default: %(default)s")
     g.add_argument("--api-key", default=None, metavar="KEY", help="default: $SGLANG_API_KEY; never printed")
     g.add_argument(
@@ -151,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="restarts if it dies (default: %(default)s)",
     )
 
-    g = p.add_argument_group("model and template")
+
+def _model_and_template(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--tokenizer", metavar="PATH", help="default: the tokenizer_path the server reports")
     g.add_argument("--trust-remote-code", action="store_true", help="allow the tokenizer's own code")
     g.add_argument(
@@ -179,7 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="done prompts whose text changed (default: %(default)s)",
     )
 
-    g = p.add_argument_group("sampling")
+
+def _sampling(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--max-tokens",
         type=int,
@@ -190,8 +203,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=float, metavar="T", help="default: the model's")
     g.add_argument("--top-p", type=float, metavar="P", help="default: the server's")
     g.add_argument("--top-k", type=int, metavar="K", help="default: the server's")
+    g.add_argument(
+        "--sampling-params",
+        default="{}",
+        metavar="JSON",
+        help="more SGLang sampling keys, e.g. '{\"min_p\": 0.05}'",
+    )
 
-    g = p.add_argument_group("running")
+
+def _running(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--concurrency",
         type=concurrency_arg,
@@ -241,6 +261,32 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="after SIGTERM/SIGINT (%(default).0f)",
     )
+    g.add_argument(
+        "--continue-cut",
+        type=int,
+        default=default_of("continue_cut"),
+        metavar="N",
+        help="an answer cut at --max-tokens with its reasoning open gets N more tokens, once (0: off)",
+    )
+    g.add_argument(
+        "--checkpoint-tokens",
+        type=int,
+        default=default_of("checkpoint_tokens"),
+        metavar="N",
+        help="stream requests, saving their output every N tokens: a crash loses at most ~N each (0: off; 256)",
+    )
+    g.add_argument(
+        "--loop-guard",
+        choices=("on", "off"),
+        default="on",
+        help="end an answer that falls into a repetition loop; its row says so (on)",
+    )
+    g.add_argument(
+        "--keep-partials",
+        choices=("on", "off"),
+        default="on",
+        help="on a stop, end requests and keep their output so far to continue (on)",
+    )
     g.add_argument("--dry-run", action="store_true", help="print the plan and the first request; send nothing")
     g.add_argument("--log-file", type=Path, metavar="FILE", help="also append status lines here")
     g.add_argument(
@@ -259,7 +305,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
     g.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    return p
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -269,6 +314,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise UsageError(f"--chat-template-kwargs is not valid JSON ({exc}); e.g. '{{\"thinking\": true}}'") from None
     if not isinstance(template_kwargs, dict):
         raise UsageError("--chat-template-kwargs must be a JSON object, e.g. '{\"thinking\": true}'")
+    extra_sampling = json_object(args.sampling_params, "--sampling-params", '{"min_p": 0.05}')
     budget = read_budget(args.budget) if args.budget else None
     token_cap = None
     if args.max_tokens_per_dataset is not None:
@@ -309,6 +355,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k,
+        extra_sampling=extra_sampling,
         concurrency=args.concurrency,
         max_concurrency=args.max_concurrency,
         request_timeout=args.request_timeout,
@@ -316,11 +363,25 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         backoff_base=args.retry_backoff,
         server_wait=args.server_wait,
         drain_timeout=args.drain_timeout,
+        keep_partials=args.keep_partials == "on",
+        continue_cut=args.continue_cut,
+        checkpoint_tokens=args.checkpoint_tokens,
+        loop_guard=args.loop_guard == "on",
         status_interval=args.status_interval,
         log_file=args.log_file,
         report_interval=args.report_interval,
         dry_run=args.dry_run,
     ).validate()
+
+
+def json_object(text: str, flag: str, example: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"{flag} is not valid JSON ({exc}); e.g. '{example}'") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag} must be a JSON object, e.g. '{example}'")
+    return value
 
 
 def closing_text(end_text: str, report: str) -> str:

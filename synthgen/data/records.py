@@ -76,6 +76,10 @@ class ResultRecord:
     turns: list[dict[str, Any]] | None = None  # regenerate=all: every generated turn (Turn.to_dict), in order
     stopped_early: str | None = None  # regenerate=all: why the conversation ends before its last turn
     settings: str | None = None  # id of the settings set in the dataset's settings.jsonl
+    # output tokens per attempt when the answer was continued from a partial output (a stop, an abort,
+    # --continue-cut): output_ids is their concatenation; None: one attempt made it all
+    segments: list[int] | None = None
+    extended_by: int | None = None  # --continue-cut: the tokens the cut answer was given beyond --max-tokens
 
     def to_json(self) -> bytes:
         return json_line(self.to_dict())
@@ -85,7 +89,8 @@ class ResultRecord:
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> ResultRecord:
-        """Any version of a result row; missing or mistyped optional fields read as their defaults."""
+        """Any version of a result row: a field it does not have reads as its default (None where there
+        is none); the values it has are taken as they are, unchecked (``DoneEntry`` checks what resume uses)."""
         values = {}
         for f in dataclasses.fields(cls):
             if f.name in row:
@@ -138,6 +143,8 @@ class Turn:
     server_latency_s: float | None
     attempts: int
     request_id: str
+    segments: list[int] | None = None  # continued: output tokens per attempt (see ResultRecord.segments)
+    extended_by: int | None = None  # --continue-cut (see ResultRecord.extended_by)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -222,6 +229,8 @@ def build_result(
         turns=[t.to_dict() for t in turns] if ctx.regenerate == "all" else None,
         stopped_early=stopped_early,
         settings=ctx.settings,
+        segments=last.segments,
+        extended_by=last.extended_by,
     )
 
 
@@ -230,15 +239,20 @@ class ErrorRecord:
     id: str
     dataset: str
     status: str  # failed | skipped
-    error_type: str  # http_400, timeout, prompt_too_long, template_error, bad_response, ...
+    error_type: str  # a kind of synthgen.data.failures: http_400, timeout, prompt_too_long, ...
     error: str
     attempts: int
     http_status: int | None
     at: str
+    # A skip that only the prompt and a few settings decide: their key (failures.settled_key). A rerun with
+    # the same key does not take the prompt again.
+    settled: str | None = None
 
     def to_json(self) -> bytes:
         row = dataclasses.asdict(self)
         row["error"] = redact(self.error)  # a server's message may quote a URL with its key
+        if self.settled is None:
+            del row["settled"]  # only a settled skip has the key
         return json_line(row)
 
     @classmethod
@@ -258,6 +272,7 @@ class ErrorRecord:
             attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else 0,
             http_status=status if isinstance(status, int) and not isinstance(status, bool) else None,
             at=str(row.get("at", "")),
+            settled=settled if isinstance(settled := row.get("settled"), str) else None,
         )
 
 
@@ -303,7 +318,7 @@ def parse_line(line: bytes) -> dict[str, Any] | None:
             return None
         try:  # json_line's fallback: a lone surrogate escape, which orjson refuses to read
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a hostile line nested thousands deep
             return None
     return row if isinstance(row, dict) else None
 

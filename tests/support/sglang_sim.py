@@ -117,7 +117,8 @@ request); ``first_request_at`` / ``last_finish_at`` (``time.time()`` of the firs
 received and the last one answered, null before); ``queue_time_total`` / ``queue_time_max``
 (seconds sequences spent in the waiting queue, retractions included; the max is per sequence);
 ``retractions``; ``decode_steps``; ``token_usage``; ``tokens_generated`` (output tokens in 200
-answers). ``POST /sim/reset`` zeroes them (peaks restart from the current values).
+answers); in the scheduler mode ``tokens_decoded`` (every token a decode step made, answered or
+not). ``POST /sim/reset`` zeroes them (peaks restart from the current values).
 
 ``--request-log FILE`` appends one JSON line per /generate request: ``time``, ``prompt_sha1``
 (list), ``rid`` (as sent), ``outcome``, and for a 200 ``answers``: one
@@ -859,7 +860,8 @@ class Job:
     done: threading.Event = field(default_factory=threading.Event)  # scheduler mode: all finished
     unfinished: int = 0
     advanced: threading.Event = field(default_factory=threading.Event)  # scheduler mode: a step, a finish
-    streamed: bool = False  # scheduler mode: wake the handler at every step, to send its chunks
+    streamed: bool = False  # scheduler mode: wake the handler when a chunk is due, to send it
+    due: int = 1  # ... that is, once this many tokens are out
 
 
 @dataclass
@@ -1175,6 +1177,7 @@ class Scheduler:
     def _zero_stats(self) -> None:
         self.retractions = 0
         self.decode_steps = 0
+        self.tokens_decoded = 0  # every token a decode step made, answered or not (bench/bench_waste.py)
         self.queue_time_total = 0.0
         self.queue_time_max = 0.0
         self.peak_running = len(self.running)
@@ -1213,6 +1216,7 @@ class Scheduler:
             job.done.wait()
             return
         while not job.done.is_set():
+            job.due = watch.due() or 1
             job.advanced.wait(watch.poll)
             job.advanced.clear()
             if not job.done.is_set() and not watch.step(job.sequences[0].produced):
@@ -1256,6 +1260,7 @@ class Scheduler:
                 "queue_time_max": self.queue_time_max,
                 "retractions": self.retractions,
                 "decode_steps": self.decode_steps,
+                "tokens_decoded": self.tokens_decoded,
                 "token_usage": round(self.used / self.config.max_total_tokens, 4),
             }
 
@@ -1377,13 +1382,14 @@ class Scheduler:
         if not self.running:
             return
         self.decode_steps += 1
+        self.tokens_decoded += len(self.running)
         self.ratio = max(self.ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
         self.used += len(self.running)
         self.throughput.add(now, len(self.running))
         still_running = []
         for seq in self.running:
             seq.produced += 1
-            if seq.job is not None and seq.job.streamed:
+            if seq.job is not None and seq.job.streamed and seq.produced >= seq.job.due:
                 seq.job.advanced.set()
             if seq.abort_at is not None and seq.produced >= seq.abort_at:
                 seq.aborted = True

@@ -52,3 +52,11 @@ class BlockScan:
     @property
     def rest(self) -> str:
         return self.text[self.cursor :]
+
+
+def through_last(text: str, closer: str) -> str:
+    """``text`` through its last ``closer`` ("" without one). A pattern ``OPEN(.*?)CLOSER`` finds the same
+    matches in it as in ``text``, in linear time: the regex engine scans to the end of the text from every
+    opener that no closer follows (quadratic in a text of many such openers), and those are cut off."""
+    at = text.rfind(closer)
+    return text[: at + len(closer)] if at != -1 else ""

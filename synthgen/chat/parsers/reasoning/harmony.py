@@ -189,13 +189,23 @@ def _harmony_canonical(text: str) -> tuple[list[Event], str]:
     return events, ""
 
 
+# SGLang's plain-text patterns, rewritten to match the same (the tests compare them) in linear time: its
+# "\s*(?:assistant)?\s*" and "(.*?)\s*assistantfinal" rescan a run of whitespace from each of its positions
+# (a model writing thousands of newlines took seconds). Theirs, for the record:
+SGLANG_TEXT_PATTERNS = (
+    r"^\s*(?:assistant)?\s*(analysis|commentary)(.*?)\s*assistantfinal\s*(.*)\s*$",
+    r"^\s*assistantfinal\s*(.*)\s*$",
+    r"^\s*(?:assistant)?\s*(analysis|commentary)(.*)\s*$",
+    r"(?:^|\s)(?:assistant)?\s*(analysis|commentary)",
+    r"(?:^|\s)(?:assistant)?\s*(analysis|commentary|assistantfinal)",
+)
 _TEXT_ANALYSIS_THEN_FINAL = re.compile(
-    r"^\s*(?:assistant)?\s*(analysis|commentary)(.*?)\s*assistantfinal\s*(.*)\s*$", re.IGNORECASE | re.DOTALL
+    r"^\s*(?:assistant\s*)?(analysis|commentary)(.*?)(?<!\s)\s*assistantfinal\s*(.*)\s*$", re.IGNORECASE | re.DOTALL
 )
 _TEXT_FINAL_ONLY = re.compile(r"^\s*assistantfinal\s*(.*)\s*$", re.IGNORECASE | re.DOTALL)
-_TEXT_ANALYSIS_ONLY = re.compile(r"^\s*(?:assistant)?\s*(analysis|commentary)(.*)\s*$", re.IGNORECASE | re.DOTALL)
-_TEXT_CHANNEL_WORD = re.compile(r"(?:^|\s)(?:assistant)?\s*(analysis|commentary)", re.IGNORECASE)
-_TEXT_STRATEGY = re.compile(r"(?:^|\s)(?:assistant)?\s*(analysis|commentary|assistantfinal)", re.IGNORECASE)
+_TEXT_ANALYSIS_ONLY = re.compile(r"^\s*(?:assistant\s*)?(analysis|commentary)(.*)\s*$", re.IGNORECASE | re.DOTALL)
+_TEXT_CHANNEL_WORD = re.compile(r"(?:^|\s)(?:assistant\s*)?(analysis|commentary)", re.IGNORECASE)  # only: found?
+_TEXT_STRATEGY = re.compile(r"(?:^|\s)(?:assistant\s*)?(analysis|commentary|assistantfinal)", re.IGNORECASE)
 
 
 def _harmony_plain(text: str) -> list[Event]:

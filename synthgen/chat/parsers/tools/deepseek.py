@@ -14,6 +14,7 @@ from synthgen.chat.parsers.calls import (
     dumps,
 )
 from synthgen.chat.parsers.registry import tool_parser
+from synthgen.chat.parsers.scan import through_last
 
 _DS_BOT = "<｜tool▁calls▁begin｜>"
 _DS_CALL = r"<｜tool▁call▁begin｜>.*?<｜tool▁call▁end｜>"
@@ -25,7 +26,7 @@ def _deepseek(text: str, tools: Tools, detail: str, name_group: int) -> Found:
     normal = text[: text.find(_DS_BOT)].strip()
     calls: list[Item] = []
     try:
-        for block in re.findall(_DS_CALL, text, re.DOTALL):
+        for block in re.findall(_DS_CALL, through_last(text, "<｜tool▁call▁end｜>"), re.DOTALL):
             m = re.search(detail, block, re.DOTALL)
             assert m is not None  # SGLang's .group on None raises: caught below
             calls.extend(
@@ -75,6 +76,7 @@ class _Dsml:
     def __init__(self, block_name: str, invoke_name: str = "invoke", parameter_name: str = "parameter") -> None:
         block, invoke, parameter = f"{_DSML}{block_name}", f"{_DSML}{invoke_name}", f"{_DSML}{parameter_name}"
         self.bot, self.invoke_start = f"<{block}>", f"<{invoke}"
+        self.section_close = f"</{block}>"
         self.section_re = re.compile(rf"<{block}>(.*?)</{block}>", re.DOTALL)
         self.parameter_re = re.compile(
             rf'<{parameter}\s+name="([^"]+)"\s+string="([^"]+)"\s*>(.*?)</{parameter}>', re.DOTALL
@@ -118,7 +120,7 @@ class _Dsml:
         idx = text.find(self.bot)
         if idx != -1:
             normal = text[:idx].removesuffix("\n\n")
-            sections = self.section_re.findall(text)
+            sections = self.section_re.findall(through_last(text, self.section_close))
         else:
             normal, sections = _dsml_before(text), [text[text.find(self.invoke_start) :]]
         calls: list[Item] = []

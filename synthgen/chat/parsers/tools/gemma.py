@@ -49,8 +49,19 @@ def _g4_block(text: str, i: int, opening: str, closing: str, strings: bool) -> t
     return text[start : i - 1], i
 
 
-def _g4_array(text: str) -> list[Any]:
+_G4_MAX_DEPTH = 64
+
+
+def _g4_nesting(depth: int) -> None:
+    """Each level rescans its block: past this depth a call is malformed (the answer stays whole), so the
+    work stays linear. SGLang recurses on (to a RecursionError, which its serving layer also catches)."""
+    if depth > _G4_MAX_DEPTH:
+        raise ValueError("gemma4 arguments nested too deep")
+
+
+def _g4_array(text: str, depth: int = 1) -> list[Any]:
     """gemma4_detector._parse_gemma4_array: <|"|>strings, {objects}, [arrays] and bare scalars."""
+    _g4_nesting(depth)
     items: list[Any] = []
     i = 0
     while i < len(text):
@@ -67,10 +78,10 @@ def _g4_array(text: str) -> list[Any]:
             i = end + len(_G4_DELIM)
         elif text[i] == "{":
             inner, i = _g4_block(text, i, "{", "}", True)
-            items.append(_g4_args(inner))
+            items.append(_g4_args(inner, depth + 1))
         elif text[i] == "[":
             inner, i = _g4_block(text, i, "[", "]", False)  # SGLang skips no strings inside nested arrays
-            items.append(_g4_array(inner))
+            items.append(_g4_array(inner, depth + 1))
         else:
             start = i
             while i < len(text) and text[i] not in ",]":
@@ -81,8 +92,9 @@ def _g4_array(text: str) -> list[Any]:
     return items
 
 
-def _g4_args(text: str) -> dict[str, Any]:
+def _g4_args(text: str, depth: int = 1) -> dict[str, Any]:
     """gemma4_detector._parse_gemma4_args: ``key:value`` pairs."""
+    _g4_nesting(depth)
     result: dict[str, Any] = {}
     if not text or not text.strip():
         return result
@@ -110,10 +122,10 @@ def _g4_args(text: str) -> dict[str, Any]:
             i = end + len(_G4_DELIM)
         elif text[i] == "{":
             inner, i = _g4_block(text, i, "{", "}", True)
-            result[key] = _g4_args(inner)
+            result[key] = _g4_args(inner, depth + 1)
         elif text[i] == "[":
             inner, i = _g4_block(text, i, "[", "]", True)
-            result[key] = _g4_array(inner)
+            result[key] = _g4_array(inner, depth + 1)
         else:
             start = i
             while i < len(text) and text[i] not in ",}]":

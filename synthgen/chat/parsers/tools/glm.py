@@ -19,7 +19,7 @@ from synthgen.chat.parsers.calls import (
     schema_properties,
 )
 from synthgen.chat.parsers.registry import tool_parser
-from synthgen.chat.parsers.scan import BlockScan
+from synthgen.chat.parsers.scan import BlockScan, through_last
 
 
 def _glm_type(name: str, key: str, tools: Tools) -> str | None:
@@ -62,7 +62,48 @@ def _coerce45(value: Any, kind: str | None) -> Any:
     return _number(value) if kind == "number" and isinstance(value, str) else value
 
 
-_GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>(?:\\n|\s)*<arg_value>(.*?)</arg_value>", re.DOTALL)
+_GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>(?:\\n|\s)*<arg_value>(.*?)</arg_value>", re.DOTALL)  # SGLang's
+
+
+def _glm_skip(text: str, i: int) -> int:
+    """Past ``(?:\\\\n|\\s)*``: whitespace and escaped newlines."""
+    while i < len(text):
+        if text.startswith("\\n", i):
+            i += 2
+        elif text[i].isspace():
+            i += 1
+        else:
+            break
+    return i
+
+
+def glm_arg_pairs(text: str, tight: bool = False) -> tuple[list[tuple[str, str]], str]:
+    """``_GLM_ARG.findall(text)`` and ``_GLM_ARG.sub("", text)`` (``tight``: nothing between ``</arg_key>``
+    and ``<arg_value>``, Spark-2.5's pattern) in linear time: the regex rescans to the end from every
+    ``<arg_key>`` no pair follows. A start's key runs to the first ``</arg_key>`` that a value follows; when
+    none does for one start, none does for a later one."""
+    pairs: list[tuple[str, str]] = []
+    rest: list[str] = []
+    last_close = text.rfind("</arg_value>")
+    pos = 0
+    while (start := text.find("<arg_key>", pos)) != -1:
+        close = text.find("</arg_key>", start + len("<arg_key>"))
+        while close != -1:
+            value = close + len("</arg_key>") if tight else _glm_skip(text, close + len("</arg_key>"))
+            if text.startswith("<arg_value>", value) and last_close >= value + len("<arg_value>"):
+                break
+            close = text.find("</arg_key>", close + 1)
+        if close == -1:
+            break
+        value += len("<arg_value>")
+        end = text.find("</arg_value>", value)
+        pairs.append((text[start + len("<arg_key>") : close], text[value:end]))
+        rest.append(text[pos:start])
+        pos = end + len("</arg_value>")
+    rest.append(text[pos:])
+    return pairs, "".join(rest)
+
+
 _GLM45_DETAIL = r"<tool_call>(.*?)(?:\\n|\n)(.*)</tool_call>"
 
 
@@ -80,13 +121,13 @@ def glm45(text: str, tools: Tools, detail_re: str = _GLM45_DETAIL) -> Found:
     normal = text[: text.find("<tool_call>")].strip()
     calls: list[Item] = []
     try:
-        for block in re.findall(r"<tool_call>.*?</tool_call>", text, re.DOTALL):
-            detail = re.search(detail_re, block, re.DOTALL)
+        for block in re.findall(r"<tool_call>.*?</tool_call>", through_last(text, "</tool_call>"), re.DOTALL):
+            detail = re.match(detail_re, block, re.DOTALL)  # search's first try, at 0, succeeds if any does
             if detail is None:
                 continue
             name = detail.group(1) or ""
             arguments: dict[str, Any] = {}
-            for key, raw in _GLM_ARG.findall(detail.group(2) or ""):
+            for key, raw in glm_arg_pairs(detail.group(2) or "")[0]:
                 key = key.strip()
                 kind = _glm_type(name, key, tools)
                 value, good = _glm_value(raw, kind, _coerce45)
@@ -131,7 +172,7 @@ def glm47(text: str, tools: Tools) -> Found:
         return None
     parts: list[str] = []
     last = 0
-    for m in re.finditer(r"<tool_call>.*?</tool_call>", text, re.DOTALL):
+    for m in re.finditer(r"<tool_call>.*?</tool_call>", through_last(text, "</tool_call>"), re.DOTALL):
         if m.start() > last:
             parts.append(text[last : m.start()])
         last = m.end()
@@ -140,12 +181,12 @@ def glm47(text: str, tools: Tools) -> Found:
     normal = "".join(parts).strip()
     calls: list[Item] = []
     try:
-        for block in re.findall(r"<tool_call>.*?</tool_call>", text, re.DOTALL):
-            detail = re.search(r"<tool_call>(.*?)(<arg_key>.*?)?</tool_call>", block, re.DOTALL)
+        for block in re.findall(r"<tool_call>.*?</tool_call>", through_last(text, "</tool_call>"), re.DOTALL):
+            detail = re.match(r"<tool_call>(.*?)(<arg_key>.*?)?</tool_call>", block, re.DOTALL)
             if detail is None:
                 continue
             name = detail.group(1) or ""
-            pairs = _GLM_ARG.findall(detail.group(2) or "") if detail.group(2) else []
+            pairs = glm_arg_pairs(detail.group(2))[0] if detail.group(2) else []
             arguments = glm47_arguments(pairs, name, tools)
             calls.extend(base_json({"name": name, "parameters": arguments}, tools))
     except Exception:
@@ -373,7 +414,7 @@ def poolside_v1(text: str, tools: Tools) -> Found:
         return None
     first = text.find("<tool_call>")
     calls: list[Item] = []
-    for body in re.findall(r"<tool_call>(.*?)</tool_call>", text, re.DOTALL):
+    for body in re.findall(r"<tool_call>(.*?)</tool_call>", through_last(text, "</tool_call>"), re.DOTALL):
         hits = [h for h in (body.find("\n"), body.find("<arg_key>"), body.find("</tool_call>")) if h != -1]
         name = (body[: min(hits)] if hits else body).strip()
         if not name or not tools.declared(name):
@@ -437,15 +478,15 @@ def spark25(text: str, tools: Tools) -> Found:
             normal.append(block.outer)
             continue
         arguments: dict[str, Any] = {}
-        for m in re.finditer(r"<arg_key>(.*?)</arg_key><arg_value>(.*?)</arg_value>", block.inner, re.DOTALL):
-            if not m.group(1):
+        for key, value in glm_arg_pairs(block.inner, tight=True)[0]:
+            if not key:
                 continue
             kind = "string"
             if tools.schemas is not None and isinstance(tools.schemas.get(name), dict):
-                definition = schema_properties(tools.schemas[name]).get(m.group(1))
+                definition = schema_properties(tools.schemas[name]).get(key)
                 if isinstance(definition, dict) and isinstance(definition.get("type"), str):
                     kind = definition["type"]
-            arguments[m.group(1)] = _spark_value(m.group(2), kind)
+            arguments[key] = _spark_value(value, kind)
         if base_json({"name": name, "arguments": arguments}, tools):
             calls.append(Item(name, json.dumps(arguments, ensure_ascii=False, separators=(",", ":")), len(calls)))
     normal.append(scan.rest)
@@ -473,8 +514,8 @@ def iquest_q1(text: str, tools: Tools) -> Found:
         cursor = block.inner.find("<arg_key>")
         name = block.inner[:cursor].strip() if cursor >= 0 else block.inner.strip()
         raw = block.inner[cursor:] if cursor >= 0 else ""
-        pairs = _GLM_ARG.findall(raw)
-        if not name or _GLM_ARG.sub("", raw).strip() or any(not k.strip() for k, _ in pairs):
+        pairs, outside = glm_arg_pairs(raw)
+        if not name or outside.strip() or any(not k.strip() for k, _ in pairs):
             continue
         arguments = glm47_arguments(pairs, name, tools)
         for key, value in pairs:
@@ -574,7 +615,7 @@ def hunyuan(text: str, tools: Tools) -> Found:
     normal = text[:idx].strip() if idx > 0 else ""
     calls: list[Item] = []
     try:
-        for name, args in _HY_CALL.findall(text):
+        for name, args in _HY_CALL.findall(through_last(text, "</tool_call>")):
             name = name.strip()
             if not tools.declared(name):
                 continue

@@ -13,6 +13,7 @@ from synthgen.chat.parsers.calls import (
     dumps,
 )
 from synthgen.chat.parsers.registry import tool_parser
+from synthgen.chat.parsers.scan import through_last
 
 
 @tool_parser(
@@ -24,7 +25,7 @@ def qwen25(text: str, tools: Tools) -> Found:
     if bot not in text:
         return None
     calls: list[Item] = []
-    for body in re.findall(rf"{re.escape(bot)}(.*?){re.escape(eot)}", text, re.DOTALL):
+    for body in re.findall(rf"{re.escape(bot)}(.*?){re.escape(eot)}", through_last(text, eot), re.DOTALL):
         try:
             action = json.loads(body.strip())
         except json.JSONDecodeError:
@@ -62,7 +63,7 @@ def internlm(text: str, tools: Tools) -> Found:
     if bot not in text:
         return None
     normal = text[: text.find(bot)].strip()
-    matches = re.findall(rf"{re.escape(bot)}\s*(.*?){re.escape(eot)}", text, re.DOTALL)
+    matches = re.findall(rf"{re.escape(bot)}\s*(.*?){re.escape(eot)}", through_last(text, eot), re.DOTALL)
     if not matches:
         return text, []
     calls: list[Item] = []

@@ -15,6 +15,7 @@ from synthgen.chat.parsers.calls import (
 )
 from synthgen.chat.parsers.reasoning.kimi import k3_unwrap
 from synthgen.chat.parsers.registry import tool_parser
+from synthgen.chat.parsers.scan import through_last
 
 _KIMI_CALL = re.compile(
     r"<\|tool_call_begin\|>\s*(?P<tool_call_id>[^\s<|]+)\s*<\|tool_call_argument_begin\|>\s*"
@@ -50,7 +51,7 @@ def kimi_k2(text: str, tools: Tools) -> Found:
     if at == -1:
         return None
     calls: list[Item] = []
-    for model_id, arguments in _KIMI_CALL.findall(text):
+    for model_id, arguments in _KIMI_CALL.findall(through_last(text, "<|tool_call_end|>")):
         m = _KIMI_ID.match(model_id)
         name = m["name"] if m else (_kimi_infer(tools, arguments) if re.fullmatch(r"\d+", model_id) else None)
         if name is not None:
@@ -85,12 +86,12 @@ def kimi_k3(text: str, tools: Tools) -> Found:
     close = text.find("<|close|>tools<|sep|>", start)
     section = text[start:] if close == -1 else text[start:close]
     calls: list[Item] = []
-    for m in _K3_CALL.finditer(section):
+    for m in _K3_CALL.finditer(through_last(section, "<|close|>call<|sep|>")):
         name = _k3_attrs(m["attrs"]).get("tool", "")
         if not name:
             continue
         arguments: dict[str, Any] = {}
-        for arg in _K3_ARG.finditer(m["body"]):
+        for arg in _K3_ARG.finditer(through_last(m["body"], "<|close|>argument<|sep|>")):
             attrs = _k3_attrs(arg["attrs"])
             key, kind, raw = attrs.get("key", ""), attrs.get("type", "string"), arg["val"]
             if kind == "string":

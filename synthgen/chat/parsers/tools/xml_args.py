@@ -19,6 +19,7 @@ from synthgen.chat.parsers.calls import (
     schema_properties,
 )
 from synthgen.chat.parsers.registry import tool_parser
+from synthgen.chat.parsers.scan import through_last
 
 _QC_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _QC_FUNCTION = re.compile(r"<function=(.*?)</function>|<function=(.*)$", re.DOTALL)
@@ -40,7 +41,7 @@ def qwen3_coder(text: str, tools: Tools) -> Found:
         return None
     calls: list[Item] = []
     try:
-        blocks = _QC_CALL.findall(text)
+        blocks = _QC_CALL.findall(through_last(text, "</tool_call>"))
         if not blocks and "<function=" in text:
             blocks = [text]
         for block in blocks:
@@ -118,13 +119,15 @@ def mimo(text: str, tools: Tools) -> Found:
     normal = text[:idx]
     calls: list[Item] = []
     last = idx
-    for m in re.finditer(r"<tool_call>(.*?)</tool_call>", text, re.DOTALL):
+    for m in re.finditer(r"<tool_call>(.*?)</tool_call>", through_last(text, "</tool_call>"), re.DOTALL):
         func = re.search(r"<function=([^>]+)>(.*?)</function>", m.group(1), re.DOTALL)
         if func:
             name = func.group(1).strip()
             params = {
                 p.group(1).strip(): _mimo_value(p.group(2), p.group(1).strip(), name, tools)
-                for p in re.finditer(r"<parameter=([^>]+)>(.*?)</parameter>", func.group(2), re.DOTALL)
+                for p in re.finditer(
+                    r"<parameter=([^>]+)>(.*?)</parameter>", through_last(func.group(2), "</parameter>"), re.DOTALL
+                )
             }
             if not tools.declared(name):
                 normal += text[last : m.end()]
@@ -199,13 +202,17 @@ def dots(text: str, tools: Tools) -> Found:
     if at == -1:
         return None
     calls: list[Item] = []
-    for block in re.finditer(r"<dots_function_call>\s*(.*?)\s*</dots_function_call>", text, re.DOTALL):
+    for block in re.finditer(
+        r"<dots_function_call>\s*(.*?)\s*</dots_function_call>", through_last(text, "</dots_function_call>"), re.DOTALL
+    ):
         content = block.group(1).strip()
         try:
             if content.startswith("<invoke"):
                 actions: list[Any] = []
                 for inv in re.finditer(
-                    r"<invoke\s+name\s*=\s*(?P<name>[^>]+)>(?P<body>.*?)</invoke>", content, re.DOTALL
+                    r"<invoke\s+name\s*=\s*(?P<name>[^>]+)>(?P<body>.*?)</invoke>",
+                    through_last(content, "</invoke>"),
+                    re.DOTALL,
                 ):
                     name = _dots_name(inv.group("name"))
                     schema = tools.schemas.get(name) if tools.schemas is not None else None
@@ -215,7 +222,7 @@ def dots(text: str, tools: Tools) -> Found:
                     arguments: dict[str, Any] = {}
                     for p in re.finditer(
                         r"<parameter\s+name\s*=\s*(?P<name>[^>]+)>(?P<value>.*?)</parameter>",
-                        inv.group("body"),
+                        through_last(inv.group("body"), "</parameter>"),
                         re.DOTALL,
                     ):
                         key = _dots_name(p.group("name"))
@@ -261,7 +268,9 @@ def step3(text: str, tools: Tools) -> Found:
             return text, []
         section, post = rest.split(eot, 1)
         calls: list[Item] = []
-        for m in re.finditer(r"<｜tool_call_begin｜>(.*?)<｜tool_call_end｜>", section, re.DOTALL):
+        for m in re.finditer(
+            r"<｜tool_call_begin｜>(.*?)<｜tool_call_end｜>", through_last(section, "<｜tool_call_end｜>"), re.DOTALL
+        ):
             content = m.group(1)
             if "<｜tool_sep｜>" not in content:
                 continue
@@ -313,9 +322,9 @@ def gigachat35(text: str, tools: Tools) -> Found:
     leading, _, after = text.partition("<｜GCML｜tool_calls>")
     body = after.partition("</｜GCML｜tool_calls>")[0]
     actions = []
-    for m in _GCML_INVOKE.finditer(body):
+    for m in _GCML_INVOKE.finditer(through_last(body, "</｜GCML｜invoke>")):
         args: dict[str, Any] = {}
-        for p in _GCML_PARAM.finditer(m.group("body")):
+        for p in _GCML_PARAM.finditer(through_last(m.group("body"), "</｜GCML｜parameter>")):
             if p.group("is_string") == "true":
                 args[p.group("name")] = p.group("value")
                 continue
@@ -403,7 +412,7 @@ def minicpm5(text: str, tools: Tools) -> Found:
     calls: list[Item] = []
     try:
         last = 0
-        for m in re.finditer(r"<function.*?</function>", text, re.DOTALL):
+        for m in re.finditer(r"<function.*?</function>", through_last(text, "</function>"), re.DOTALL):
             if m.start() > last:
                 parts.append(text[last : m.start()])
             block = m.group(0)
@@ -422,7 +431,11 @@ def minicpm5(text: str, tools: Tools) -> Found:
                     invalid = re.search(r"<param(?![^>]*\bname=)[^>]*>", block, re.DOTALL) is not None
                     seen: set[str] = set()
                     allowed = allowed_by.get(name or "", set())
-                    for pm in re.finditer(r"<param\s+name=['\"]([^'\"]+)['\"]>([\s\S]*?)</param>", block, re.DOTALL):
+                    for pm in re.finditer(
+                        r"<param\s+name=['\"]([^'\"]+)['\"]>([\s\S]*?)</param>",
+                        through_last(block, "</param>"),
+                        re.DOTALL,
+                    ):
                         key = pm.group(1).strip()
                         if (allowed and key not in allowed) or key in seen:
                             invalid = True

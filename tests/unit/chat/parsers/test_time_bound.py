@@ -20,8 +20,9 @@ import pytest
 from parser_samples import REASONING_TEXTS, SGLANG_TEST_TEXTS, TOOL_TEXTS, TOOLS
 
 from synthgen.chat.parsers import OutputParser
+from synthgen.chat.parsers.reasoning import harmony
 from synthgen.chat.parsers.registry import REASONING, TOOL_CALL
-from synthgen.chat.parsers.tools import pythonic
+from synthgen.chat.parsers.tools import glm, pythonic
 
 try:  # Python 3.11+
     from re import _constants as sre_constants
@@ -190,3 +191,39 @@ def test_no_pattern_a_parser_uses_nests_unbounded_repeats(monkeypatch):
     assert len(used) > 40
     nested = [p for p in used if isinstance(p, str) and _unbounded_repeat_inside_repeat(sre_parse.parse(p))]
     assert not nested, nested
+
+
+def test_the_harmony_plain_text_patterns_match_as_sglangs_do():
+    # Rewritten so a run of whitespace is scanned once (a model looping on newlines took seconds).
+    flags = [re.IGNORECASE | re.DOTALL] * 3 + [re.IGNORECASE] * 2
+    theirs = [re.compile(p, f) for p, f in zip(harmony.SGLANG_TEXT_PATTERNS, flags, strict=True)]
+    ours = [
+        harmony._TEXT_ANALYSIS_THEN_FINAL,
+        harmony._TEXT_FINAL_ONLY,
+        harmony._TEXT_ANALYSIS_ONLY,
+        harmony._TEXT_CHANNEL_WORD,  # used only to ask whether it is found
+        harmony._TEXT_STRATEGY,
+    ]
+    words = [" ", "\n", "\t", "assistant", "analysis", "commentary", "assistantfinal", "final", "x", "ANALYSIS", "."]
+    rng = random.Random(SEED)
+    for _ in range(5000):
+        text = "".join(rng.choice(words) for _ in range(rng.randint(0, 10)))
+        for i, (sglang, pattern) in enumerate(zip(theirs, ours, strict=True)):
+            if i < 3:
+                a, b = sglang.match(text), pattern.match(text)
+                assert (a and (a.span(), a.groups())) == (b and (b.span(), b.groups())), (i, text)
+            else:
+                assert bool(sglang.search(text)) == bool(pattern.search(text)), (i, text)
+
+
+def test_the_linear_glm_argument_reader_finds_sglangs_pairs():
+    # SGLang's pattern rescans to the end from every <arg_key> no pair follows (quadratic in one block).
+    tight = re.compile(r"<arg_key>(.*?)</arg_key><arg_value>(.*?)</arg_value>", re.DOTALL)  # Spark-2.5's
+    pieces = ["<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", " ", "\n", "\\n", "\\", "k", "v", "<arg_"]
+    rng = random.Random(SEED)
+    for _ in range(5000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        assert glm.glm_arg_pairs(text) == (glm._GLM_ARG.findall(text), glm._GLM_ARG.sub("", text)), text
+        assert glm.glm_arg_pairs(text, tight=True)[0] == tight.findall(text), text
+    text = "<tool_call>f\n" + "<arg_key>" * 20_000 + "</arg_key></arg_value></tool_call>"
+    assert_bounded(OutputParser(None, "glm47"), text)
