@@ -8,8 +8,10 @@ pyproject.toml and `lint-imports` checks it):
               store, counts and budget gate), concurrency (--concurrency auto), model, progress
     export/   export_training.py: rows to SpecForge / token / messages files, the report
     budget/   compute_budget.py: token budgets to sample counts (plan.py, pure), budget.json (file.py)
-    server/   the SGLang server: HTTP client, discovery and health, --launch-server (launcher,
-              supervisor), the CPU demo server (demo, demo_model)
+    launch/   --launch-server: launcher, supervisor, watch, record (launched_server.json), procs,
+              serverlog and logpump (server.log bounded, keys masked)
+    demo/     the CPU demo server: install, commands, model (the build script), bpe
+    server/   the SGLang server as the run talks to it: HTTP client, discovery and health
     config.py the one validated RunConfig
     chat/     chat templates (templating, the only transformers import) and SGLang's reasoning and
               tool-call parsers by SGLang's names (parsers)

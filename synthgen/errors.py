@@ -1,16 +1,25 @@
 """The exception tree, and the exit code each branch maps to.
 
     SynthgenError                  anything a user can cause or fix; printed as one line
-    ├── UsageError            (2)  bad arguments, unknown dataset, bad budget file
+    ├── UsageError            (2)  bad arguments, unknown dataset, bad budget file, a bad config
     ├── InputFileError        (2)  a malformed prompt line: "file:line: what is wrong"
     ├── TokenizerError        (2)  tokenizer missing or unusable
-    ├── ServerError           (3)  server unreachable at start, gone for too long, bad API key
-    │   └── AuthError         (3)  401 from the server
+    ├── ServerError           (3)  server unreachable at start, bad API key
+    │   ├── AuthError         (3)  401/403 from the server
+    │   ├── ServerGone        (3)  down for longer than --server-wait          (server.discovery)
+    │   ├── ServerChanged     (3)  back from an outage with another model      (server.discovery)
+    │   ├── ServerLaunchError (3)  --launch-server: exited or never ready      (launch.procs)
+    │   │   └── ForeignServer (3)  another process answers at the URL          (launch.launcher)
+    │   └── DemoSetupError    (3)  the demo server cannot be installed         (demo.install)
     ├── RunLockedError        (4)  another run holds a dataset's lock
-    └── StoreWriteError       (5)  an output file could not be written (disk full, permissions)
+    ├── StoreWriteError       (5)  an output file could not be written (disk full, permissions)
+    ├── DriftError            (1)  export --fail-on-drift: rows do not render to their ids (export.exporter)
+    └── StoppedBySignal (128+sig)  a signal while the launched server started or stopped (launch.supervisor)
 
-Foreign exceptions (httpx, OSError, transformers) are translated into these where they are
-caught, with ``raise ... from exc``; nothing matches on the text of an error.
+The run's own ends are exit codes, not exceptions: 1 (prompts failed; rerun retries them), 130/143/129
+(stopped by SIGINT/SIGTERM/SIGHUP: ``synthgen.signals``; rerun resumes). Foreign exceptions (httpx,
+OSError, transformers) are translated into these where they are caught, with ``raise ... from exc``;
+nothing matches on the text of an error.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
 from synthgen.data.conversations import template_messages
+from synthgen.data.failures import PROMPT_TOO_LONG, TEMPLATE_ERROR
 from synthgen.data.openfiles import read_input
 from synthgen.errors import TokenizerError
 
@@ -75,19 +76,19 @@ class _Budget:
         self.steps -= 1
         if self.steps < 0:
             raise TemplateBudgetError(
-                "template_error", f"the chat template ran over {RENDER_STEPS:,} loop steps and calls; stopped"
+                TEMPLATE_ERROR.name, f"the chat template ran over {RENDER_STEPS:,} loop steps and calls; stopped"
             )
         if time.monotonic() > self.deadline:
             raise TemplateBudgetError(
-                "template_error", f"the chat template ran for over {RENDER_SECONDS:.0f} s; stopped"
+                TEMPLATE_ERROR.name, f"the chat template ran for over {RENDER_SECONDS:.0f} s; stopped"
             )
 
     def check_size(self, chars: int) -> None:
         if chars > self.max_chars:
             if self.too_long is not None:
-                raise TemplateBudgetError("prompt_too_long", self.too_long)
+                raise TemplateBudgetError(PROMPT_TOO_LONG.name, self.too_long)
             raise TemplateBudgetError(
-                "template_error", f"the chat template's output passed {self.max_chars >> 20} MiB; stopped"
+                TEMPLATE_ERROR.name, f"the chat template's output passed {self.max_chars >> 20} MiB; stopped"
             )
 
 
@@ -184,7 +185,7 @@ def _check_binop(budget: _Budget, operator: str, left: Any, right: Any) -> None:
                 budget.check_size(len(seq) * times)
     elif isinstance(left, int) and isinstance(right, int) and right > 0:
         if right * max(abs(left).bit_length() - 1, 0) > POWER_MAX_BITS:
-            raise TemplateBudgetError("template_error", "the chat template computes a number too large; stopped")
+            raise TemplateBudgetError(TEMPLATE_ERROR.name, "the chat template computes a number too large; stopped")
 
 
 def _install_bounds() -> bool:

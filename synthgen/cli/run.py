@@ -86,7 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=_formatter,
     )
-    g = p.add_argument_group("what to run")
+    _what_to_run(p.add_argument_group("what to run"))
+    _how_many(p.add_argument_group("how many"))
+    _server(p.add_argument_group("server"))
+    _model_and_template(p.add_argument_group("model and template"))
+    _sampling(p.add_argument_group("sampling"))
+    _running(p.add_argument_group("running"))
+    return p
+
+
+def _what_to_run(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--partition",
         default=default_of("partition"),
@@ -109,11 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
         "on its own replies)",
     )
 
-    g = p.add_argument_group("how many")
+
+def _how_many(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--max-samples", type=int, metavar="N", help="at most N prompts per dataset (done ones count)")
     g.add_argument("--budget", type=Path, metavar="FILE", help="per-dataset counts from compute_budget.py --out")
     g.add_argument(
-        "--max-tokens-per-dataset", metavar="N", help="stop a dataset at N output tokens, earlier runs included (10M)"
+        "--max-tokens-per-dataset", metavar="N", help="stop a dataset at N output tokens, earlier runs too (e.g. 10M)"
     )
     g.add_argument(
         "--sample", choices=SAMPLE_MODES, default=default_of("sample"), help="which prompts a cap keeps (%(default)s)"
@@ -126,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="seed of --sample random (default: %(default)s)",
     )
 
-    g = p.add_argument_group("server")
+
+def _server(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--server-url", default=default_of("server_url"), metavar="URL", help="default: %(default)s")
     g.add_argument("--api-key", default=None, metavar="KEY", help="default: $SGLANG_API_KEY; never printed")
     g.add_argument(
@@ -151,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="restarts if it dies (default: %(default)s)",
     )
 
-    g = p.add_argument_group("model and template")
+
+def _model_and_template(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--tokenizer", metavar="PATH", help="default: the tokenizer_path the server reports")
     g.add_argument("--trust-remote-code", action="store_true", help="allow the tokenizer's own code")
     g.add_argument(
@@ -179,7 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="done prompts whose text changed (default: %(default)s)",
     )
 
-    g = p.add_argument_group("sampling")
+
+def _sampling(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--max-tokens",
         type=int,
@@ -191,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float, metavar="P", help="default: the server's")
     g.add_argument("--top-k", type=int, metavar="K", help="default: the server's")
 
-    g = p.add_argument_group("running")
+
+def _running(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--concurrency",
         type=concurrency_arg,
@@ -259,7 +273,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
     g.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    return p
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:

@@ -41,8 +41,10 @@ from synthgen.data.conversations import (
     parse_record,
     prompt_hash,
 )
-from synthgen.data.openfiles import FilePool, Oversize, bounded_lines, limit_error, open_input, pool_size
+from synthgen.data.idtable import PromptOffsets
+from synthgen.data.openfiles import FilePool, Oversize, limit_error, open_input, pool_size
 from synthgen.data.records import DoneEntry
+from synthgen.data.rowscan import lines
 from synthgen.errors import InputFileError, UsageError
 
 REGENERATE_MODES = ("last", "each", "all")
@@ -78,7 +80,7 @@ class DatasetIndex:
 
     source: DatasetSource
     ids: list[str] = field(default_factory=list)
-    offsets: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (byte offset, line number)
+    offsets: PromptOffsets = field(init=False)  # id -> (byte offset, line number)
     lines: int = 0
     mode: str = "last"
     changed: list[str] = field(default_factory=list)  # done prompts whose text is no longer what was answered
@@ -88,6 +90,9 @@ class DatasetIndex:
     duplicates: int = 0
     bad_lines: int = 0
     first_bad: list[str] = field(default_factory=list)  # a few messages, for the warning
+
+    def __post_init__(self) -> None:
+        self.offsets = PromptOffsets(self.ids)
 
 
 class BadLine(ValueError):
@@ -178,9 +183,44 @@ def discover(prompts_dir: Path, partition: str, names: Iterable[str] = ()) -> li
     return list(sources.values())
 
 
+_PLAIN_ROLES = frozenset(("system", "user", "assistant"))
+
+
+def _plain(record: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The messages of a plain chat record (``messages`` of role/content pairs in that order, canonical
+    roles, no empty turn, a user turn, no tools), or None to let ``parse_record`` read the record; for
+    such a record it makes the same conversation of the same messages, copied."""
+    messages = record.get("messages")
+    if type(messages) is not list or not messages or record.get("tools") is not None:
+        return None
+    user = False
+    for message in messages:
+        if type(message) is not dict or tuple(message) != ("role", "content"):
+            return None
+        role, content = message["role"], message["content"]
+        if type(role) is not str or role not in _PLAIN_ROLES or type(content) is not str or not content.strip():
+            return None
+        user = user or role == "user"
+    return messages if user else None
+
+
+def _plain_id(line: bytes) -> str | None:
+    """The id of a plain chat line with a string id, or None: then ``parse_line`` reads it."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if type(record) is not dict:
+        return None
+    rid = record.get("id")
+    if type(rid) is not str or not rid or rid.isspace() or _plain(record) is None:
+        return None
+    return rid
+
+
 def parse_line(line: bytes) -> tuple[str, Conversation] | None:
     """(id, conversation) for one line, None for a blank line; raises BadLine."""
-    if not line.strip():
+    if not line or line.isspace():
         return None
     try:
         record = orjson.loads(line)
@@ -188,11 +228,17 @@ def parse_line(line: bytes) -> tuple[str, Conversation] | None:
         raise BadLine(f"not valid JSON ({exc})") from exc
     if not isinstance(record, dict):
         raise BadLine(f"expected a JSON object, got {type(record).__name__}")
-    try:
-        conversation = parse_record(record)
-    except ConversationError as exc:
-        raise BadLine(str(exc)) from None
+    messages = _plain(record)
+    if messages is not None:
+        conversation = Conversation(messages)
+    else:
+        try:
+            conversation = parse_record(record)
+        except ConversationError as exc:
+            raise BadLine(str(exc)) from None
     rid = record.get("id")
+    if type(rid) is str and rid and not rid.isspace():
+        return rid, conversation
     if rid is None:
         rid = conversation_id(conversation)
     elif isinstance(rid, float):
@@ -237,7 +283,7 @@ def answers(entry: DoneEntry, digest: str, conversation: Conversation) -> bool:
 def _lines(path: Path) -> Iterator[tuple[int, bytes | Oversize]]:
     try:
         with open_input(path, NOT_A_FILE) as fh:
-            yield from enumerate(bounded_lines(fh, MAX_LINE), start=1)
+            yield from enumerate(lines(fh, MAX_LINE), start=1)
     except OSError as exc:
         raise limit_error(exc, path) or InputFileError(path, None, f"cannot read ({exc.strerror})") from exc
 
@@ -254,13 +300,40 @@ def scan_dataset(
 
     ``done``: the rows earlier runs left; a done prompt whose hash differs from what the line
     makes now is listed in ``changed``. ``track``: prompt ids whose current hash is kept in
-    ``hashes`` (the partial turns of ``--regenerate all`` are checked against it)."""
+    ``hashes`` (the partial turns of ``--regenerate all`` are checked against it).
+
+    In modes ``last`` and ``all`` a record makes one prompt of its own id, so the scan keeps no set
+    of record ids: it looks for repeated ids once at the end (``PromptOffsets.has_duplicates``) and,
+    only when there are some, scans again keeping that set, to skip the later lines as they come."""
+    if mode != "each":
+        index = _scan(source, skip_bad_lines, mode, done, track, records=None)
+        if not index.offsets.has_duplicates():
+            return index
+    return _scan(source, skip_bad_lines, mode, done, track, records=set())
+
+
+def _scan(
+    source: DatasetSource,
+    skip_bad_lines: bool,
+    mode: str,
+    done: Mapping[str, DoneEntry] | None,
+    track: Container[str],
+    records: set[str] | None,
+) -> DatasetIndex:
     index = DatasetIndex(source, mode=mode)
-    seen = index.offsets
-    records: set[str] = set()  # record ids: a mode may make no prompt of a record's first turn
+    ids, starts, linenos = index.ids, index.offsets.starts, index.offsets.lines
+    quick = mode != "each" and records is None  # a line makes one prompt of its own id: ids are all it keeps
     offset = 0
     for lineno, line in _lines(source.path):
         index.lines = lineno
+        if quick and type(line) is bytes and len(line) <= LONG_LINE:
+            rid = _plain_id(line)
+            if rid is not None and not (done and rid in done) and rid not in track:
+                ids.append(rid)  # the common case: the whole of the loop below for it
+                starts.append(offset)
+                linenos.append(lineno)
+                offset += len(line)
+                continue
         size = line.size if isinstance(line, Oversize) else len(line)
         start, offset = offset, offset + size
         try:
@@ -278,14 +351,16 @@ def scan_dataset(
         if parsed is None:
             continue
         rid, conversation = parsed
-        if rid in records:
-            index.duplicates += 1
-            continue
-        records.add(rid)
+        if records is not None:
+            if rid in records:
+                index.duplicates += 1
+                continue
+            records.add(rid)
         index.dropped_empty_system += conversation.dropped_empty_system
         for prompt_id, messages in prompts_of(rid, conversation, mode):
-            seen[prompt_id] = (start, lineno)
-            index.ids.append(prompt_id)
+            ids.append(prompt_id)
+            starts.append(start)
+            linenos.append(lineno)
             if len(line) > LONG_LINE:
                 index.long_lines[prompt_id] = len(line)
             entry = done.get(prompt_id) if done else None

@@ -85,7 +85,8 @@ class ResultRecord:
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> ResultRecord:
-        """Any version of a result row; missing or mistyped optional fields read as their defaults."""
+        """Any version of a result row: a field it does not have reads as its default (None where there
+        is none); the values it has are taken as they are, unchecked (``DoneEntry`` checks what resume uses)."""
         values = {}
         for f in dataclasses.fields(cls):
             if f.name in row:
@@ -230,15 +231,20 @@ class ErrorRecord:
     id: str
     dataset: str
     status: str  # failed | skipped
-    error_type: str  # http_400, timeout, prompt_too_long, template_error, bad_response, ...
+    error_type: str  # a kind of synthgen.data.failures: http_400, timeout, prompt_too_long, ...
     error: str
     attempts: int
     http_status: int | None
     at: str
+    # A skip that only the prompt and a few settings decide: their key (failures.settled_key). A rerun with
+    # the same key does not take the prompt again.
+    settled: str | None = None
 
     def to_json(self) -> bytes:
         row = dataclasses.asdict(self)
         row["error"] = redact(self.error)  # a server's message may quote a URL with its key
+        if self.settled is None:
+            del row["settled"]  # only a settled skip has the key
         return json_line(row)
 
     @classmethod
@@ -258,6 +264,7 @@ class ErrorRecord:
             attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else 0,
             http_status=status if isinstance(status, int) and not isinstance(status, bool) else None,
             at=str(row.get("at", "")),
+            settled=settled if isinstance(settled := row.get("settled"), str) else None,
         )
 
 

@@ -36,6 +36,7 @@ import orjson
 
 from synthgen.data.openfiles import FilePool, create_new, limit_error, open_output, open_output_file, pool_size
 from synthgen.data.records import DoneEntry, ErrorRecord, ResultRecord, json_line, parse_line
+from synthgen.data.rowscan import lines, resume_row
 from synthgen.errors import RunLockedError, StoreWriteError, SynthgenError
 
 RESULTS = "raw_responses.jsonl"
@@ -56,7 +57,7 @@ def _open_error(exc: OSError, path: Path, problem: str, fix: str) -> SynthgenErr
 
 
 def _done_entry(line: bytes) -> DoneEntry | None:
-    row = parse_line(line)
+    row = resume_row(line)
     return None if row is None else DoneEntry.from_dict(row)
 
 
@@ -311,7 +312,7 @@ class DatasetStore:
         tail: tuple[int, bytes] | None = None
         lineno = 0
         with fh:
-            for lineno, line in enumerate(fh, start=1):
+            for lineno, line in enumerate(lines(fh), start=1):
                 parsed = line
                 if lineno == 1 and line.startswith(BOM):
                     state.bom = True

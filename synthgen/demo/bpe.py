@@ -49,6 +49,6 @@ def train_bpe(
     return tokenizer
 
 
-def model_vocab_size(tokenizer_len: int) -> int:
+def padded_vocab_size(tokenizer_len: int) -> int:
     """The embedding size a checkpoint gives this tokenizer: rounded up to a multiple of 64."""
     return (tokenizer_len + 63) // 64 * 64

@@ -56,7 +56,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script by the demo venv's python
-from synthgen.demo.bpe import model_vocab_size, train_bpe  # noqa: E402  (imports only `tokenizers`)
+from synthgen.demo.bpe import padded_vocab_size, train_bpe  # noqa: E402  (imports only `tokenizers`)
 
 CONTEXT_LENGTH = 2048
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
@@ -219,7 +219,7 @@ def build_model(arch: str, tok: PreTrainedTokenizerFast, chain: Chain) -> torch.
     common = dict(
         # Rounded up to a multiple of 64 because kernels like aligned sizes; the extra rows are
         # never produced by the tokenizer.
-        vocab_size=model_vocab_size(len(tok)),
+        vocab_size=padded_vocab_size(len(tok)),
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,

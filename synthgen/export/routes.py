@@ -43,7 +43,7 @@ def resolve(request: ExportRequest, datasets: tuple[DatasetRef, ...], note: Say)
     )
 
 
-def vocab_size(tokenizer: Any) -> int | None:
+def tokenizer_vocab_size(tokenizer: Any) -> int | None:
     try:
         return len(tokenizer) if tokenizer is not None else None
     except TypeError:  # a stand-in without a length
@@ -100,7 +100,7 @@ def render_setup(
             loaded[path] = _load(request, path, note)
         tokenizer = loaded.get(path)
         if vocab is None and tokenizer is not None:
-            vocab = vocab_size(tokenizer)
+            vocab = tokenizer_vocab_size(tokenizer)
         if vocab is not None:
             vocabs[ref.name] = vocab
         if check and tokenizer is not None:

@@ -37,12 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import synthgen
-from synthgen.data.openfiles import open_output_file
-from synthgen.launch.logpump import SECRETS_ENV
+from synthgen.launch.logpump import start_pump
 from synthgen.launch.procs import ServerLaunchError, kill_group, live_members
 from synthgen.launch.record import TOKEN_ENV, remove_record, write_record
-from synthgen.launch.serverlog import APPEND, StartLog, log_cap, note, rotate_log, rotated_line, stamp
+from synthgen.launch.serverlog import StartLog, log_cap, note, rotate_log
 from synthgen.redact import redact
 
 __all__ = ["ServerLaunchError", "ServerProcess", "decide_launch", "describe_exit", "split_command"]
@@ -185,21 +183,17 @@ class ServerProcess:
         self._log = StartLog(self.log_path)
         self._stopping = False
 
-    # -- state
-
     @property
     def pid(self) -> int | None:
         """Pid of the current process, which is also its process group id."""
         return self._proc.pid if self._proc else None
 
     def exited(self) -> int | None:
-        """The exit code once the current process has exited (negative: killed by that signal);
-        None while it runs or before start()."""
+        """The exit code once the process has exited (negative: killed by that signal), else None."""
         return self._proc.poll() if self._proc else None
 
     def settle_log(self) -> None:
-        """Once the process has exited: let the pump write its last lines (the crash message a restart
-        quotes) before anyone reads the log's tail."""
+        """Once the process has exited: the pump writes its last lines (a crash's) before the tail is read."""
         if self.exited() is not None:
             self._reap_pump(PUMP_WAIT)
 
@@ -210,8 +204,6 @@ class ServerProcess:
     def log_contains(self, needle: str) -> bool:
         """True when this start's output contains `needle` (e.g. a server's "ready" line)."""
         return self._log.contains(needle)
-
-    # -- lifecycle
 
     def start(self) -> None:
         """Start the command (again, after it exited). Raises ServerLaunchError when it cannot be
@@ -228,15 +220,10 @@ class ServerProcess:
         for secret in self.secrets:
             shown = shown.replace(secret, "***")
         try:
-            with open_output_file(self.log_path, APPEND, "ab") as log:
-                if rotated:
-                    log.write(rotated_line(self.log_path))
-                log.write(f"\n===== synthgen {stamp()}: starting {self.name}: {shown}\n".encode())
-                log.flush()
-                self._log = StartLog(self.log_path, log.tell())
+            self._log = StartLog.begin(self.log_path, f"starting {self.name}: {shown}", rotated)
             read_end, write_end = os.pipe()
             try:
-                self._pump = self._start_pump(read_end)
+                self._pump = start_pump(read_end, self.log_path, self.max_log_bytes, self.secrets)
                 self._proc = subprocess.Popen(
                     argv,
                     stdin=subprocess.DEVNULL,
@@ -260,22 +247,9 @@ class ServerProcess:
     def record(self, shown: str | None = None) -> None:
         """Write (again) what was launched: after the start, and once ready (the command line after any exec)."""
         if self.record_path is not None and self._proc is not None and self._proc.poll() is None:
-            shown = shown if shown is not None else redact(shlex.join(self.argv))
-            write_record(self.record_path, self._proc.pid, self.token, shown, self.name)
-
-    def _start_pump(self, read_end: int) -> subprocess.Popen[bytes]:
-        """The log pump reading the server's output from `read_end` (see synthgen.launch.logpump)."""
-        package_root = str(Path(synthgen.__file__).resolve().parents[1])
-        path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
-        env = {**os.environ, "PYTHONPATH": path, SECRETS_ENV: "\n".join(self.secrets)}
-        return subprocess.Popen(
-            [sys.executable, "-m", "synthgen.launch.logpump", str(self.log_path), str(self.max_log_bytes)],
-            stdin=read_end,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,  # outlives a Ctrl-C and the run: the server's last lines still land
-        )
+            write_record(
+                self.record_path, self._proc.pid, self.token, shown or redact(shlex.join(self.argv)), self.name
+            )
 
     def _reap_pump(self, wait: float) -> None:
         """Wait up to `wait` s for the pump to write the rest (it ends when the server's group is gone)."""
@@ -292,10 +266,8 @@ class ServerProcess:
                 self._pump = pump
 
     def _exec_argv(self) -> list[str]:
-        """The argv to start: the command itself, or on Linux the command behind the PDEATHSIG shim.
-        The kernel signals when the *thread* that forked dies, so the shim is used only from the
-        main thread (the event loop's), which lives as long as the run; and not with `keep`, whose
-        server is meant to outlive the run (the output folder's record finds it again)."""
+        """The command, or on Linux the command behind the PDEATHSIG shim: only from the main thread (the
+        kernel signals when the *thread* that forked dies), and not with `keep` (meant to outlive the run)."""
         if self.cwd is None and shutil.which(self.argv[0]) is None:  # Popen's error, not a traceback in the log
             raise ServerLaunchError(f"could not start {self.name} ({self.argv[0]}): No such file or directory")
         if self.keep or sys.platform != "linux" or threading.current_thread() is not threading.main_thread():

@@ -17,18 +17,27 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+import synthgen
 from synthgen.data.openfiles import open_output_file
 from synthgen.launch.serverlog import APPEND, rotated_line
 from synthgen.redact import redact, remember
 
 SECRETS_ENV = "SYNTHGEN_PUMP_SECRETS"
 CHUNK = 65536
-# A line longer than this is written in pieces (each masked on its own).
+# A line longer than this is written in pieces.
 MAX_LINE = 65536
+# redact() takes time quadratic in a line's length (0.15 s at 2,000 characters, 2 s at 8,000): a line is
+# masked in pieces of at most this many characters, cut after a space or a comma (SGLang's printed
+# arguments, `api_key='...', port=...`, stay whole), and only a piece that holds a hint of a credential.
+MASK_PIECE = 2048
+HINTS = ("key", "token", "secret", "passw", "pwd", "credential", "bearer", "basic", "sig", "auth", "@")
+_secrets: list[str] = []
 
 
 class BoundedLog:
@@ -52,9 +61,10 @@ class BoundedLog:
             os.replace(self.path, self.path.with_name(self.path.name + ".1"))
             self._fh = None
             fh = self._open()
-            fh.write(rotated_line(self.path))
-            self._size += len(rotated_line(self.path))
-        data = data[: self.cap]  # one write never passes the cap on its own
+            header = rotated_line(self.path)
+            fh.write(header)
+            self._size += len(header)
+        data = data[: max(0, self.cap - self._size)]  # a line longer than the cap is cut
         fh.write(data)
         fh.flush()
         self._size += len(data)
@@ -65,8 +75,31 @@ class BoundedLog:
             self._fh = None
 
 
+def _pieces(text: str) -> list[str]:
+    pieces = []
+    while len(text) > MASK_PIECE:
+        cut = max(text.rfind(" ", 0, MASK_PIECE), text.rfind(",", 0, MASK_PIECE)) + 1 or MASK_PIECE
+        pieces.append(text[:cut])
+        text = text[cut:]
+    return [*pieces, text]
+
+
+def _hinted(piece: str) -> bool:
+    low = piece.lower()
+    return any(hint in low for hint in HINTS) or any(secret in piece for secret in _secrets)
+
+
 def mask(line: bytes) -> bytes:
-    return redact(line.decode("utf-8", errors="replace")).encode("utf-8")
+    """The line with credentials masked (synthgen.redact), in bounded time."""
+    text = line.decode("utf-8", errors="replace")
+    return "".join(redact(p) if _hinted(p) else p for p in _pieces(text)).encode("utf-8")
+
+
+def remember_secret(secret: str) -> None:
+    """Mask this exact value (the run's key) too."""
+    if secret:
+        remember(secret)
+        _secrets.append(secret)
 
 
 def pump(source: int, log: BoundedLog) -> None:
@@ -91,11 +124,26 @@ def pump(source: int, log: BoundedLog) -> None:
     log.close()
 
 
+def start_pump(read_end: int, log: Path, cap: int, secrets: Sequence[str]) -> subprocess.Popen[bytes]:
+    """This module as a process reading the server's output from `read_end` into `log`."""
+    package_root = str(Path(synthgen.__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, SECRETS_ENV: "\n".join(secrets)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "synthgen.launch.logpump", str(log), str(cap)],
+        stdin=read_end,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,  # outlives a Ctrl-C and the run: the server's last lines still land
+    )
+
+
 def main(argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     for secret in os.environ.get(SECRETS_ENV, "").splitlines():
-        remember(secret)
+        remember_secret(secret)
     log = BoundedLog(Path(argv[0]), int(argv[1]))
     try:
         pump(sys.stdin.fileno(), log)

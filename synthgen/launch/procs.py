@@ -165,6 +165,22 @@ def port_listeners(port: int, among: list[int] | None = None) -> list[int] | Non
     return [pid for pid in pids if _holds(pid, sockets)]
 
 
+def serving_on(module: str, port: int) -> list[int]:
+    """Pids (of this user) whose command runs `module` (`-m sglang.launch_server`) with `--port PORT`:
+    a server on that port that may still be loading, before it binds it."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        args = [a.decode("utf-8", errors="replace") for a in argv]
+        pairs = set(zip(args, args[1:], strict=False))
+        if module in args and (("--port", str(port)) in pairs or f"--port={port}" in args):
+            found.append(int(entry.name))
+    return found
+
+
 def describe_process(pid: int, chars: int = 80) -> str:
     """'pid 123: python -m sglang.launch_server ...' (the command cut to `chars`), for a message."""
     try:

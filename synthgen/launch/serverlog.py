@@ -91,6 +91,16 @@ class StartLog:
         self.offset = offset
         self.inode = self._inode()
 
+    @classmethod
+    def begin(cls, path: Path, header: str, rotated: bool) -> StartLog:
+        """Write a start's `===== synthgen <time>: header` line (after the note of a move); its output follows."""
+        with open_output_file(path, APPEND, "ab") as log:
+            if rotated:
+                log.write(rotated_line(path))
+            log.write(f"\n===== synthgen {stamp()}: {header}\n".encode())
+            log.flush()
+            return cls(path, log.tell())
+
     def _inode(self) -> int | None:
         try:
             return self.path.stat().st_ino

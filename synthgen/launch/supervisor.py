@@ -54,6 +54,7 @@ from synthgen.launch.procs import (
     live_members,
     port_listeners,
     port_taken,
+    serving_on,
 )
 from synthgen.launch.record import TOKEN_ENV, LaunchRecord, check_record, read_record, remove_record
 from synthgen.launch.watch import UNHEALTHY_RESTART_AFTER, SignalGuard, watch
@@ -204,6 +205,12 @@ class Supervisor:
             raise ServerLaunchError(
                 f"--launch-server demo listens on 127.0.0.1; --server-url {cfg.display_url} "
                 "points elsewhere (use http://127.0.0.1:PORT)"
+            )
+        starting = serving_on("sglang.launch_server", port) if self._demo else []
+        if starting:  # another run's demo server, still loading: a second one could never bind the port
+            raise ServerLaunchError(
+                f"another SGLang server is starting on port {port} ({describe_process(starting[0])}): rerun once it "
+                "answers (this run then uses it), or pass another --server-url port"
             )
         await self._launch(port)
 

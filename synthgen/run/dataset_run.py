@@ -24,6 +24,7 @@ from typing import Any
 from synthgen.chat.parsers import OutputParser
 from synthgen.config import RunConfig
 from synthgen.data import provenance
+from synthgen.data.failures import SKIPPED
 from synthgen.data.prompts import DatasetIndex, DatasetSource, Prompt, scan_dataset
 from synthgen.data.records import ErrorRecord, RowContext, Turn, build_result
 from synthgen.data.selection import Selection, select
@@ -31,6 +32,7 @@ from synthgen.data.store import DatasetStore, PartialTurn, PartialTurns, ResumeS
 from synthgen.errors import UsageError
 from synthgen.run.model import stop_token
 from synthgen.run.progress import DatasetStats, Progress
+from synthgen.run.settled import set_aside, settled_skips
 from synthgen.server.client import Generation
 
 
@@ -240,13 +242,20 @@ class DatasetRun:
         c.cached_tokens += turn.cached_tokens or 0
 
     def record_error(
-        self, prompt_id: str, status: str, kind: str, message: str, attempts: int, http_status: int | None = None
+        self,
+        prompt_id: str,
+        status: str,
+        kind: str,
+        message: str,
+        attempts: int,
+        http_status: int | None = None,
+        settled: str | None = None,
     ) -> None:
-        record = ErrorRecord(prompt_id, self.name, status, kind, message, attempts, http_status, now_iso())
+        record = ErrorRecord(prompt_id, self.name, status, kind, message, attempts, http_status, now_iso(), settled)
         assert self.store is not None
         self.store.append_error(record)
         self.counts.last_finish = time.monotonic()
-        if status == "skipped":
+        if status == SKIPPED:
             self.counts.skipped += 1
             self.counts.skip_kinds[kind] = self.counts.skip_kinds.get(kind, 0) + 1
             self.counts.skip_example.setdefault(kind, f"{prompt_id}: {message}")
@@ -277,6 +286,9 @@ class DatasetRun:
         if ix.changed:
             how = "to generate again (old rows to changed_rows.jsonl)" if self.moving else "kept"
             extra.append(f"{len(ix.changed)} changed prompts {how}")
+        if self.counts.settled:
+            kinds = ", ".join(sorted(self.counts.settled))
+            extra.append(f"{sum(self.counts.settled.values()):,} skipped for good by an earlier run ({kinds})")
         lines = [
             f"  {self.name} ({ix.source.partition}): {sel.available:,} prompts, {cap}, "
             f"{sel.already_done:,} already done, {len(sel.pending):,} to run"
@@ -363,8 +375,13 @@ def open_dataset(
     """Scan and select one dataset claimed by ``claim_dataset``; a prompt whose text changed since its
     row was written is handled by --changed-prompts. Decides only: ``DatasetRun.begin`` writes."""
     partial_rows = PartialTurns(store.dir).load() if cfg.regenerate == "all" else []
+    settled = settled_skips(store)  # their prompts' hashes are compared: tracked by the scan
     index = scan_dataset(
-        source, cfg.skip_bad_lines, cfg.regenerate, resume.entries, track={row.id for row in partial_rows}
+        source,
+        cfg.skip_bad_lines,
+        cfg.regenerate,
+        resume.entries,
+        track={row.id for row in partial_rows} | settled.keys(),
     )
     moving = changed_to_move(source, index.changed, cfg)
     if moving:
@@ -372,6 +389,7 @@ def open_dataset(
     selection = select(
         index.ids, resume.done, cfg.cap_for(source.name), cfg.sample, cfg.seed, grouped=cfg.regenerate == "each"
     )
+    selection, held = set_aside(selection, settled, index, cfg)
     counts = DatasetStats(
         source.name,
         target=selection.target,
@@ -380,6 +398,7 @@ def open_dataset(
         token_budget=cfg.max_tokens_per_dataset,
         tokens_before=resume.completion_tokens,
     )
+    counts.hold_settled(held.values())
     budget = None
     if cfg.max_tokens_per_dataset is not None:
         budget = TokenBudget(cfg.max_tokens_per_dataset, cfg.max_tokens)

@@ -3,9 +3,9 @@ included), tokenize, check it against the served model's vocabulary and limits (
 worker thread). With ``--regenerate all`` each turn of a conversation is prepared in turn, on
 the model's own earlier replies.
 
-A prompt that will not be sent comes back as a ``Skip`` with a machine-readable kind
-(template_error, token_out_of_vocab, empty_prompt, prompt_too_long, cannot_regenerate) and a
-reason; the runner records it in errors.jsonl.
+A prompt that will not be sent comes back as a ``Skip`` with its kind (``synthgen.data.failures``:
+template_error, token_out_of_vocab, empty_prompt, prompt_too_long, cannot_regenerate), a reason and
+what identifies the prompt (its hash); the producer records it in errors.jsonl.
 """
 
 from __future__ import annotations
@@ -19,10 +19,18 @@ from synthgen.chat.parsers import OutputParser
 from synthgen.chat.templating import ChatRenderer, TemplateBudgetError
 from synthgen.config import RunConfig
 from synthgen.data.conversations import ConversationError
+from synthgen.data.failures import (
+    CANNOT_REGENERATE,
+    EMPTY_PROMPT,
+    PROMPT_TOO_LONG,
+    TEMPLATE_ERROR,
+    TOKEN_OUT_OF_VOCAB,
+)
 from synthgen.data.prompts import Prompt, PromptReader
 from synthgen.data.records import Turn
 from synthgen.run.dataset_run import DatasetRun, WorkItem
 from synthgen.run.model import Model
+from synthgen.run.settled import unread_prompt
 from synthgen.server.client import build_payload
 from synthgen.server.discovery import ServerContext, fit_max_new_tokens
 
@@ -32,6 +40,7 @@ class Skip:
     prompt_id: str
     kind: str
     reason: str
+    prompt: str  # the prompt's hash, or its size when it was skipped unread: what a settled skip is keyed on
 
 
 class Preparer:
@@ -56,7 +65,7 @@ class Preparer:
             return self._fit(run, prompt, list(prompt.messages), [])
         blocker = prompt.conversation.all_blocker()
         if blocker:
-            return Skip(prompt.id, "cannot_regenerate", f"--regenerate all: {blocker}")
+            return Skip(prompt.id, CANNOT_REGENERATE.name, f"--regenerate all: {blocker}", prompt.prompt_hash)
         done = [Turn.from_dict(t.data) for t in run.partial.get(prompt.id, [])]
         if len(done) >= len(prompt.conversation.all_positions()):
             done = []  # more turns than the conversation has now (its trailing replies changed): start again
@@ -70,7 +79,7 @@ class Preparer:
         try:
             messages = conversation.all_prompt(positions[len(turns)], [t.message() for t in turns])
         except ConversationError as exc:
-            return Skip(prompt.id, "cannot_regenerate", str(exc))
+            return Skip(prompt.id, CANNOT_REGENERATE.name, str(exc), prompt.prompt_hash)
         return self._fit(run, prompt, messages, turns)
 
     def _fit(
@@ -80,25 +89,26 @@ class Preparer:
         try:
             rendered = self.renderer.render(messages, prompt.tools, max_chars, too_long)
         except TemplateBudgetError as exc:  # over the render's time, step or size bound
-            return Skip(prompt.id, exc.kind, str(exc))
+            return Skip(prompt.id, exc.kind, str(exc), prompt.prompt_hash)
         except ValueError as exc:
-            return Skip(prompt.id, "template_error", str(exc))
+            return Skip(prompt.id, TEMPLATE_ERROR.name, str(exc), prompt.prompt_hash)
         ids = rendered.input_ids
         ctx = self.server
         if ctx.vocab_size is not None and ids and max(ids) >= ctx.vocab_size:
             return Skip(
                 prompt.id,
-                "token_out_of_vocab",
+                TOKEN_OUT_OF_VOCAB.name,
                 (
                     f"token id {max(ids)} is outside the model's vocabulary ({ctx.vocab_size}); "
                     "the tokenizer does not match the served model"
                 ),
+                prompt.prompt_hash,
             )
         if not ids:
-            return Skip(prompt.id, "empty_prompt", "the chat template rendered an empty prompt")
+            return Skip(prompt.id, EMPTY_PROMPT.name, "the chat template rendered an empty prompt", prompt.prompt_hash)
         max_new, reason = fit_max_new_tokens(len(ids), self.max_tokens, ctx.context_len, ctx.max_input_len)
         if max_new is None:
-            return Skip(prompt.id, "prompt_too_long", reason or "")
+            return Skip(prompt.id, PROMPT_TOO_LONG.name, reason or "", prompt.prompt_hash)
         return WorkItem(run, prompt, ids, self.parser.opens_reasoning(rendered.text), max_new, messages, turns)
 
     def _render_cap(self) -> tuple[int | None, str | None]:
@@ -125,8 +135,9 @@ class Preparer:
             return None
         return Skip(
             prompt_id,
-            "prompt_too_long",
+            PROMPT_TOO_LONG.name,
             f"prompt line has {size:,} bytes, so at least {at_least:,} tokens; the server accepts fewer than {limit:,}",
+            unread_prompt(size),
         )
 
     def done_with(self, run: DatasetRun) -> None:

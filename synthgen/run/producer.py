@@ -11,6 +11,8 @@ import asyncio
 from collections.abc import Iterator
 from concurrent.futures import Executor
 
+from synthgen.config import RunConfig
+from synthgen.data.failures import SKIPPED, TEMPLATE_ERROR, settled_key
 from synthgen.errors import UsageError
 from synthgen.run.concurrency import InFlightLimit, interleave
 from synthgen.run.dataset_run import DatasetRun, WorkItem
@@ -26,9 +28,17 @@ PREPARED_AHEAD_MIN = 16
 PREPARE_BATCH = 32
 
 
+def record_skip(run: DatasetRun, skip: Skip, cfg: RunConfig) -> None:
+    """A prompt not sent, in errors.jsonl; keyed when the prompt and a few settings alone decide it."""
+    settled = settled_key(skip.kind, skip.prompt, cfg)
+    run.record_error(skip.prompt_id, SKIPPED, skip.kind, skip.reason, attempts=0, settled=settled)
+
+
 class Producer:
-    def __init__(self, runs: list[DatasetRun], preparer: Preparer, executor: Executor, stop: RunStop, ahead: int):
-        self.runs, self.preparer, self.executor, self.stop = runs, preparer, executor, stop
+    def __init__(
+        self, cfg: RunConfig, runs: list[DatasetRun], preparer: Preparer, executor: Executor, stop: RunStop, ahead: int
+    ):
+        self.cfg, self.runs, self.preparer, self.executor, self.stop = cfg, runs, preparer, executor, stop
         # Prompts are prepared about one in-flight target ahead of sending, never more.
         self.ahead = InFlightLimit(max(PREPARED_AHEAD_MIN, ahead))
         self.queue: asyncio.Queue[WorkItem | None] = asyncio.Queue()  # None: no more prompts
@@ -67,7 +77,7 @@ class Producer:
                 for (run, _, _), item in zip(batch, items, strict=False):  # items stop at an error
                     if isinstance(item, Skip):
                         self.ahead.release()
-                        run.record_error(item.prompt_id, "skipped", item.kind, item.reason, attempts=0)
+                        record_skip(run, item, self.cfg)
                         self._check_skips(item)
                     else:
                         self._sendable += 1
@@ -119,7 +129,7 @@ class Producer:
         return items, None
 
     def _check_skips(self, skip: Skip) -> None:
-        if self._sendable or skip.kind != "template_error":
+        if self._sendable or skip.kind != TEMPLATE_ERROR.name:
             return
         self._skips[skip.reason] = count = self._skips.get(skip.reason, 0) + 1
         if count >= min(SKIPS_BEFORE_STOP, self.total):

@@ -18,14 +18,16 @@ import shlex
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 from synthgen.config import RunConfig
+from synthgen.data.failures import kind_of, lasting
 from synthgen.data.openfiles import open_output
+from synthgen.data.records import ErrorRecord
 from synthgen.errors import StoreWriteError
 from synthgen.fmt import fmt_duration
 from synthgen.redact import redact
@@ -52,6 +54,14 @@ class DatasetStats:
     budget_stopped: bool = False
     skip_kinds: dict[str, int] = field(default_factory=dict)  # this run's skips by kind
     skip_example: dict[str, str] = field(default_factory=dict)  # kind -> the first reason (and id)
+    # Skips an earlier run settled (run.settled): not taken again, listed at the end with their fix.
+    settled: dict[str, int] = field(default_factory=dict)
+    cut: int = 0  # rows of this run with an answer that stopped at --max-tokens (finish_reason length)
+
+    def hold_settled(self, records: Iterable[ErrorRecord]) -> None:
+        for record in records:
+            self.settled[record.error_type] = self.settled.get(record.error_type, 0) + 1
+            self.skip_example.setdefault(record.error_type, f"{record.id}: {record.error}")
 
     @property
     def budget_tokens_done(self) -> int:
@@ -380,20 +390,16 @@ def summary_table(stats: list[DatasetStats], wall: float) -> str:
                 f"{s.name}: token budget {s.token_budget:,} {reached}; "
                 f"{s.budget_tokens_done:,} output tokens in total ({state})"
             )
+    cut = sum(s.cut for s in stats)
+    if cut:
+        where = ", ".join(f"{s.name} {s.cut:,}" for s in stats if s.cut)
+        notes.append(
+            f"cut at --max-tokens: {cut:,} of the {sum(s.done for s in stats):,} answers of this run ({where}); "
+            "the export leaves them out unless --keep-truncated"
+        )
     return "\n".join(lines + notes)
 
 
-# Skips that no rerun of the same command can change (the same prompt, template, tokenizer and server
-# give the same answer), and what does change them.
-LASTING_SKIPS = {
-    "cannot_regenerate": "--regenerate all cannot rebuild these conversations; generate them with --regenerate "
-    "last (or each) into another --output-dir, or leave them out",
-    "prompt_too_long": "the prompt alone does not fit the context; a server started with a longer "
-    "--context-length takes it (or a larger --max-seq-len, if you set one)",
-    "token_out_of_vocab": "the tokenizer does not match the served model; pass the model's own --tokenizer",
-    "template_error": "the chat template cannot render this prompt; fix the line or pass another --chat-template",
-    "empty_prompt": "the chat template rendered nothing; fix the prompt line",
-}
 SHOWN_PATHS = 3
 
 
@@ -402,7 +408,13 @@ def _paths(paths: list[str]) -> str:
     return shown + (f" and {len(paths) - SHOWN_PATHS} more" if len(paths) > SHOWN_PATHS else "")
 
 
-def export_command(output_dir: Path, names: list[str], partition: str, whole_partition: bool, prompts_dir: Path) -> str:
+def export_command(
+    output_dir: Path,
+    names: list[str],
+    partition: str,
+    whole_partition: bool,
+    prompts_dir: Path,
+) -> str:
     """The export_training.py command for the rows of these datasets, runnable as printed."""
     parts = ["python", "export_training.py"]
     if whole_partition:
@@ -427,19 +439,22 @@ def end_of_run(stats: list[DatasetStats], output_dir: Path, rerun: str, export: 
     failed = retry_skips = 0
     for s in stats:
         errors = str(output_dir / s.name / "errors.jsonl")
-        lasting = {kind: n for kind, n in s.skip_kinds.items() if kind in LASTING_SKIPS}
-        for kind, n in sorted(lasting.items()):
+        lasting_here = {kind: n for kind, n in s.skip_kinds.items() if lasting(kind)}
+        every = {kind: lasting_here.get(kind, 0) + s.settled.get(kind, 0) for kind in {*lasting_here, *s.settled}}
+        for kind, n in sorted(every.items()):
+            entry = kind_of(kind)
+            fix = entry.fix if entry is not None else ""
             lines.append(
-                f"{s.name}: {n:,} prompts skipped ({kind}), a rerun will not change that: {LASTING_SKIPS[kind]} "
+                f"{s.name}: {n:,} prompts skipped ({kind}), a rerun will not change that: {fix} "
                 f"(first: {s.skip_example.get(kind, '')}; all in {errors})"
             )
-        left = s.failed + s.skipped - sum(lasting.values())
+        left = s.failed + s.skipped - sum(lasting_here.values())
         if left:
             retry.append(errors)
             failed += s.failed
             retry_skips += left - s.failed
     rows = [s for s in stats if s.already_done + s.done]
-    nothing = not rows and any(s.skipped for s in stats)
+    nothing = not rows and any(s.skipped or s.settled for s in stats)
     if failed or retry_skips:
         what = " and ".join(
             f"{n} prompts {verb}" for n, verb in ((failed, "failed"), (retry_skips, "were skipped")) if n
@@ -449,5 +464,11 @@ def end_of_run(stats: list[DatasetStats], output_dir: Path, rerun: str, export: 
         lines.append("WARNING: every selected prompt was skipped, no row was written; see the reasons above")
     if rows:
         where = _paths([str(output_dir / s.name / "raw_responses.jsonl") for s in rows])
+        cut = sum(s.cut for s in stats)
+        if cut:
+            where += (
+                f" ({cut:,} of this run's {sum(s.done for s in stats):,} answers cut at --max-tokens: raise "
+                "--max-tokens for whole answers, or export the cut ones too with --keep-truncated)"
+            )
         lines.append(f"rows: {where}; export them with: {export}")
     return "\n".join(lines), bool(failed or retry_skips or nothing)

@@ -30,6 +30,7 @@ from typing import Any
 from synthgen import signals
 from synthgen.config import RunConfig
 from synthgen.data import provenance
+from synthgen.data.failures import BAD_RESPONSE, FAILED, SERVER_DIED
 from synthgen.data.prompts import DatasetSource
 from synthgen.data.prompts import discover as discover_datasets
 from synthgen.data.records import Turn
@@ -42,7 +43,7 @@ from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFl
 from synthgen.run.dataset_run import DatasetRun, WorkItem, claim_dataset, now_iso, open_dataset, recorded_settings
 from synthgen.run.model import flag_settings, load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
-from synthgen.run.producer import Producer
+from synthgen.run.producer import Producer, record_skip
 from synthgen.run.progress import Progress, end_of_run, export_command, summary_table
 from synthgen.run.stopping import RunStop
 from synthgen.server.client import Generation, Rejected, SGLangClient, Transient, build_payload, new_rid
@@ -125,10 +126,7 @@ class Runner:
                 f"{now_iso()} synthgen: {cfg.display_url}, partition {cfg.partition}\n" + self.plan_report()
             )
             if not any(run.selection.pending for run in self.runs):
-                self.progress.print_block("nothing to do: every selected prompt is already done")
-                self.open_report()
-                self._end(self.end_of_run()[0])
-                return EXIT_OK
+                return self._nothing_to_do()
             return await self._go(client)
         finally:
             signals.release(self.stop.on_signal)
@@ -139,6 +137,16 @@ class Runner:
             for run in self.runs:
                 run.close()
             self.progress.close()
+
+    def _nothing_to_do(self) -> int:
+        """No prompt to send: none is, and no server is started; skips earlier runs settled are listed."""
+        settled = any(run.counts.settled for run in self.runs)
+        why = "done, or skipped for good by an earlier run (below)" if settled else "already done"
+        self.progress.print_block(f"nothing to do: every selected prompt is {why}")
+        self.open_report()
+        text, left = self.end_of_run()
+        self._end(text)
+        return EXIT_FAILURES if left else EXIT_OK
 
     async def _dry_run(self, client: SGLangClient) -> int:
         self.plan()
@@ -279,8 +287,9 @@ class Runner:
         """What to do next (progress.end_of_run), with this run's rerun and export commands."""
         cfg = self.config
         names = [run.name for run in self.runs]
+        stats = [run.counts for run in self.runs]
         export = export_command(cfg.output_dir, names, cfg.partition, not cfg.datasets, cfg.prompts_dir)
-        return end_of_run([run.counts for run in self.runs], cfg.output_dir, self.rerun_command, export)
+        return end_of_run(stats, cfg.output_dir, self.rerun_command, export)
 
 
 class Pool:
@@ -318,7 +327,7 @@ class Pool:
         self.sampling = cfg.sampling_params()
         # Rendering and tokenizing: one worker for the producer, one for the next turns of conversations.
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
-        self.producer = Producer(runs, preparer, self._executor, stop, self.limit.target)
+        self.producer = Producer(cfg, runs, preparer, self._executor, stop, self.limit.target)
         self._producing: asyncio.Task[None] | None = None
         stop.attach(self)
 
@@ -428,13 +437,15 @@ class Pool:
                 ended = item.conversation_done(turn, positions)
                 if ended is not None:
                     run.record_result(item, turn, self.cfg, self.server.model, ended)
+                    if any(t.finish_reason == "length" for t in [*item.turns, turn]):
+                        run.counts.cut += 1
                     return
                 run.record_turn(item, turn)
                 following = await asyncio.get_running_loop().run_in_executor(
                     self._executor, self.preparer.next_turn, run, item.prompt, [*item.turns, turn]
                 )
                 if isinstance(following, Skip):
-                    run.record_error(following.prompt_id, "skipped", following.kind, following.reason, attempts=0)
+                    record_skip(run, following, self.cfg)
                     return
                 item = following
         except SynthgenError as exc:  # AuthError, StoreWriteError: the run cannot go on
@@ -469,8 +480,8 @@ class Pool:
                     if outages >= OUTAGES_PER_PROMPT:
                         run.record_error(
                             item.prompt.id,
-                            "failed",
-                            "server_died",
+                            FAILED,
+                            SERVER_DIED.name,
                             (
                                 f"the server went down {outages} times while this prompt was in flight "
                                 f"(last: {exc.message})"
@@ -482,11 +493,11 @@ class Pool:
                     attempts -= 1
                     continue
                 if attempts >= self.cfg.max_attempts:
-                    run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
+                    run.record_error(item.prompt.id, FAILED, exc.kind, exc.message, attempts, exc.status)
                     return None
                 await self._backoff(attempts)
             except Rejected as exc:
-                run.record_error(item.prompt.id, "failed", exc.kind, exc.message, attempts, exc.status)
+                run.record_error(item.prompt.id, FAILED, exc.kind, exc.message, attempts, exc.status)
                 return None
 
     def _turn(self, item: WorkItem, generation: Generation, attempts: int, latency: float, rid: str) -> Turn:
@@ -495,7 +506,7 @@ class Pool:
         try:
             return item.turn(generation, self.preparer.parser, attempts, latency, rid)
         except Exception as exc:
-            raise Transient("bad_response", f"could not read the answer ({type(exc).__name__}: {exc})") from exc
+            raise Transient(BAD_RESPONSE.name, f"could not read the answer ({type(exc).__name__}: {exc})") from exc
 
     async def _backoff(self, attempt: int) -> None:
         cfg = self.cfg

@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 import orjson
 
+from synthgen.data.failures import BAD_RESPONSE, CONNECTION, TIMEOUT, http_kind
 from synthgen.errors import AuthError, ServerError
 from synthgen.redact import redact
 
@@ -131,12 +132,12 @@ def parse_generation(status: int, body: bytes) -> Generation:
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
-        raise Transient("bad_response", f"response is not JSON: {body[:200]!r}", status) from None
+        raise Transient(BAD_RESPONSE.name, f"response is not JSON: {body[:200]!r}", status) from None
     if isinstance(data, list) and len(data) == 1:
         data = data[0]
     meta = data.get("meta_info") if isinstance(data, dict) else None
     if not isinstance(meta, dict) or not isinstance(data.get("text"), str):
-        raise Transient("bad_response", f"response has no text/meta_info: {body[:200]!r}", status)
+        raise Transient(BAD_RESPONSE.name, f"response has no text/meta_info: {body[:200]!r}", status)
     return generation_from(data, meta, status)
 
 
@@ -145,9 +146,9 @@ def check_status(status: int, body: bytes) -> None:
     check_auth(status, body)
     if status >= 500 or status in RETRYABLE_4XX:
         message = f"HTTP {status}: {error_message(body)}"
-        raise Transient(f"http_{status}", message, status, outage=status in OUTAGE_STATUSES)
+        raise Transient(http_kind(status), message, status, outage=status in OUTAGE_STATUSES)
     if status != 200:
-        raise Rejected(f"http_{status}", f"HTTP {status}: {error_message(body)}", status)
+        raise Rejected(http_kind(status), f"HTTP {status}: {error_message(body)}", status)
 
 
 def generation_from(data: dict[str, Any], meta: dict[str, Any], status: int) -> Generation:
@@ -157,10 +158,10 @@ def generation_from(data: dict[str, Any], meta: dict[str, Any], status: int) -> 
     if isinstance(finish, str):  # very old servers sent a bare string
         finish = {"type": finish}
     if not isinstance(finish, dict) or not isinstance(finish.get("type"), str):
-        raise Transient("bad_response", f"response has no usable finish_reason ({_shown(finish)})", status)
+        raise Transient(BAD_RESPONSE.name, f"response has no usable finish_reason ({_shown(finish)})", status)
     output_ids = data.get("output_ids")
     if output_ids is not None and not _int_list(output_ids):
-        raise Transient("bad_response", f"output_ids is not a list of token ids ({_shown(output_ids)})", status)
+        raise Transient(BAD_RESPONSE.name, f"output_ids is not a list of token ids ({_shown(output_ids)})", status)
     if finish["type"] == "abort":
         code = finish.get("status_code")
         raise Transient(
@@ -203,7 +204,7 @@ def _count(meta: dict[str, Any], key: str, status: int) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise Transient("bad_response", f"meta_info.{key} is {_shown(value)}, not a token count", status)
+        raise Transient(BAD_RESPONSE.name, f"meta_info.{key} is {_shown(value)}, not a token count", status)
     return value
 
 
@@ -227,16 +228,20 @@ async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         buffer += chunk
         start = 0
         while match := _EVENT_END.search(buffer, max(start, scan)):
-            event = bytes(buffer[start : match.start()])
+            data = _event_data(bytes(buffer[start : match.start()]))
             start = match.end()
-            data = [line[5:].removeprefix(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
-            if data:
-                yield b"\n".join(line.rstrip(b"\r") for line in data)
+            if data is not None:
+                yield data
         del buffer[:start]
-    if buffer.strip():  # a last event without its blank line (the stream was cut, or a lax server)
-        data = [line[5:].removeprefix(b" ") for line in bytes(buffer).split(b"\n") if line.startswith(b"data:")]
-        if data:
-            yield b"\n".join(line.rstrip(b"\r") for line in data)
+    # A last event without its blank line (a lax server; a cut stream raises before this).
+    if (data := _event_data(bytes(buffer))) is not None:
+        yield data
+
+
+def _event_data(event: bytes) -> bytes | None:
+    lines = [line.rstrip(b"\r") for line in event.split(b"\n")]
+    data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]
+    return b"\n".join(data) if data else None
 
 
 class StreamState:
@@ -268,13 +273,13 @@ class StreamState:
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            raise self.failure("bad_response", f"stream chunk is not JSON: {raw[:200]!r}") from None
+            raise self.failure(BAD_RESPONSE.name, f"stream chunk is not JSON: {raw[:200]!r}") from None
         if isinstance(data, dict) and "error" in data and "meta_info" not in data:
             self.error_event(data)
         meta = data.get("meta_info") if isinstance(data, dict) else None
         ids = data.get("output_ids") if isinstance(data, dict) else None
         if not isinstance(meta, dict) or not _int_list(ids):
-            raise self.failure("bad_response", f"stream chunk has no output_ids/meta_info: {raw[:200]!r}")
+            raise self.failure(BAD_RESPONSE.name, f"stream chunk has no output_ids/meta_info: {raw[:200]!r}")
         assert isinstance(ids, list) and isinstance(data, dict)
         before = len(self.ids)
         self._take_ids(ids, meta.get("completion_tokens"))
@@ -304,7 +309,7 @@ class StreamState:
                 self.incremental = True if known else self.incremental
             elif known != total:  # known == total: 0.5.23 repeats the last id in an incremental abort
                 raise self.failure(
-                    "bad_response", f"stream chunk of {len(ids)} ids does not add up to {total} after {known}"
+                    BAD_RESPONSE.name, f"stream chunk of {len(ids)} ids does not add up to {total} after {known}"
                 )
         elif self.incremental is False or (self.incremental is None and ids[:known] == self.ids):
             if known:
@@ -332,22 +337,22 @@ class StreamState:
     def result(self) -> Generation:
         """The Generation of a finished stream (an abort raises Transient with ``partial``)."""
         if self.final is None:
-            raise self.failure("connection", "the stream ended before its last chunk", outage=True)
+            raise self.failure(CONNECTION.name, "the stream ended before its last chunk", outage=True)
         text = "".join(self.deltas) if self.incremental else self.text
         if text is None:
-            raise self.failure("bad_response", "the stream's chunks carry no text")
+            raise self.failure(BAD_RESPONSE.name, "the stream's chunks carry no text")
         return generation_from({"text": text, "output_ids": self.ids}, self.final, 200)
 
 
 def transport_failure(exc: httpx.HTTPError, partial: list[int] | None) -> Transient:
     """httpx's failure of one attempt as a Transient, with the ids a stream delivered."""
     if isinstance(exc, httpx.TimeoutException):
-        return Transient("timeout", f"{type(exc).__name__}: no answer in time", outage=True, partial=partial)
+        return Transient(TIMEOUT.name, f"{type(exc).__name__}: no answer in time", outage=True, partial=partial)
     if isinstance(exc, httpx.TransportError):
         message = f"{type(exc).__name__}: {exc or 'connection lost'}"
-        return Transient("connection", message, outage=True, partial=partial)
+        return Transient(CONNECTION.name, message, outage=True, partial=partial)
     # DecodingError: e.g. a body marked gzip that is not gzip
-    return Transient("bad_response", f"{type(exc).__name__}: {exc}", partial=partial)
+    return Transient(BAD_RESPONSE.name, f"{type(exc).__name__}: {exc}", partial=partial)
 
 
 def origin(url: httpx.URL) -> tuple[str, str, int | None]:

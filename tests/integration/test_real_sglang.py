@@ -26,7 +26,7 @@ CONTEXT = 2048
 MAX_REQ_INPUT_LEN = 2042
 EOS_ID = 2  # <|im_end|>
 EXPORT = realserver.REPO / "export_training.py"
-# demo_model.py's greedy answer to every prompt.
+# synthgen/demo/model.py's greedy answer to every prompt.
 GREEDY_REASONING = "A user has a message for me, so I should look at it first; then write one line:"
 GREEDY_CONTENT = "The result is here."
 
@@ -308,7 +308,7 @@ def test_the_demo_model_ends_every_turn_with_reasoning_and_an_answer_so_every_ro
 ):
     # What the quickstart shows. Greedy: one fixed answer for any prompt. Without --temperature the
     # server samples at its default (temperature 1): varied answers, which end the same way (the chance
-    # that one runs past 256 tokens is below 1e-18, demo_model.py asserts it when it builds).
+    # that one runs past 256 tokens is below 1e-18, synthgen/demo/model.py asserts it when it builds).
     ws.dataset("short", "greedy", 4)
     ids = ws.dataset("short", "conv", two_turn_conversations(12))
     common = ("--server-url", real_server.url, "--max-tokens", "256", "--concurrency", "8")

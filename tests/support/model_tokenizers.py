@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tiny_tokenizers import BPE_VOCAB_SIZE, CORPUS_FILES
 
-from synthgen.demo.bpe import model_vocab_size, train_bpe
+from synthgen.demo.bpe import padded_vocab_size, train_bpe
 
 TEMPLATES = Path(__file__).parent / "templates"
 STAMP_FILE = "model_tokenizer_build.json"
@@ -175,7 +175,7 @@ def build_model_tokenizer(out_dir: Path, model: str) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     hf_tokenizer.save_pretrained(out_dir)
     config = {
-        "vocab_size": model_vocab_size(len(hf_tokenizer)),
+        "vocab_size": padded_vocab_size(len(hf_tokenizer)),
         "max_position_embeddings": MAX_POSITION_EMBEDDINGS,
     }
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")

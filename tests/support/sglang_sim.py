@@ -859,7 +859,8 @@ class Job:
     done: threading.Event = field(default_factory=threading.Event)  # scheduler mode: all finished
     unfinished: int = 0
     advanced: threading.Event = field(default_factory=threading.Event)  # scheduler mode: a step, a finish
-    streamed: bool = False  # scheduler mode: wake the handler at every step, to send its chunks
+    streamed: bool = False  # scheduler mode: wake the handler when a chunk is due, to send it
+    due: int = 1  # ... that is, once this many tokens are out
 
 
 @dataclass
@@ -1213,6 +1214,7 @@ class Scheduler:
             job.done.wait()
             return
         while not job.done.is_set():
+            job.due = watch.due() or 1
             job.advanced.wait(watch.poll)
             job.advanced.clear()
             if not job.done.is_set() and not watch.step(job.sequences[0].produced):
@@ -1383,7 +1385,7 @@ class Scheduler:
         still_running = []
         for seq in self.running:
             seq.produced += 1
-            if seq.job is not None and seq.job.streamed:
+            if seq.job is not None and seq.job.streamed and seq.produced >= seq.job.due:
                 seq.job.advanced.set()
             if seq.abort_at is not None and seq.produced >= seq.abort_at:
                 seq.aborted = True

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, processors
 
-from synthgen.demo.bpe import model_vocab_size, train_bpe
+from synthgen.demo.bpe import padded_vocab_size, train_bpe
 
 BOS = "<|endoftext|>"
 EOS = "<|im_end|>"
@@ -124,7 +124,7 @@ def build_tokenizer(out_dir: Path, style: str = "chatml", think_special: bool = 
     out_dir.mkdir(parents=True, exist_ok=True)
     hf_tokenizer.save_pretrained(out_dir)
     config = {
-        "vocab_size": model_vocab_size(len(hf_tokenizer)),
+        "vocab_size": padded_vocab_size(len(hf_tokenizer)),
         "max_position_embeddings": MAX_POSITION_EMBEDDINGS,
         "model_type": "qwen2",
     }

@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""Scale: a 1,000,000-prompt dataset and a 5 GB results file, through run_inference.py (issue 30.12).
+
+Two start-up measurements, each a ``run_inference.py`` subprocess against the simulator
+(``tests/support/sglang_sim.py``) on data written to a temp dir, stopped (SIGTERM) once its first
+``/generate`` reached the simulator:
+
+- ``prompts``: one dataset of ``--prompts`` short prompts (a user message of ~90 characters, ids of
+  8 characters), and the same command on ``--baseline`` prompts. Figures: seconds from launch to the
+  first request, the CLI's peak RSS (VmHWM, polled every 20 ms), and the memory a prompt costs:
+  (peak - baseline's peak) / (prompts - baseline prompts).
+- ``resume``: a dataset whose ``raw_responses.jsonl`` already holds ``--results-gb`` GB of rows
+  (built as the runner builds them: ``bench_rows.RowMaker``, token ids included, ~95 KB a row)
+  for all but ``--left`` of its prompts. Figures: seconds to the first request (the resume scan
+  reads the whole file first), peak RSS; and ``DatasetStore.scan`` timed alone in this process.
+
+Every measurement runs ``--repeat`` times (default 3): the machine is shared, read the spread.
+
+    python -m bench.bench_scale                          # 1M prompts and 5 GB: ~3-5 min, ~5.5 GB of temp
+    python -m bench.bench_scale --only prompts --prompts 200000
+    python -m bench.bench_scale --only resume --results-gb 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.bench_rows import RowMaker, Shape
+from bench.bench_run import text_pool
+from bench.simproc import RUN, Simulator, build_tokenizer, cli_env
+from synthgen.data.conversations import prompt_hash
+from synthgen.data.store import DatasetStore
+
+PARTITION = "scale"
+DATASET = "big"
+
+
+@dataclass
+class Startup:
+    first_request_s: float | None
+    peak_mb: float
+    cpu_s: float  # the CLI's CPU time up to its first request: moves less with other load than the wall
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def vm_hwm_mb(pid: int) -> float | None:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return None
+
+
+PAD = text_pool(1 << 20)
+
+
+def prompt_row(i: int, chars: int = 0) -> dict[str, Any]:
+    """Prompt ``i``: a short question, padded with ``chars`` characters of prose."""
+    pad = PAD[i % 997 : i % 997 + chars] if chars else ""
+    content = f"Question {i}: what is {i % 977} times {i % 31}? Answer briefly.{pad}"
+    return {"id": f"p{i:07d}", "messages": [{"role": "user", "content": content}]}
+
+
+def write_prompts(path: Path, count: int, chars: int = 0) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        for start in range(0, count, 10_000):
+            fh.write(
+                b"".join(
+                    orjson.dumps(prompt_row(i, chars), option=orjson.OPT_APPEND_NEWLINE)
+                    for i in range(start, min(count, start + 10_000))
+                )
+            )
+
+
+def startup(ws: Path, sim_url: str, timeout: float = 600.0) -> Startup:
+    """Launch the CLI on ``ws``; stop it once its first request reaches the simulator."""
+    command = [
+        sys.executable,
+        str(RUN),
+        "--partition",
+        PARTITION,
+        "--prompts-dir",
+        str(ws / "prompts"),
+        "--output-dir",
+        str(ws / "outputs"),
+        "--server-url",
+        sim_url,
+        "--max-tokens",
+        "8",
+        "--concurrency",
+        "32",
+    ]
+    stats_url = sim_url + "/sim/stats"
+    import httpx
+
+    before = httpx.get(stats_url).json()["generate_requests"]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        command, cwd=ws, env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    first, peak, cpu = None, 0.0, 0.0
+    try:
+        while proc.poll() is None and time.monotonic() - t0 < timeout:
+            peak = max(peak, vm_hwm_mb(proc.pid) or 0.0)
+            cpu = cpu_seconds(proc.pid) or cpu
+            stats = httpx.get(stats_url).json()
+            if stats["in_flight"] or stats["generate_requests"] > before:
+                first = time.monotonic() - t0
+                break
+            time.sleep(0.02)
+    finally:
+        peak = max(peak, vm_hwm_mb(proc.pid) or 0.0)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # it finishes what is in flight and its closing work
+        try:
+            _, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    if first is None:
+        print(err.decode(errors="replace")[-2000:], file=sys.stderr)
+    return Startup(first, peak, cpu)
+
+
+def spread(values: list[float], spec: str = ".2f") -> str:
+    values = sorted(values)
+    return f"{format(values[len(values) // 2], spec)} (min {format(values[0], spec)}, max {format(values[-1], spec)})"
+
+
+def bench_prompts(root: Path, sim_url: str, prompts: int, baseline: int, repeat: int) -> None:
+    sizes = {}
+    for count in (baseline, prompts):
+        ws = root / f"prompts-{count}"
+        write_prompts(ws / "prompts" / PARTITION / f"{DATASET}.jsonl", count)
+        sizes[count] = ws
+    mb = (sizes[prompts] / "prompts" / PARTITION / f"{DATASET}.jsonl").stat().st_size / 1e6
+    firsts, peaks, per_prompt, cpus = [], [], [], []
+    for k in range(repeat):
+        base = startup(sizes[baseline], sim_url)
+        big = startup(sizes[prompts], sim_url)
+        if big.first_request_s is None:
+            print(f"  run {k + 1}: no request reached the simulator")
+            continue
+        cost = (big.peak_mb - base.peak_mb) * 1048576 / (prompts - baseline)
+        firsts.append(big.first_request_s)
+        peaks.append(big.peak_mb)
+        per_prompt.append(cost)
+        cpus.append(big.cpu_s - base.cpu_s)
+        print(
+            f"  run {k + 1}: {prompts:,} prompts first request {big.first_request_s:.2f} s (CPU {big.cpu_s:.1f} s), "
+            f"peak {big.peak_mb:.0f} MB; {baseline:,} prompts first request {base.first_request_s or 0:.2f} s "
+            f"(CPU {base.cpu_s:.1f} s), peak {base.peak_mb:.0f} MB; "
+            f"{cost:.0f} B a prompt (load average {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
+    if firsts:
+        print(
+            f"prompts: {prompts:,} ({mb:.0f} MB): first request {spread(firsts)} s, "
+            f"peak RSS {spread(peaks, '.0f')} MB, memory a prompt {spread(per_prompt, '.0f')} B, CPU over the "
+            f"baseline's {spread(cpus)} s"
+        )
+
+
+def write_results(ws: Path, target_bytes: int, left: int, prompt_chars: int, answer_tokens: int) -> tuple[int, int]:
+    """A prompt file and a results file of ~``target_bytes`` answering all but ``left`` of its prompts."""
+    prompt_tokens = prompt_chars // 4 + 20
+    maker = RowMaker(Shape((prompt_tokens, prompt_tokens), answer_tokens, 0.75, 4.0, 163840), seed=1)
+    results = ws / "outputs" / DATASET / "raw_responses.jsonl"
+    results.parent.mkdir(parents=True)
+    rows = size = 0
+    with open(results, "wb") as out:
+        while size < target_bytes:
+            prompt = prompt_row(rows, prompt_chars)
+            record = maker.row(rows)
+            record.messages = [*prompt["messages"], record.messages[-1]]
+            record.id, record.dataset, record.partition = str(prompt["id"]), DATASET, PARTITION
+            record.source = f"{PARTITION}/{DATASET}.jsonl"
+            record.prompt_hash = prompt_hash(prompt["messages"], None)  # type: ignore[arg-type]
+            record.settings = None
+            line = record.to_json()
+            out.write(line)
+            size += len(line)
+            rows += 1
+    write_prompts(ws / "prompts" / PARTITION / f"{DATASET}.jsonl", rows + left, prompt_chars)
+    return rows, size
+
+
+def bench_resume(root: Path, sim_url: str, args: argparse.Namespace) -> None:
+    ws, gigabytes, repeat = root / "resume", args.results_gb, args.repeat
+    started = time.monotonic()
+    rows, size = write_results(ws, int(gigabytes * 1e9), args.left, args.prompt_chars, args.answer_tokens)
+    print(f"  wrote {rows:,} rows, {size / 1e9:.2f} GB in {time.monotonic() - started:.0f} s", flush=True)
+    firsts, peaks, scans, cpus = [], [], [], []
+    for k in range(repeat):
+        t = time.perf_counter()
+        state = DatasetStore(ws / "outputs", DATASET).scan()
+        scans.append(time.perf_counter() - t)
+        assert len(state.done) >= rows, (len(state.done), rows)  # earlier runs here may have added a few
+        run = startup(ws, sim_url)
+        if run.first_request_s is None:
+            print(f"  run {k + 1}: no request reached the simulator")
+            continue
+        firsts.append(run.first_request_s)
+        peaks.append(run.peak_mb)
+        cpus.append(run.cpu_s)
+        print(
+            f"  run {k + 1}: first request {run.first_request_s:.2f} s (CPU {run.cpu_s:.1f} s), "
+            f"peak {run.peak_mb:.0f} MB; "
+            f"DatasetStore.scan alone {scans[-1]:.2f} s (load average {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
+    if firsts:
+        print(
+            f"resume: {size / 1e9:.2f} GB, {rows:,} rows: first request {spread(firsts)} s "
+            f"(CPU {spread(cpus)} s), peak RSS "
+            f"{spread(peaks, '.0f')} MB; DatasetStore.scan {spread(scans)} s "
+            f"= {size / 1e9 / min(scans):.2f} GB/s at best"
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", choices=("prompts", "resume"), help="one of the two measurements")
+    p.add_argument("--prompts", type=int, default=1_000_000, help="prompts of the large dataset (default 1,000,000)")
+    p.add_argument("--baseline", type=int, default=1_000, help="prompts of the baseline dataset (default 1,000)")
+    p.add_argument("--results-gb", type=float, default=5.0, help="size of the results file (default 5)")
+    p.add_argument("--left", type=int, default=100, help="prompts the results file does not answer (default 100)")
+    p.add_argument("--prompt-chars", type=int, default=8000, help="resume: characters of each prompt (default 8,000)")
+    p.add_argument(
+        "--answer-tokens", type=int, default=1000, help="resume: mean answer tokens of a row (default 1,000)"
+    )
+    p.add_argument("--repeat", type=int, default=3, help="runs of each measurement (default 3)")
+    p.add_argument("--work-dir", type=Path, help="where to make the scratch folder (default: the system temp dir)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="synthgen-scale-", dir=args.work_dir))
+    print(f"bench_scale: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
+    try:
+        tokenizer_dir = build_tokenizer(root / "tokenizer", style="chatml")
+        with Simulator(tokenizer_dir, "--token-delay", "0.05") as sim:
+            if args.only in (None, "prompts"):
+                bench_prompts(root, sim.url, args.prompts, args.baseline, args.repeat)
+            if args.only in (None, "resume"):
+                bench_resume(root, sim.url, args)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The resume scan's reading of result rows: every row parsed, its token ids passed over.
+
+Resume needs a few scalars of each row (id, token count, source, hash, mode), and most of the cost of
+parsing a row with token ids is building their int objects (3,000-10,000 a row). ``resume_row``
+parses the row without them: every array under a key ending in ``_ids`` (``input_ids``,
+``output_ids``) is read as ``[]``, the rest of the line as orjson reads it. ``_ids":[`` can only be
+the end of a key (inside a JSON string the quote would be escaped), and an array is cut only when
+it holds no quote, brace or bracket, so the line's structure is checked in full; only the number
+tokens inside those arrays go unchecked (rows are written whole by this tool, and the export parses
+every row it reads in full).
+
+``lines`` reads a file in large blocks and gives its lines as iterating the file would, without
+a per-line read call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, BinaryIO, overload
+
+import orjson
+
+from synthgen.data.openfiles import Oversize
+
+_IDS_KEY = b'_ids":['
+
+
+def without_ids(line: bytes) -> bytes:
+    """``line`` with the contents of its ``..._ids`` number arrays cut out."""
+    find = line.find
+    key = find(_IDS_KEY)
+    if key < 0:
+        return line
+    pieces = []
+    at = 0
+    while key >= 0:
+        start = key + len(_IDS_KEY)
+        end = find(b"]", start)
+        if end < 0:
+            break
+        if all(find(char, start, end) < 0 for char in (b'"', b"{", b"}", b"[")):
+            pieces.append(line[at:start])
+            at = end
+        key = find(_IDS_KEY, end)
+    if not pieces:
+        return line
+    pieces.append(line[at:])
+    return b"".join(pieces)
+
+
+def resume_row(line: bytes) -> dict[str, Any] | None:
+    """One result-file line as a dict without its token ids, or None for anything else (torn, not
+    JSON, not an object)."""
+    try:
+        row = orjson.loads(without_ids(line))
+    except orjson.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
+@overload
+def lines(fh: BinaryIO, limit: None = None, block: int = ...) -> Iterator[bytes]: ...
+
+
+@overload
+def lines(fh: BinaryIO, limit: int, block: int = ...) -> Iterator[bytes | Oversize]: ...
+
+
+def lines(fh: BinaryIO, limit: int | None = None, block: int = 1 << 23) -> Iterator[bytes | Oversize]:
+    """The lines of ``fh``, each with its newline (the last may have none), read ``block`` bytes at a time.
+    With ``limit``, a longer line is given as its ``Oversize`` and never held whole (as ``bounded_lines``)."""
+    pieces: list[bytes] = []  # the start of a line that spans blocks
+    held = 0  # its bytes so far
+    while True:
+        data = fh.read(block)
+        if not data:
+            if held:
+                yield Oversize(held) if limit is not None and held > limit else b"".join(pieces)
+            return
+        start = 0
+        find = data.find
+        while True:
+            newline = find(b"\n", start)
+            if newline < 0:
+                break
+            if limit is not None and held + newline + 1 - start > limit:
+                yield Oversize(held + newline + 1 - start)
+            elif held:
+                pieces.append(data[start : newline + 1])
+                yield b"".join(pieces)
+            else:
+                yield data[start : newline + 1]
+            pieces, held = [], 0
+            start = newline + 1
+        if start < len(data):
+            held += len(data) - start
+            if limit is None or held <= limit:
+                pieces.append(data[start:])
+            else:
+                pieces = []  # over the limit: only its size is kept
