@@ -80,6 +80,7 @@ class RunConfig:
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
+    extra_sampling: dict[str, Any] = field(default_factory=dict)  # --sampling-params: more SGLang sampling keys
 
     # --- execution -------------------------------------------------------------------------------
     concurrency: int | None = None  # None: auto, driven by the server's load (concurrency.LoadMonitor)
@@ -93,6 +94,10 @@ class RunConfig:
     drain_timeout: float = 30.0  # grace for in-flight requests after SIGTERM/SIGINT
     status_interval: float = 10.0  # seconds between status lines when stderr is not a TTY
     log_file: Path | None = None
+    keep_partials: bool = True  # a stopped or aborted request's output so far is kept and continued
+    continue_cut: int = 0  # an answer cut at max tokens with its reasoning open gets this many more, once
+    checkpoint_tokens: int = 256  # streamed requests save their partial output every N tokens (0: not streamed)
+    loop_guard: bool = True  # a streamed answer that falls into a repetition loop is ended and kept as such
     report_interval: float = 300.0  # <output-dir>/report.html rewritten this often while the run goes (0: at the end)
     dry_run: bool = False
 
@@ -143,6 +148,12 @@ class RunConfig:
                 raise UsageError(
                     f"{flag}: {unsupported_note(kind, name)}{hint} (names this tool applies: {', '.join(known)})"
                 )
+        for flag, count in (("--continue-cut", self.continue_cut), ("--checkpoint-tokens", self.checkpoint_tokens)):
+            if count < 0:
+                raise UsageError(f"{flag} must be 0 or more, got {count}")
+        reserved = {"max_new_tokens", "skip_special_tokens", "stream", "n"} & self.extra_sampling.keys()
+        if reserved:
+            raise UsageError(f"--sampling-params: {', '.join(sorted(reserved))} is set by the run; leave it out")
         if not self.think_start or not self.think_end:
             raise UsageError("--think-start and --think-end must not be empty")
         api_key = self._check_server()
@@ -213,7 +224,7 @@ class RunConfig:
     def sampling_params(self) -> dict[str, Any]:
         """The user-chosen sampling keys, by SGLang's names; max_new_tokens is set per request."""
         chosen = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
-        return {k: v for k, v in chosen.items() if v is not None}
+        return self.extra_sampling | {k: v for k, v in chosen.items() if v is not None}
 
 
 def default_of(name: str) -> Any:

@@ -8,7 +8,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import orjson
 
@@ -203,6 +203,12 @@ def _sampling(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--temperature", type=float, metavar="T", help="default: the model's")
     g.add_argument("--top-p", type=float, metavar="P", help="default: the server's")
     g.add_argument("--top-k", type=int, metavar="K", help="default: the server's")
+    g.add_argument(
+        "--sampling-params",
+        default="{}",
+        metavar="JSON",
+        help="more SGLang sampling keys, e.g. '{\"min_p\": 0.05}'",
+    )
 
 
 def _running(g: argparse._ArgumentGroup) -> None:
@@ -255,6 +261,32 @@ def _running(g: argparse._ArgumentGroup) -> None:
         metavar="S",
         help="after SIGTERM/SIGINT (%(default).0f)",
     )
+    g.add_argument(
+        "--continue-cut",
+        type=int,
+        default=default_of("continue_cut"),
+        metavar="N",
+        help="an answer cut at --max-tokens with its reasoning open gets N more tokens, once (0: off)",
+    )
+    g.add_argument(
+        "--checkpoint-tokens",
+        type=int,
+        default=default_of("checkpoint_tokens"),
+        metavar="N",
+        help="stream requests, saving their output every N tokens: a crash loses at most ~N each (0: off; 256)",
+    )
+    g.add_argument(
+        "--loop-guard",
+        choices=("on", "off"),
+        default="on",
+        help="end an answer that falls into a repetition loop; its row says so (on)",
+    )
+    g.add_argument(
+        "--keep-partials",
+        choices=("on", "off"),
+        default="on",
+        help="on a stop, end requests and keep their output so far to continue (on)",
+    )
     g.add_argument("--dry-run", action="store_true", help="print the plan and the first request; send nothing")
     g.add_argument("--log-file", type=Path, metavar="FILE", help="also append status lines here")
     g.add_argument(
@@ -282,6 +314,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise UsageError(f"--chat-template-kwargs is not valid JSON ({exc}); e.g. '{{\"thinking\": true}}'") from None
     if not isinstance(template_kwargs, dict):
         raise UsageError("--chat-template-kwargs must be a JSON object, e.g. '{\"thinking\": true}'")
+    extra_sampling = json_object(args.sampling_params, "--sampling-params", '{"min_p": 0.05}')
     budget = read_budget(args.budget) if args.budget else None
     token_cap = None
     if args.max_tokens_per_dataset is not None:
@@ -322,6 +355,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k,
+        extra_sampling=extra_sampling,
         concurrency=args.concurrency,
         max_concurrency=args.max_concurrency,
         request_timeout=args.request_timeout,
@@ -329,11 +363,25 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         backoff_base=args.retry_backoff,
         server_wait=args.server_wait,
         drain_timeout=args.drain_timeout,
+        keep_partials=args.keep_partials == "on",
+        continue_cut=args.continue_cut,
+        checkpoint_tokens=args.checkpoint_tokens,
+        loop_guard=args.loop_guard == "on",
         status_interval=args.status_interval,
         log_file=args.log_file,
         report_interval=args.report_interval,
         dry_run=args.dry_run,
     ).validate()
+
+
+def json_object(text: str, flag: str, example: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"{flag} is not valid JSON ({exc}); e.g. '{example}'") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag} must be a JSON object, e.g. '{example}'")
+    return value
 
 
 def closing_text(end_text: str, report: str) -> str:

@@ -76,6 +76,10 @@ class ResultRecord:
     turns: list[dict[str, Any]] | None = None  # regenerate=all: every generated turn (Turn.to_dict), in order
     stopped_early: str | None = None  # regenerate=all: why the conversation ends before its last turn
     settings: str | None = None  # id of the settings set in the dataset's settings.jsonl
+    # output tokens per attempt when the answer was continued from a partial output (a stop, an abort,
+    # --continue-cut): output_ids is their concatenation; None: one attempt made it all
+    segments: list[int] | None = None
+    extended_by: int | None = None  # --continue-cut: the tokens the cut answer was given beyond --max-tokens
 
     def to_json(self) -> bytes:
         return json_line(self.to_dict())
@@ -139,6 +143,8 @@ class Turn:
     server_latency_s: float | None
     attempts: int
     request_id: str
+    segments: list[int] | None = None  # continued: output tokens per attempt (see ResultRecord.segments)
+    extended_by: int | None = None  # --continue-cut (see ResultRecord.extended_by)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -223,6 +229,8 @@ def build_result(
         turns=[t.to_dict() for t in turns] if ctx.regenerate == "all" else None,
         stopped_early=stopped_early,
         settings=ctx.settings,
+        segments=last.segments,
+        extended_by=last.extended_by,
     )
 
 

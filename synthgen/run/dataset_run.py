@@ -25,11 +25,13 @@ from synthgen.chat.parsers import OutputParser
 from synthgen.config import RunConfig
 from synthgen.data import provenance
 from synthgen.data.failures import SKIPPED
+from synthgen.data.partials import Partial, PartialOutputs, usable
 from synthgen.data.prompts import DatasetIndex, DatasetSource, Prompt, scan_dataset
 from synthgen.data.records import ErrorRecord, RowContext, Turn, build_result
 from synthgen.data.selection import Selection, select
 from synthgen.data.store import DatasetStore, PartialTurn, PartialTurns, ResumeState, move_rows
 from synthgen.errors import UsageError
+from synthgen.run.ledger import TokenLedger
 from synthgen.run.model import stop_token
 from synthgen.run.progress import DatasetStats, Progress
 from synthgen.run.settled import set_aside, settled_skips
@@ -52,6 +54,10 @@ class WorkItem:
     max_new_tokens: int
     messages: list[dict[str, Any]] = field(default_factory=list)  # what was rendered
     turns: list[Turn] = field(default_factory=list)  # regenerate=all: the turns before this one
+    payload: dict[str, Any] | None = None  # what the last attempt sent (request.Requests): the row records it
+    carried: Partial | None = None  # the output so far of attempts (or runs) that were ended early
+    carried_before: int = 0  # of carried: tokens an earlier run generated
+    extended_by: int | None = None  # --continue-cut: the tokens a cut answer was given beyond its max
 
     def turn(self, gen: Generation, parser: OutputParser, attempts: int, latency: float, rid: str) -> Turn:
         """The generated turn, split by the reasoning and tool-call parsers as SGLang would."""
@@ -98,6 +104,8 @@ class WorkItem:
             return ""
         if turn.finish_reason == "length":
             return f"turn {len(self.turns) + 1} of {positions} was cut at --max-tokens"
+        if turn.finish_reason == "repetition":
+            return f"turn {len(self.turns) + 1} of {positions} fell into a loop (the loop guard ended it)"
         return "" if len(self.turns) + 1 >= positions else None
 
 
@@ -132,6 +140,11 @@ class DatasetRun:
     partial_rows: list[PartialTurn] = field(default_factory=list)  # regenerate=all: what partial_turns.jsonl held
     moving: list[str] = field(default_factory=list)  # --changed-prompts regenerate: rows begin() moves aside
     settings: str | None = None  # the settings id rows of this run carry
+    tokens: TokenLedger = field(default_factory=TokenLedger)  # where this run's output tokens went
+    partial_outputs: PartialOutputs | None = None  # requests ended early, kept to continue (data/partials.py)
+    partial_output_rows: list[Partial] = field(default_factory=list)  # what partial_outputs.jsonl held
+    continuing: dict[str, Partial] = field(default_factory=dict)  # earlier runs' partials to continue, by id
+    keeps_partials: bool = False  # --keep-partials on
     begun: bool = False  # begin() ran: the run writes this dataset's files
     in_flight: int = 0
     closed: bool = False  # no new requests (token budget reached)
@@ -168,7 +181,7 @@ class DatasetRun:
         output tokens that are done reaching the cap do."""
         budget = self.budget
         while not self.closed:
-            done_tokens = self.counts.budget_tokens_done
+            done_tokens = self.budget_spent
             if budget is None:
                 return True
             if budget.reached(done_tokens):
@@ -182,6 +195,13 @@ class DatasetRun:
             self._ended.clear()
             await self._ended.wait()
         return False
+
+    @property
+    def budget_spent(self) -> int:
+        """What --max-tokens-per-dataset charges: the rows' output tokens (earlier runs included), and
+        what this run generated besides (partial outputs, waste): what the GPU spent."""
+        t = self.tokens
+        return self.counts.budget_tokens_done + t.partials + t.lost
 
     def request_started(self) -> None:
         self.in_flight += 1
@@ -209,8 +229,7 @@ class DatasetRun:
             prompt_hash=prompt.prompt_hash,
             tools=prompt.tools,
             model=model,
-            sampling_params=cfg.sampling_params()
-            | {"max_new_tokens": item.max_new_tokens, "skip_special_tokens": False},
+            sampling_params=sent_sampling(item),
             chat_template_kwargs=cfg.chat_template_kwargs or None,
             regenerate=cfg.regenerate,
             settings=self.settings,
@@ -219,7 +238,7 @@ class DatasetRun:
         assert self.store is not None
         self.store.append_result(record)
         self.resume.done.add(prompt.id)
-        self._count_turn(turn)  # earlier turns were counted as they finished (record_turn, or an earlier run)
+        self._count_turn(item, turn)  # earlier turns were counted as they finished (record_turn, or an earlier run)
         self.counts.done += 1
         self.counts.last_finish = time.monotonic()
         self.progress.finished(turn.completion_tokens)
@@ -232,14 +251,48 @@ class DatasetRun:
         self.partial_store.append(
             PartialTurn(prompt.id, len(item.turns), turn.to_dict(), prompt.prompt_hash, self.settings)
         )
-        self._count_turn(turn)  # the token budget counts every turn
+        self._count_turn(item, turn)  # the token budget counts every turn
         self.progress.turn_finished(turn.completion_tokens)
 
-    def _count_turn(self, turn: Turn) -> None:
+    def _count_turn(self, item: WorkItem, turn: Turn) -> None:
         c = self.counts
         c.completion_tokens += turn.completion_tokens
         c.prompt_tokens += turn.prompt_tokens
         c.cached_tokens += turn.cached_tokens or 0
+        t, carried, before = self.tokens, item.carried, item.carried_before
+        if turn.finish_reason == "repetition":
+            t.loops += turn.completion_tokens - before  # kept as a row, left out of exports
+        else:
+            t.rows += turn.completion_tokens - before
+        t.earlier += before
+        if carried is not None:
+            t.partials -= carried.tokens - before  # counted as kept when this run kept them
+        if turn.finish_reason == "length" and (not turn.reasoning_complete or not turn.content.strip()):
+            t.cut += turn.completion_tokens - before
+        if turn.extended_by:
+            t.extended += 1
+        item.carried, item.carried_before = None, 0  # a next turn (regenerate=all) starts afresh
+
+    # --- partial outputs -------------------------------------------------------------------------
+    def take_partial(self, prompt_id: str, turn: int) -> Partial | None:
+        """An earlier run's partial output of this prompt's turn, to continue (once)."""
+        partial = self.continuing.get(prompt_id)
+        if partial is None or partial.turn != turn:
+            return None
+        del self.continuing[prompt_id]
+        return partial
+
+    def checkpoint(self, partial: Partial, start: int) -> None:
+        """A streaming request's output so far, its ids from ``start`` on (the earlier ones are on disk)."""
+        if self.partial_outputs is not None:
+            self.partial_outputs.append(partial, start)
+
+    def keep_partial(self, partial: Partial, new_tokens: int) -> None:
+        """A request ended early (or cut, to be extended): its output so far, on disk before anything
+        else happens to it (with --keep-partials off, in memory only)."""
+        if self.partial_outputs is not None:
+            self.partial_outputs.append(partial)
+        self.tokens.partials += new_tokens
 
     def record_error(
         self,
@@ -317,18 +370,49 @@ class DatasetRun:
             self.partial_store = partial
             self.partial_rows = []
             self.counts.tokens_before = self.resume.completion_tokens + partial_tokens(self.partial)
+        if self.keeps_partials:
+            self._open_partial_outputs(progress)
+
+    def _open_partial_outputs(self, progress: Progress) -> None:
+        """The earlier runs' partial outputs this run continues; those made for another prompt text or
+        under other settings are discarded (said once) and their prompts start again."""
+        assert self.store is not None
+        outputs = PartialOutputs(self.store.dir)
+        self.continuing, discard = usable(self.partial_output_rows, self.resume.done, self.index.hashes, self.settings)
+        outputs.open(self.continuing)
+        self.partial_outputs, self.partial_output_rows = outputs, []
+        if discard:
+            self.tokens.discarded = lost = sum(p.tokens for p in discard)
+            progress.message(
+                f"{self.name}: {len(discard):,} partial outputs ({lost:,} tokens) discarded: their prompt or the "
+                "settings changed since they were kept; those prompts start again"
+            )
+        if self.continuing:
+            kept = sum(p.tokens for p in self.continuing.values())
+            progress.message(f"{self.name}: continuing {len(self.continuing):,} partial outputs ({kept:,} tokens)")
 
     def close(self) -> None:
         if self.partial_store is not None:
             self.partial_store.close()
             if self.begun:
                 self.partial_store.compact(self.resume.done)
+        if self.partial_outputs is not None:
+            self.partial_outputs.close()
+            if self.begun:
+                self.partial_outputs.compact(self.resume.done)
         if self.store is not None:
             if self.begun:
                 # Only a run that went ahead tidies errors.jsonl: one that refused or stopped before
                 # sending anything leaves it as it was.
                 self.store.compact_errors(self.resume.done)
             self.store.close()
+
+
+def sent_sampling(item: WorkItem) -> dict[str, Any]:
+    """The sampling params of the payload the row's last request sent (request.Requests built it)."""
+    assert item.payload is not None
+    params: dict[str, Any] = item.payload["sampling_params"]
+    return params
 
 
 def source_label(source: DatasetSource) -> str:
@@ -375,13 +459,14 @@ def open_dataset(
     """Scan and select one dataset claimed by ``claim_dataset``; a prompt whose text changed since its
     row was written is handled by --changed-prompts. Decides only: ``DatasetRun.begin`` writes."""
     partial_rows = PartialTurns(store.dir).load() if cfg.regenerate == "all" else []
+    outputs = PartialOutputs(store.dir).load() if cfg.keep_partials else []
     settled = settled_skips(store)  # their prompts' hashes are compared: tracked by the scan
     index = scan_dataset(
         source,
         cfg.skip_bad_lines,
         cfg.regenerate,
         resume.entries,
-        track={row.id for row in partial_rows} | settled.keys(),
+        track={row.id for row in partial_rows} | {row.id for row in outputs} | settled.keys(),
     )
     moving = changed_to_move(source, index.changed, cfg)
     if moving:
@@ -404,6 +489,7 @@ def open_dataset(
         budget = TokenBudget(cfg.max_tokens_per_dataset, cfg.max_tokens)
     run = DatasetRun(index, selection, resume, None if cfg.dry_run else store, counts, progress, budget)
     run.moving = moving  # a dry run never begins: nothing moves
+    run.keeps_partials, run.partial_output_rows = cfg.keep_partials, outputs
     if cfg.regenerate == "all":
         run.partial_rows = partial_rows
         # The settings are not known before the server is asked: begin() checks them too.

@@ -7,7 +7,7 @@ write error stops it.
     Pool.execute()    producer.Producer (prepare.Preparer, in a worker thread) -> queue -> dispatcher
                       (one task per prompt, as the in-flight limit admits: fixed, or moved by the
                       server's load) -> Pool.process -> DatasetRun.record_*
-    Pool.request()    one request with its retries: backoff, outages, aborts, bad answers
+    request.Requests  one request with its retries: backoff, outages, aborts, partial outputs
 
 Stopping (a signal, a fatal error, the launched server gone for good) is ``stopping.RunStop``'s:
 the caller makes it and hands it to the runner and to the server's supervisor; the runner holds
@@ -20,8 +20,6 @@ prompt becomes a request in ``prepare``, what the server is and whether it is up
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import random
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -30,29 +28,35 @@ from typing import Any
 from synthgen import signals
 from synthgen.config import RunConfig
 from synthgen.data import provenance
-from synthgen.data.failures import BAD_RESPONSE, FAILED, SERVER_DIED
 from synthgen.data.prompts import DatasetSource
 from synthgen.data.prompts import discover as discover_datasets
-from synthgen.data.records import Turn
 from synthgen.data.store import DatasetStore, ResumeState
-from synthgen.errors import EXIT_FAILURES, EXIT_OK, ServerError, SynthgenError
+from synthgen.errors import EXIT_FAILURES, EXIT_OK, SynthgenError
 from synthgen.fmt import fmt_duration
 from synthgen.report.folder import LiveReport
 from synthgen.report.timeline import sample_of
 from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor
 from synthgen.run.dataset_run import DatasetRun, WorkItem, claim_dataset, now_iso, open_dataset, recorded_settings
+from synthgen.run.ledger import TokenLedger
 from synthgen.run.model import flag_settings, load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
 from synthgen.run.producer import Producer, record_skip
 from synthgen.run.progress import Progress, end_of_run, export_command, summary_table
+from synthgen.run.request import Requests
 from synthgen.run.stopping import RunStop
-from synthgen.server.client import Generation, Rejected, SGLangClient, Transient, build_payload, new_rid
+from synthgen.server.client import SGLangClient
 from synthgen.server.discovery import ServerContext, ServerHealth, changed_identity, discover
 
-# A prompt in flight at this many server deaths is recorded as failed rather than retried forever.
-OUTAGES_PER_PROMPT = 3
 # What a "rerun to retry" line prints when the caller does not say (the CLI passes the real command).
 RERUN_COMMAND = "python run_inference.py (the same arguments)"
+
+
+def run_tokens(runs: list[DatasetRun]) -> TokenLedger:
+    """Where the output tokens of this run went, over all datasets."""
+    total = TokenLedger()
+    for run in runs:
+        total = total.add(run.tokens)
+    return total
 
 
 def longest_first(runs: list[DatasetRun], planned: dict[str, float]) -> list[DatasetRun]:
@@ -130,6 +134,7 @@ class Runner:
             return await self._go(client)
         finally:
             signals.release(self.stop.on_signal)
+            self.stop.close()
             if self.client is None:
                 await client.aclose()
             if self.preparer is not None:
@@ -182,11 +187,11 @@ class Runner:
         )
         await self.pool.execute()
         # The last status line: a log under nohup ends on the final counts, however short the run.
-        self.progress.tick(self.pool.monitor.status_text())
+        self.progress.tick(self.pool.status_text())
         self.progress.close_bar()  # its last line before the summary, not after it
         # The run's own figures: the server's start (a demo install, a model load) is shown apart.
         summary = summary_table([run.counts for run in self.runs], time.monotonic() - self.progress.started)
-        summary += "\n" + self.pool.monitor.summary_line()
+        summary += "\n" + self.pool.monitor.summary_line() + "\n" + run_tokens(self.runs).line()
         if startup >= 1.0 or cfg.launch_server is not None:
             summary += f"\nnot in these figures: {fmt_duration(startup)} before the first request (server start-up)"
         self.progress.print_block(summary)
@@ -324,7 +329,24 @@ class Pool:
         controller = AutoConcurrency(max_concurrency=cfg.max_concurrency, initial=fixed)
         self.monitor = LoadMonitor(client, self.limit, controller, on_message=progress.message, steer=fixed is None)
         self.tasks: set[asyncio.Task[None]] = set()  # one per prompt admitted
-        self.sampling = cfg.sampling_params()
+        self.runs = runs
+        tokenizer = preparer.renderer.tokenizer
+        self.requests = Requests(
+            client,
+            cfg,
+            self.health,
+            stop.event,
+            preparer.parser,
+            stop.fail,
+            server,
+            lambda ids: str(tokenizer.decode(ids, skip_special_tokens=False)),
+            progress.message,
+        )
+        if cfg.keep_partials and self.requests.blocker is not None:
+            progress.message(
+                f"note: requests ended early restart instead of continuing ({self.requests.blocker}); a stop "
+                "waits --drain-timeout for them"
+            )
         # Rendering and tokenizing: one worker for the producer, one for the next turns of conversations.
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
         self.producer = Producer(cfg, runs, preparer, self._executor, stop, self.limit.target)
@@ -368,6 +390,12 @@ class Pool:
 
     def server_down(self) -> bool:
         return self.health.is_down
+
+    def keeps_partials(self) -> bool:
+        return self.requests.keeps_partials
+
+    async def end_in_flight(self) -> int:
+        return await self.requests.abort_all()
 
     # ------------------------------------------------------------------ sending
     async def dispatch(self) -> None:
@@ -420,7 +448,12 @@ class Pool:
     async def ticker(self) -> None:
         while True:
             await asyncio.sleep(self.cfg.status_interval)
-            self.progress.tick(self.monitor.status_text())
+            self.progress.tick(self.status_text())
+
+    def status_text(self) -> str:
+        """The load monitor's part of the status line, and how much of what was generated is kept."""
+        kept = run_tokens(self.runs).status()
+        return "; ".join(part for part in (self.monitor.status_text(), kept) if part)
 
     # ------------------------------------------------------------------ one prompt
     async def process(self, item: WorkItem) -> None:
@@ -429,7 +462,7 @@ class Pool:
         run.request_started()
         try:
             while True:
-                turn = await self.request(item)
+                turn = await self.requests.request(item)
                 if turn is None:
                     return
                 conversation = item.prompt.conversation
@@ -452,65 +485,3 @@ class Pool:
             self.stop.fail(exc)
         finally:
             run.request_ended()
-
-    async def request(self, item: WorkItem) -> Turn | None:
-        """One request with its retries: the parsed turn, or None once the prompt's failure is
-        recorded (or the run is stopping)."""
-        run, health = item.run, self.health
-        attempts = outages = 0
-        while True:
-            try:
-                await health.wait_up()
-            except ServerError as exc:  # gone for too long, or back with another model
-                self.stop.fail(exc)
-                return None
-            if self.stop.is_set():
-                return None
-            attempts += 1
-            payload = build_payload(item.input_ids, item.max_new_tokens, self.sampling, new_rid())
-            started = time.monotonic()
-            try:
-                generation = await self.client.generate(payload)
-                return self._turn(item, generation, attempts, time.monotonic() - started, payload["rid"])
-            except Transient as exc:
-                if exc.outage and await health.suspect(exc.message):
-                    # The server was down: usually this says nothing about the prompt, but a
-                    # prompt that keeps being in flight when the server dies may be killing it.
-                    outages += 1
-                    if outages >= OUTAGES_PER_PROMPT:
-                        run.record_error(
-                            item.prompt.id,
-                            FAILED,
-                            SERVER_DIED.name,
-                            (
-                                f"the server went down {outages} times while this prompt was in flight "
-                                f"(last: {exc.message})"
-                            ),
-                            attempts,
-                            exc.status,
-                        )
-                        return None
-                    attempts -= 1
-                    continue
-                if attempts >= self.cfg.max_attempts:
-                    run.record_error(item.prompt.id, FAILED, exc.kind, exc.message, attempts, exc.status)
-                    return None
-                await self._backoff(attempts)
-            except Rejected as exc:
-                run.record_error(item.prompt.id, FAILED, exc.kind, exc.message, attempts, exc.status)
-                return None
-
-    def _turn(self, item: WorkItem, generation: Generation, attempts: int, latency: float, rid: str) -> Turn:
-        """The answer parsed into a turn; anything unexpected in it is a bad answer of this prompt
-        (retried, then recorded), never the death of a worker."""
-        try:
-            return item.turn(generation, self.preparer.parser, attempts, latency, rid)
-        except Exception as exc:
-            raise Transient(BAD_RESPONSE.name, f"could not read the answer ({type(exc).__name__}: {exc})") from exc
-
-    async def _backoff(self, attempt: int) -> None:
-        cfg = self.cfg
-        delay = min(cfg.backoff_max, cfg.backoff_base * 2 ** (attempt - 1))
-        delay *= random.uniform(0.5, 1.0)  # jitter: retries from many workers do not arrive together
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.stop.wait(), timeout=delay)

@@ -10,12 +10,16 @@ signal, the drain timeout, or at once when the server is down (nothing in flight
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
-from typing import Protocol
+from typing import Any, Protocol
 
 from synthgen import signals
 from synthgen.fmt import fmt_duration
 from synthgen.run.progress import Progress
+
+# After a stop has aborted the requests in flight, their answers (one decode step away) are awaited this long.
+ABORT_GRACE = 10.0
 
 
 class InFlight(Protocol):
@@ -27,6 +31,10 @@ class InFlight(Protocol):
 
     def server_down(self) -> bool: ...
 
+    def keeps_partials(self) -> bool: ...
+
+    async def end_in_flight(self) -> int: ...
+
 
 class RunStop:
     def __init__(self, progress: Progress, drain_timeout: float):
@@ -35,6 +43,8 @@ class RunStop:
         self.signal: signal.Signals | None = None
         self.fatal: BaseException | None = None
         self._in_flight: InFlight | None = None
+        self._ending: asyncio.Task[Any] | None = None  # /abort_request calls of a stop
+        self._ended = False  # the drain ran out or a second signal came: what is in flight was ended
 
     def is_set(self) -> bool:
         return self.event.is_set()
@@ -64,10 +74,11 @@ class RunStop:
         return signals.exit_code(self.signal)
 
     def on_signal(self, sig: signal.Signals) -> None:
-        """The first signal stops sending and drains; a second (or the drain timeout) cancels what is left."""
+        """The first signal stops sending and ends what is in flight (keeping its output) or drains; a
+        second (or the drain timeout) ends what is left."""
         name = sig.name
         if self.signal is not None:
-            self._cancel(f"second {name}")
+            self._end_now(f"second {name}")
             return
         self.signal = sig
         self.event.set()
@@ -77,11 +88,49 @@ class RunStop:
             if pool.server_down():
                 self._cancel(f"{name} during an outage: nothing in flight can finish")
                 return
-        asyncio.get_running_loop().call_later(self.drain_timeout, self._cancel, "drain timeout")
+        asyncio.get_running_loop().call_later(self.drain_timeout, self._end_now, "drain timeout")
+        if pool is not None and pool.keeps_partials():
+            # Nothing is lost by ending them now: their output so far is kept and the next run continues it.
+            self._ending = asyncio.create_task(pool.end_in_flight())
+            self.progress.message(
+                f"{name}: no new requests; ending the {self.progress.in_flight} in flight through /abort_request, "
+                f"their output so far kept for the next run to continue (send {name} again to stop now)"
+            )
+            return
         self.progress.message(
             f"{name}: no new requests; waiting up to {fmt_duration(self.drain_timeout)} for "
             f"{self.progress.in_flight} in flight (send {name} again to stop now)"
         )
+
+    def _end_now(self, why: str) -> None:
+        """The drain ran out, or a second signal: requests in flight are ended through /abort_request
+        (the server stops generating for nobody; their output so far is kept where it can be
+        continued), then cancelled if their answers do not come back within ABORT_GRACE. Once more:
+        cancelled at once."""
+        pool = self._in_flight
+        if pool is None or self._ended:
+            self._cancel(why)
+            return
+        self._ended = True
+
+        async def end_then_cancel() -> None:
+            alive = [t for t in pool.tasks if not t.done()]
+            sent = self.progress.in_flight
+            if alive:
+                waiting = f" and {len(alive) - sent} waiting to be sent" if len(alive) > sent else ""
+                self.progress.message(f"stopping now ({why}): ending {sent} requests in flight{waiting}")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(pool.end_in_flight(), ABORT_GRACE)
+            if alive:
+                await asyncio.wait(alive, timeout=ABORT_GRACE)
+            self._cancel(why)
+
+        self._ending = asyncio.create_task(end_then_cancel())
+
+    def close(self) -> None:
+        """The run is over: a stop's /abort_request calls still under way are not waited for."""
+        if self._ending is not None:
+            self._ending.cancel()
 
     def _cancel(self, why: str) -> None:
         tasks = self._in_flight.tasks if self._in_flight is not None else set()

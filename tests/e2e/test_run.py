@@ -86,10 +86,10 @@ def test_every_input_format_is_accepted_and_trailing_answers_regenerated(ws, mak
     assert len(auto) == 1 and rows[auto[0]]["content"] == "Answer: no id here"
 
 
-def test_abort_responses_are_retried_and_never_saved(ws, make_sim):
+def test_with_keep_partials_off_abort_responses_are_retried_from_scratch_and_never_saved(ws, make_sim):
     sim = make_sim("chatml", "--rate-abort", "0.4", "--fault-seed", "3")
     ids = ws.dataset("short", "d", 25)
-    result = ws.run("--server-url", sim.url, "--max-attempts", "50", *COMMON)
+    result = ws.run("--server-url", sim.url, "--max-attempts", "50", "--keep-partials", "off", *COMMON)
     assert result.returncode == 0, result.stderr
     rows = ws.assert_exactly_once("d", ids)
     for row in rows:

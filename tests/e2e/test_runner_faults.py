@@ -177,6 +177,10 @@ def test_a_malformed_answer_is_a_bad_response_of_the_prompt_never_a_hang(ws, mak
         "2",
         "--retry-backoff",
         "0.01",
+        "--checkpoint-tokens",  # answers in one piece: the malformed shapes are those of a whole answer
+        "0",
+        "--loop-guard",
+        "off",
         *COMMON,
         timeout=120,
     )

@@ -146,10 +146,11 @@ def test_sigkill_at_several_random_points_then_a_rerun_is_exactly_once(ws, make_
     assert duplicates <= kills * concurrency, repeats
 
 
-def test_sigterm_drains_in_flight_requests_prints_the_summary_and_is_resumable(ws, make_sim):
+def test_with_keep_partials_off_sigterm_drains_in_flight_requests_prints_the_summary_and_is_resumable(ws, make_sim):
     sim = make_sim("chatml", "--token-delay", "0.01")
     ids = ws.dataset("short", "d", 40)
-    proc = ws.start("--server-url", sim.url, "--max-tokens", "256", "--concurrency", "4", "--drain-timeout", "60")
+    args = ("--max-tokens", "256", "--concurrency", "4", "--drain-timeout", "60", "--keep-partials", "off")
+    proc = ws.start("--server-url", sim.url, *args)
     wait_until(lambda: rows_written(ws, "d") >= 4, timeout=120, what="4 rows")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 143
@@ -177,6 +178,8 @@ def test_a_second_signal_stops_at_once_without_a_torn_line(ws, make_sim):
         "2",
         "--drain-timeout",
         "600",
+        "--keep-partials",
+        "off",  # the first signal waits for the requests in flight (on: it ends them at once)
         "--log-file",
         str(log),
     )

@@ -117,7 +117,8 @@ request); ``first_request_at`` / ``last_finish_at`` (``time.time()`` of the firs
 received and the last one answered, null before); ``queue_time_total`` / ``queue_time_max``
 (seconds sequences spent in the waiting queue, retractions included; the max is per sequence);
 ``retractions``; ``decode_steps``; ``token_usage``; ``tokens_generated`` (output tokens in 200
-answers). ``POST /sim/reset`` zeroes them (peaks restart from the current values).
+answers); in the scheduler mode ``tokens_decoded`` (every token a decode step made, answered or
+not). ``POST /sim/reset`` zeroes them (peaks restart from the current values).
 
 ``--request-log FILE`` appends one JSON line per /generate request: ``time``, ``prompt_sha1``
 (list), ``rid`` (as sent), ``outcome``, and for a 200 ``answers``: one
@@ -1176,6 +1177,7 @@ class Scheduler:
     def _zero_stats(self) -> None:
         self.retractions = 0
         self.decode_steps = 0
+        self.tokens_decoded = 0  # every token a decode step made, answered or not (bench/bench_waste.py)
         self.queue_time_total = 0.0
         self.queue_time_max = 0.0
         self.peak_running = len(self.running)
@@ -1258,6 +1260,7 @@ class Scheduler:
                 "queue_time_max": self.queue_time_max,
                 "retractions": self.retractions,
                 "decode_steps": self.decode_steps,
+                "tokens_decoded": self.tokens_decoded,
                 "token_usage": round(self.used / self.config.max_total_tokens, 4),
             }
 
@@ -1379,6 +1382,7 @@ class Scheduler:
         if not self.running:
             return
         self.decode_steps += 1
+        self.tokens_decoded += len(self.running)
         self.ratio = max(self.ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
         self.used += len(self.running)
         self.throughput.add(now, len(self.running))

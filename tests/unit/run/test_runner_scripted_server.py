@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from tokenizers import Tokenizer
 
 from synthgen.config import RunConfig
 from synthgen.data.records import ResultRecord
@@ -44,6 +45,7 @@ class ScriptedServer:
         self.healthy = True
         self.generate_calls = 0
         self.health_calls = 0
+        self.payloads: list[dict] = []  # every /generate body, in order
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
@@ -61,6 +63,7 @@ class ScriptedServer:
             raise httpx.ConnectError("connection refused")
         if path == "/generate":
             self.generate_calls += 1
+            self.payloads.append(orjson.loads(request.content))
             if self.script:
                 return self.script.pop(0)()
             return answer()
@@ -116,11 +119,47 @@ def test_a_503_is_retried_and_the_second_attempt_is_saved(tmp_path, tok):
     assert (record.attempts, record.reasoning_content, record.content) == (2, "r", "a")
 
 
-def test_an_aborted_answer_is_retried_never_saved(tmp_path, tok):
-    server = ScriptedServer(tok, [lambda: answer("partial", {"type": "abort", "message": "Abort"})])
-    code, _ = run(tmp_path, server)
+def aborted(text: str = "<think>pa", ids: int = 3) -> httpx.Response:
+    return answer(text, {"type": "abort", "message": "Aborted", "status_code": None}, completion=ids)
+
+
+def text_of(tok: Path, ids: list[int]) -> str:
+    return Tokenizer.from_file(str(tok / "tokenizer.json")).decode(ids, skip_special_tokens=False)
+
+
+def test_an_aborted_answer_is_continued_from_its_partial_output(tmp_path, tok):
+    server = ScriptedServer(tok, [aborted, lambda: answer("rt</think>a", completion=4)])
+    code, _ = run(tmp_path, server, max_tokens=100)
     assert code == 0
-    assert [r["output_text"] for r in rows(tmp_path)] == ["<think>r</think>a"]
+    first, second = server.payloads
+    # The prompt, then the partial output ids but the last (sampled again: it may have been a stop token).
+    assert second["input_ids"] == first["input_ids"] + [1, 1]
+    assert (first["sampling_params"]["max_new_tokens"], second["sampling_params"]["max_new_tokens"]) == (100, 98)
+    (row,) = rows(tmp_path)
+    assert row["output_text"] == text_of(tok, [1, 1]) + "rt</think>a"  # the partial ids' text, then the rest
+    assert row["output_ids"] == [1] * 6 and row["segments"] == [2, 4] and row["completion_tokens"] == 6
+    sent = {k: v for k, v in second["sampling_params"].items() if k != "stream_interval"}  # how, not what
+    assert row["input_ids"] == first["input_ids"] and row["sampling_params"] == sent
+    assert not (tmp_path / "out" / "d" / "partial_outputs.jsonl").exists()  # tidied once the row is written
+
+
+def test_with_keep_partials_off_an_aborted_answer_restarts(tmp_path, tok):
+    server = ScriptedServer(tok, [aborted])
+    code, out = run(tmp_path, server, keep_partials=False)
+    assert code == 0
+    assert server.payloads[0] == server.payloads[1] | {"rid": server.payloads[0]["rid"]}
+    (row,) = rows(tmp_path)
+    assert row["output_text"] == "<think>r</think>a" and row["segments"] is None
+    assert "3 lost (3 failed attempts)" in out
+
+
+def test_a_penalty_that_counts_output_tokens_restarts_an_aborted_answer_and_says_so_once(tmp_path, tok):
+    server = ScriptedServer(tok, [aborted, aborted])
+    code, out = run(tmp_path, server, extra_sampling={"presence_penalty": 0.5}, prompts=2)
+    assert code == 0
+    assert out.count("restart instead of continuing (presence_penalty 0.5: it counts output tokens") == 1
+    assert all(len(p["input_ids"]) == len(server.payloads[0]["input_ids"]) for p in server.payloads)
+    assert all(r["segments"] is None for r in rows(tmp_path))
 
 
 def test_a_prompt_that_keeps_failing_is_recorded_after_max_attempts(tmp_path, tok):

@@ -1,0 +1,324 @@
+"""One prompt's requests: each attempt's payload (kept on the work item, so the row records exactly
+what was sent), the retries, and partial outputs.
+
+    Requests.request(item)   attempts until a parsed turn, a recorded failure, or a stop
+    Requests.abort_all()     a stop: every request in flight is ended through /abort_request; the
+                             server answers each with HTTP 200, finish_reason abort and the output so
+                             far, which is kept (data/partials.py) instead of being thrown away
+
+A request ended before it finished (by our stop, or by the server) is continued, not restarted: the
+next attempt (or the next run) sends the prompt ids plus the partial output ids with what is left of
+``max_new_tokens``, and the row's ``output_ids`` is the whole sequence, parsed on the whole, with
+``segments`` saying how many tokens each attempt made. Where a continuation would not draw from the
+same distribution (``partials.continuation_blocker``), or with ``--keep-partials off``, requests
+restart instead and the stop drains as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from synthgen.chat.parsers import OutputParser
+from synthgen.config import RunConfig
+from synthgen.data.failures import BAD_RESPONSE, FAILED, SERVER_DIED
+from synthgen.data.partials import Partial, continuation_blocker
+from synthgen.data.records import Turn
+from synthgen.errors import ServerError
+from synthgen.run.dataset_run import WorkItem
+from synthgen.run.loopguard import LoopGuard, Repetition
+from synthgen.server.client import (
+    DEFAULT_STREAM_INTERVAL,
+    Generation,
+    Rejected,
+    SGLangClient,
+    Transient,
+    build_payload,
+    new_rid,
+)
+from synthgen.server.discovery import ServerContext, ServerHealth, fit_max_new_tokens
+
+# A prompt in flight at this many server deaths is recorded as failed rather than retried forever.
+OUTAGES_PER_PROMPT = 3
+
+
+class LoopFound(Exception):
+    """Raised from a stream's progress hook: the answer's tail is a repetition loop."""
+
+    def __init__(self, found: Repetition, ids: list[int]):
+        super().__init__(f"repetition of {found.pattern_size} ids x{found.count}")
+        self.found, self.ids = found, ids
+
+
+class Requests:
+    """The requests of one run: sent, retried, ended early and continued."""
+
+    def __init__(
+        self,
+        client: SGLangClient,
+        cfg: RunConfig,
+        health: ServerHealth,
+        stopping: asyncio.Event,
+        parser: OutputParser,
+        fail_run: Callable[[BaseException], None],
+        server: ServerContext | None = None,
+        decode: Callable[[list[int]], str] | None = None,
+        say: Callable[[str], None] | None = None,
+    ):
+        self.client, self.cfg, self.health, self.stopping = client, cfg, health, stopping
+        self.parser, self.fail_run = parser, fail_run
+        # The text of partial output ids (the model's tokenizer, special tokens kept, as requests ask).
+        self.decode = decode or (lambda ids: "")
+        self.say = say or (lambda text: None)
+        self.server = server or ServerContext()
+        self.sampling = cfg.sampling_params()
+        # Why a continuation would not be the same distribution as one whole request (None: it is).
+        self.unlike = continuation_blocker(self.sampling)
+        # Why partial outputs are not continued in this run (None: they are).
+        self.blocker = "--keep-partials off" if not cfg.keep_partials else self.unlike
+        self.live: dict[str, WorkItem] = {}  # rid -> the request in flight
+        # Streamed (coarse chunks) for checkpoints and the loop guard; off again if a gateway drops the interval.
+        self.streaming = bool(cfg.loop_guard or (cfg.checkpoint_tokens and self.keeps_partials))
+        self.interval = cfg.checkpoint_tokens or DEFAULT_STREAM_INTERVAL
+
+    @property
+    def keeps_partials(self) -> bool:
+        return self.blocker is None
+
+    # ------------------------------------------------------------------ a stop
+    async def abort_all(self) -> int:
+        """End every request in flight through the server's /abort_request; how many it accepted.
+        Their pending answers come back (200, abort, output so far) and are kept by ``request``."""
+        rids = list(self.live)
+        accepted = await asyncio.gather(*(self.client.abort(rid) for rid in rids))
+        return sum(accepted)
+
+    # ------------------------------------------------------------------ one prompt
+    async def request(self, item: WorkItem) -> Turn | None:
+        """One request with its retries: the parsed turn, or None once the prompt's failure is
+        recorded (or the run is stopping; a partial output is kept for the next run)."""
+        run, health = item.run, self.health
+        if self.keeps_partials:
+            self._resume(item)
+        attempts = outages = 0
+        while True:
+            try:
+                await health.wait_up()
+            except ServerError as exc:  # gone for too long, or back with another model
+                self.fail_run(exc)
+                return None
+            if self.stopping.is_set():
+                return None
+            attempts += 1
+            payload = self._payload(item)
+            rid = payload["rid"]
+            self.live[rid] = item
+            started = time.monotonic()
+            try:
+                try:
+                    generation = await self._generate(item, payload)
+                except LoopFound as loop:
+                    generation = await self._looped(item, payload, loop)
+                run.tokens.generated += generation.completion_tokens
+                turn = self._turn(item, generation, attempts, time.monotonic() - started, rid)
+                if not self._extend(item, turn, generation.completion_tokens):
+                    return turn
+            except Transient as exc:
+                if exc.partial is not None:
+                    self._keep(item, exc.partial)
+                if self.stopping.is_set() and exc.kind == "abort":
+                    return None  # our own stop ended it: the prompt stays pending
+                if exc.outage and await health.suspect(exc.message):
+                    # The server was down: usually this says nothing about the prompt, but a
+                    # prompt that keeps being in flight when the server dies may be killing it.
+                    outages += 1
+                    if outages >= OUTAGES_PER_PROMPT:
+                        run.record_error(
+                            item.prompt.id,
+                            FAILED,
+                            SERVER_DIED.name,
+                            (
+                                f"the server went down {outages} times while this prompt was in flight "
+                                f"(last: {exc.message})"
+                            ),
+                            attempts,
+                            exc.status,
+                        )
+                        return None
+                    attempts -= 1
+                    continue
+                if attempts >= self.cfg.max_attempts:
+                    run.record_error(item.prompt.id, FAILED, exc.kind, exc.message, attempts, exc.status)
+                    return None
+                await self._backoff(attempts)
+            except Rejected as exc:
+                run.record_error(item.prompt.id, FAILED, exc.kind, exc.message, attempts, exc.status)
+                return None
+            finally:
+                self.live.pop(rid, None)
+
+    # ------------------------------------------------------------------ streaming: checkpoints, loops
+    async def _generate(self, item: WorkItem, payload: dict[str, Any]) -> Generation:
+        """One attempt: streamed at --checkpoint-tokens a chunk where that is on and cheap (the
+        partial output is saved as it grows, and the loop guard watches it), else one answer."""
+        if self.streaming and self.client.stream_interval_honoured is False:
+            self.streaming = False
+            self.say(
+                "note: the server (or a gateway before it) ignores stream_interval, so streaming would send a "
+                "chunk per token: requests are no longer streamed (no checkpoints, no loop guard)"
+            )
+        if not self.streaming:
+            return await self.client.generate(payload)
+        return await self.client.generate(payload, self._watch(item), self.interval)
+
+    def _watch(self, item: WorkItem) -> Callable[[list[int]], None]:
+        """The hook a streamed attempt calls with its output ids so far: the loop guard, then a
+        checkpoint line (the ids since the last one) every --checkpoint-tokens ids."""
+        run, carried = item.run, item.carried
+        base = carried.output_ids if carried is not None else []
+        segments = carried.segments if carried is not None else []
+        guard = LoopGuard() if self.cfg.loop_guard else None
+        every = self.cfg.checkpoint_tokens if self.keeps_partials else 0
+        saved = 0  # ids of this attempt on disk
+
+        def progress(ids: list[int]) -> None:
+            nonlocal saved
+            whole = [*base, *ids]
+            found = guard.check(whole) if guard is not None else None
+            if found is not None:
+                raise LoopFound(found, list(ids))
+            if every and len(ids) - saved >= every:
+                partial = Partial(
+                    item.prompt.id, len(item.turns), whole, [*segments, len(ids)], item.prompt.prompt_hash, run.settings
+                )
+                run.checkpoint(partial, len(base) + saved)
+                saved = len(ids)
+
+        return progress
+
+    async def _looped(self, item: WorkItem, payload: dict[str, Any], loop: LoopFound) -> Generation:
+        """The loop guard found a loop: the request is ended (the stream is closed, and /abort_request
+        for a gateway that would not pass that on) and kept as it is, finish_reason "repetition"."""
+        await self.client.abort(payload["rid"])
+        return Generation(
+            text=self.decode(loop.ids),
+            output_ids=loop.ids,
+            finish_reason={"type": "repetition", **loop.found.as_dict()},
+            prompt_tokens=len(payload["input_ids"]),
+            completion_tokens=len(loop.ids),
+            cached_tokens=None,
+            server_latency=None,
+            request_id=payload["rid"],
+        )
+
+    def _payload(self, item: WorkItem) -> dict[str, Any]:
+        """This attempt's payload, kept on the item: the prompt ids plus any partial output ids, with
+        what is left of max_new_tokens."""
+        carried = item.carried
+        ids = item.input_ids if carried is None else [*item.input_ids, *carried.output_ids]
+        left = item.max_new_tokens - (0 if carried is None else carried.tokens)
+        item.payload = build_payload(ids, left, self.sampling, new_rid())
+        return item.payload
+
+    def _resume(self, item: WorkItem) -> None:
+        """A partial output an earlier run kept for this prompt (and turn), if it can be continued."""
+        partial = item.run.take_partial(item.prompt.id, len(item.turns))
+        if partial is None:
+            return
+        if partial.tokens >= item.max_new_tokens:  # nothing left to continue (the context shrank, a cut extended)
+            item.run.tokens.discarded += partial.tokens
+            return
+        item.carried, item.carried_before = partial, partial.tokens
+
+    def _keep(self, item: WorkItem, partial: list[int]) -> None:
+        """An ended attempt's output so far (an abort's answer, or what a stream delivered): carried
+        into the next attempt (and kept on disk for the next run), or counted as lost where partial
+        outputs are not continued."""
+        run = item.run
+        run.tokens.generated += len(partial)
+        # The last id is sampled again: an abort can race the answer's own end, and a stop token must
+        # not be continued past (one token a partial; drawn from the same distribution again).
+        lost, partial = partial[-1:], partial[:-1]
+        if not self.keeps_partials or not partial:
+            lost, partial = lost + partial, []
+        if self.stopping.is_set():
+            run.tokens.stopped += len(lost)
+        else:
+            run.tokens.failed += len(lost)
+        if not partial:
+            return
+        tokens = len(partial)
+        before = item.carried
+        item.carried = Partial(
+            item.prompt.id,
+            len(item.turns),
+            [*(before.output_ids if before else []), *partial],
+            [*(before.segments if before else []), tokens],
+            item.prompt.prompt_hash,
+            run.settings,
+        )
+        run.keep_partial(item.carried, tokens)
+
+    def _extend(self, item: WorkItem, turn: Turn, new_tokens: int) -> bool:
+        """--continue-cut N: an answer cut at max tokens with its reasoning open (or no answer yet) is
+        continued once with up to N more tokens, as the same generation (the context allowing); True
+        when the item now carries it for one more request."""
+        extra = self.cfg.continue_cut
+        if not extra or item.extended_by or self.unlike is not None or turn.output_ids is None:
+            return False
+        if turn.finish_reason != "length" or (turn.reasoning_complete and turn.content.strip()):
+            return False
+        ctx = self.server
+        room, _ = fit_max_new_tokens(
+            len(item.input_ids) + len(turn.output_ids), extra, ctx.context_len, ctx.max_input_len
+        )
+        if room is None:
+            return False
+        run = item.run
+        item.carried = Partial(
+            item.prompt.id,
+            len(item.turns),
+            turn.output_ids,
+            turn.segments or [len(turn.output_ids)],
+            item.prompt.prompt_hash,
+            run.settings,
+        )
+        item.max_new_tokens, item.extended_by = len(turn.output_ids) + room, room
+        run.keep_partial(item.carried, new_tokens)
+        return True
+
+    def _turn(self, item: WorkItem, generation: Generation, attempts: int, latency: float, rid: str) -> Turn:
+        """The answer parsed into a turn, on the whole output when it continues a partial one;
+        anything unexpected in it is a bad answer of this prompt (retried, then recorded), never the
+        death of a worker."""
+        carried = item.carried
+        if carried is not None:
+            new_ids = generation.output_ids or []
+            generation = dataclasses.replace(
+                generation,
+                text=self.decode(carried.output_ids) + generation.text,
+                output_ids=[*carried.output_ids, *new_ids],
+                prompt_tokens=len(item.input_ids),
+                completion_tokens=carried.tokens + generation.completion_tokens,
+            )
+        try:
+            turn = item.turn(generation, self.parser, attempts, latency, rid)
+        except Exception as exc:
+            item.run.tokens.failed += generation.completion_tokens - (carried.tokens if carried else 0)
+            raise Transient(BAD_RESPONSE.name, f"could not read the answer ({type(exc).__name__}: {exc})") from exc
+        if carried is not None:
+            turn.segments = [*carried.segments, generation.completion_tokens - carried.tokens]
+        turn.extended_by = item.extended_by
+        return turn
+
+    async def _backoff(self, attempt: int) -> None:
+        cfg = self.cfg
+        delay = min(cfg.backoff_max, cfg.backoff_base * 2 ** (attempt - 1))
+        delay *= random.uniform(0.5, 1.0)  # jitter: retries from many workers do not arrive together
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), timeout=delay)

@@ -1,0 +1,132 @@
+"""Partial outputs through the command line: a stop ends the requests in flight through
+/abort_request and keeps their output so far; the next run continues each one, and its rows are
+the same tokens an uninterrupted run writes. Waits are on the simulator's decode steps, not on time."""
+
+from __future__ import annotations
+
+import signal
+
+import orjson
+from simharness import wait_until
+from workspace import assert_model_answer
+
+# Scheduler mode: one decode step gives every running request one token.
+SIM = ("--max-total-tokens", "60000", "--step-time", "0.002", "--output-len-dist", "fixed:120")
+COMMON = ("--max-tokens", "400", "--concurrency", "4", "--status-interval", "0.5")
+
+
+def stop_with_tokens_in_flight(ws, sim, *args: str) -> str:
+    """Start a run, let its first four requests make a few tokens each, SIGTERM it; its output."""
+    proc = ws.start("--server-url", sim.url, *COMMON, *args)
+    try:
+        wait_until(lambda: sim.stats()["running"] >= 4, timeout=120, what="4 running")
+        steps = sim.stats()["decode_steps"]
+        wait_until(lambda: sim.stats()["decode_steps"] >= steps + 5, timeout=120, what="5 more steps")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return (ws.root / "nohup.out").read_text()
+
+
+def test_a_stop_keeps_the_output_in_flight_and_the_rerun_continues_it_token_exact(ws, make_sim):
+    sim = make_sim("chatml", *SIM)
+    ids = ws.dataset("short", "d", 6)
+    out = stop_with_tokens_in_flight(ws, sim, "--drain-timeout", "600")
+    assert "SIGTERM: no new requests; ending the 4 in flight through /abort_request" in out
+    kept = [orjson.loads(line) for line in ws.raw_lines("d", "partial_outputs.jsonl")]
+    assert len(kept) == 4 and all(0 < len(p["output_ids"]) < 120 for p in kept), kept
+    assert "kept as partial outputs to continue" in out
+    generated = sim.stats()["tokens_generated"]
+
+    rerun = ws.run("--server-url", sim.url, *COMMON)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "continuing 4 partial outputs" in rerun.stderr
+    rows = {r["id"]: r for r in ws.assert_exactly_once("d", ids)}
+    assert not ws.raw_lines("d", "partial_outputs.jsonl")
+    assert sim.stats()["tokens_generated"] - generated + sum(len(p["output_ids"]) for p in kept) == 6 * 120
+
+    for partial in kept:
+        row = rows[partial["id"]]
+        assert row["segments"] == [len(partial["output_ids"]), 120 - len(partial["output_ids"])]
+        # The same tokens and text as one uninterrupted request for the row's prompt.
+        params = {"max_new_tokens": 400, "skip_special_tokens": False}
+        whole = sim.client.post("/generate", json={"input_ids": row["input_ids"], "sampling_params": params}).json()
+        assert (row["output_ids"], row["output_text"]) == (whole["output_ids"], whole["text"])
+        assert row["reasoning_content"] == whole["text"].split("</think>")[0].removeprefix("<think>")
+
+
+def test_with_a_penalty_a_stop_drains_and_restarts_saying_why_once(ws, make_sim):
+    sim = make_sim("chatml", *SIM)
+    ids = ws.dataset("short", "d", 6)
+    penalty = ("--sampling-params", '{"frequency_penalty": 0.5}')
+    out = stop_with_tokens_in_flight(ws, sim, "--drain-timeout", "0", *penalty)
+    assert out.count("restart instead of continuing (frequency_penalty 0.5: it counts output tokens") == 1
+    assert "stopping now (drain timeout): ending 4 requests in flight" in out
+    assert not ws.raw_lines("d", "partial_outputs.jsonl")
+    assert "lost (" in out and " stop)" in out
+    assert all(r["segments"] is None for r in ws.results("d")) and len(ws.results("d")) < len(ids)
+
+
+def test_a_server_sent_abort_is_continued_not_restarted(ws, make_sim):
+    sim = make_sim("chatml", "--rate-abort", "0.3", "--fault-seed", "3")
+    ids = ws.dataset("short", "d", 12)
+    result = ws.run("--server-url", sim.url, "--max-tokens", "400", "--concurrency", "4")
+    assert result.returncode == 0, result.stderr
+    rows = ws.assert_exactly_once("d", ids)
+    continued = [r for r in rows if r["segments"]]
+    assert continued, "the fault aborted no request"
+    for row in rows:
+        assert row["reasoning_content"].startswith("Reasoning about: ") and row["content"].startswith("Answer: ")
+        assert len(row["output_ids"]) == row["completion_tokens"] == sum(row["segments"] or [row["completion_tokens"]])
+
+
+def test_continue_cut_gives_a_cut_reasoning_more_tokens_as_the_same_generation(ws, make_sim):
+    sim = make_sim("chatml")
+    ids = ws.dataset("short", "d", 3)
+    result = ws.run("--server-url", sim.url, "--max-tokens", "6", "--continue-cut", "200")
+    assert result.returncode == 0, result.stderr
+    assert "3 cut answers continued by --continue-cut" in result.stderr
+    for row in ws.assert_exactly_once("d", ids):
+        assert_model_answer(row)  # the reasoning closed and the answer came, parsed on the whole output
+        assert row["extended_by"] == 200 and row["segments"][0] == 6 and sum(row["segments"]) == len(row["output_ids"])
+        assert row["sampling_params"]["max_new_tokens"] == 200  # what the last request sent
+
+
+def test_a_kill_9_loses_at_most_the_tokens_since_the_last_checkpoint(ws, make_sim):
+    sim = make_sim("chatml", *SIM)
+    ids = ws.dataset("short", "d", 4)
+    proc = ws.start("--server-url", sim.url, *COMMON, "--checkpoint-tokens", "16")
+    try:
+        wait_until(lambda: sim.stats()["running"] >= 4, timeout=120, what="4 running")
+        steps = sim.stats()["decode_steps"]
+        wait_until(lambda: sim.stats()["decode_steps"] >= steps + 40, timeout=120, what="40 more steps")
+        proc.kill()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = [orjson.loads(line) for line in ws.raw_lines("d", "partial_outputs.jsonl")]
+    assert {line["id"] for line in lines} == set(ids)
+    assert all(len(line["output_ids"]) >= 16 for line in lines), lines  # chunks of 1, 17, 33, ... ids
+    rerun = ws.run("--server-url", sim.url, *COMMON, "--checkpoint-tokens", "16")
+    assert rerun.returncode == 0, rerun.stderr
+    for row in ws.assert_exactly_once("d", ids):
+        assert len(row["segments"]) == 2 and row["segments"][0] >= 32 and len(row["output_ids"]) == 120
+
+
+def test_the_loop_guard_ends_a_looping_answer_and_keeps_it_as_a_repetition_row(ws, make_sim):
+    sim = make_sim("chatml")
+    ws.dataset("short", "d", [{"id": "ok", "prompt": "a question"}, {"id": "loop", "prompt": "go [sim:loop]"}])
+    result = ws.run("--server-url", sim.url, "--max-tokens", "6000")
+    assert result.returncode == 0, result.stderr
+    rows = {r["id"]: r for r in ws.rows("d")}
+    assert_model_answer(rows["ok"])
+    looped = rows["loop"]
+    assert looped["finish_reason"] == "repetition" and looped["attempts"] == 1
+    detail = looped["finish_detail"]
+    assert detail["type"] == "repetition" and detail["count"] >= 4 and len(detail["pattern"]) == detail["pattern_size"]
+    assert 768 <= looped["completion_tokens"] < 2000  # ended well before --max-tokens
+    assert looped["output_ids"][detail["start"] :][: detail["pattern_size"]] == detail["pattern"]
+    assert f"{looped['completion_tokens']:,} loops" in result.stderr

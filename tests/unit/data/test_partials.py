@@ -1,0 +1,109 @@
+"""partial_outputs.jsonl: what is continued, what is discarded, torn lines, and which sampling
+settings a continuation would change."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from synthgen.data.partials import Partial, PartialOutputs, continuation_blocker, usable
+
+
+def partial(pid: str, ids: list[int], digest: str = "h", settings: str = "s", turn: int = 0) -> Partial:
+    return Partial(pid, turn, ids, [len(ids)], digest, settings)
+
+
+@pytest.mark.parametrize(
+    "sampling,blocked",
+    [
+        ({}, None),
+        ({"temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.05}, None),
+        ({"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0, "min_new_tokens": 0}, None),
+        ({"frequency_penalty": 0.5}, "frequency_penalty"),
+        ({"presence_penalty": -0.1}, "presence_penalty"),
+        ({"repetition_penalty": 1.1}, "repetition_penalty"),
+        ({"min_new_tokens": 10}, "min_new_tokens"),
+        ({"sampling_seed": 0}, "sampling_seed"),
+    ],
+)
+def test_only_output_side_settings_block_a_continuation(sampling, blocked):
+    reason = continuation_blocker(sampling)
+    assert (reason is None) if blocked is None else reason.startswith(f"{blocked} ")
+
+
+def test_the_latest_line_of_an_id_wins_and_changed_prompts_or_settings_are_discarded():
+    rows = [partial("a", [1]), partial("a", [1, 2]), partial("b", [3], digest="old"), partial("c", [4], settings="x")]
+    rows += [partial("d", [5])]
+    keep, discard = usable(rows, done={"d"}, hashes={"a": "h", "b": "h", "c": "h", "d": "h"}, settings="s")
+    assert keep == {"a": partial("a", [1, 2])}
+    assert sorted(p.id for p in discard) == ["b", "c"]
+    keep, _ = usable(rows, done=set(), hashes={"a": "h", "c": "h", "d": "h"}, settings=None)  # settings not known yet
+    assert set(keep) == {"a", "c", "d"}
+
+
+def test_the_file_keeps_whole_lines_passes_a_torn_one_and_compacts_to_one_line_per_open_id(tmp_path):
+    store = PartialOutputs(tmp_path)
+    store.append(partial("a", [1]))
+    store.append(partial("a", [1, 2]))
+    store.append(partial("b", [3]))
+    store.close()
+    with open(store.path, "ab") as fh:
+        fh.write(b'{"id": "c", "output_i')  # a kill in the middle of a write
+    assert [p.id for p in store.load()] == ["a", "a", "b"]
+    store.open(usable(store.load(), set(), {"a": "h", "b": "h"}, "s")[0])
+    assert store.path.read_bytes().count(b"\n") == 2 and store.path.read_bytes().endswith(b"\n")
+    store.compact(done={"b"})
+    assert store.load() == [partial("a", [1, 2])]
+    store.compact(done={"a"})
+    assert not store.path.exists()
+
+
+def test_a_line_whose_segments_do_not_add_up_is_not_trusted():
+    row = partial("a", [1, 2]).to_json()
+    assert Partial.from_dict(orjson.loads(row)) == partial("a", [1, 2])
+    assert Partial.from_dict({"id": "a", "output_ids": [1, 2], "segments": [1]}) is None
+    assert Partial.from_dict({"id": "a", "output_ids": [], "segments": []}) is None
+
+
+def test_checkpoint_lines_extend_a_partial_where_it_ends_and_a_line_that_does_not_fit_is_passed_over(tmp_path):
+    store = PartialOutputs(tmp_path)
+    whole = Partial("a", 0, [1, 2, 3, 4, 5], [5], "h", "s")
+    store.append(Partial("a", 0, [1, 2], [2], "h", "s"))  # the first checkpoint: the whole so far
+    store.append(whole, start=2)  # the next: only the ids since
+    store.append(Partial("b", 0, [7, 8, 9], [3], "h", "s"), start=1)  # its first line is lost: not trusted
+    store.close()
+    assert store.path.read_bytes().count(b"[1,2") == 1  # each id written once
+    keep, _ = usable(store.load(), set(), {"a": "h", "b": "h"}, "s")
+    assert keep == {"a": whole}
+    store.compact(done=set())
+    assert store.load() == [whole]
+
+
+def test_the_token_report_names_loops_cut_continued_and_waiting_tokens(tmp_path):
+    from synthgen.data.partials import token_report
+    from synthgen.data.records import ResultRecord
+
+    def row(finish: str, tokens: int, **extra) -> ResultRecord:
+        base = {"id": "x", "finish_reason": finish, "completion_tokens": tokens, "reasoning_complete": True}
+        return ResultRecord.from_dict(base | {"content": "a"} | extra)
+
+    rows = [
+        row("stop", 10, segments=[4, 6]),
+        row("repetition", 800),
+        row("length", 50, reasoning_complete=False, segments=[40, 10], extended_by=100),
+        row("length", 30),  # an answer cut after its reasoning closed: exported
+    ]
+    PartialOutputs(tmp_path).append(partial("p", [1, 2, 3]))
+    report = token_report(rows, tmp_path)
+    assert report == {
+        "tokens": 890,
+        "loop_rows": 1,
+        "loop_tokens": 800,
+        "cut_rows": 1,
+        "cut_tokens": 50,
+        "continued_rows": 2,
+        "continued_tokens": 44,
+        "extended_rows": 1,
+        "partials": 1,
+        "partial_tokens": 3,
+    }
