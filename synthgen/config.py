@@ -19,7 +19,9 @@ from typing import Any
 import httpx
 
 from synthgen.chat.parsers import KNOWN_REASONING, KNOWN_TOOL_CALL, unsupported_note
+from synthgen.data.mix import SamplingMix
 from synthgen.data.prompts import REGENERATE_MODES
+from synthgen.data.samples import MAX_SAMPLES_PER_PROMPT
 from synthgen.data.selection import SAMPLE_MODES
 from synthgen.errors import UsageError
 from synthgen.redact import redact, remember
@@ -46,7 +48,9 @@ class RunConfig:
     expected_tokens: dict[str, float] = field(default_factory=dict)  # dataset -> mean completion, from --budget
     max_tokens_per_dataset: int | None = None  # precise output-token cap per dataset
     sample: str = "first"  # first | random
-    seed: int = 0
+    seed: int = 0  # of --sample random, and of each sample's sampling_seed and recipe draw
+    samples_per_prompt: int = 1  # N rows of each selected prompt (synthgen.data.samples)
+    sampling_mix: SamplingMix | None = None  # --sampling-mix: weighted recipes (synthgen.data.mix)
 
     # --- server --------------------------------------------------------------------------------
     server_url: str = "http://127.0.0.1:30000"
@@ -125,6 +129,10 @@ class RunConfig:
         for flag, value in {**waits, "--report-interval": self.report_interval}.items():
             if not (value >= 0 and math.isfinite(value)):  # nan compares false to everything
                 raise UsageError(f"{flag} must be a number of seconds, 0 or more, got {value}")
+        if not 1 <= self.samples_per_prompt <= MAX_SAMPLES_PER_PROMPT:
+            raise UsageError(
+                f"--samples-per-prompt must be between 1 and {MAX_SAMPLES_PER_PROMPT:,}, got {self.samples_per_prompt}"
+            )
         if self.sample not in SAMPLE_MODES:
             raise UsageError(f"--sample must be one of {', '.join(SAMPLE_MODES)}")
         if self.temperature is not None and not (self.temperature >= 0 and math.isfinite(self.temperature)):
@@ -220,6 +228,11 @@ class RunConfig:
                 )
             return self.budget[dataset]
         return None
+
+    @property
+    def mixed(self) -> bool:
+        """Several samples per prompt or a mix of recipes: requests carry seeds, rows say how they were drawn."""
+        return self.samples_per_prompt > 1 or self.sampling_mix is not None
 
     def sampling_params(self) -> dict[str, Any]:
         """The user-chosen sampling keys, by SGLang's names; max_new_tokens is set per request."""

@@ -26,11 +26,12 @@ MASK = "***"
 _SECRET_WORD = r"(?:api[-_]?key|access[-_]?key|secret[-_]?key|key|token|secret|password|passwd|pwd|credentials?)"
 _QUOTED_OR_WORD = r"(?:'[^']*'|\"[^\"]*\"|[^\s'\"]+)"
 
-# (pattern, replacement), applied in order.
+# (pattern, replacement), applied in order. Each starts only where a name can start (a lookbehind, not \b),
+# so a long run of letters is tried once, not at every position: linear in the line's length.
 _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     # The authority's user part: everything up to the last @ before the path (a password may hold @).
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^\s/?#@:]+):[^\s/?#]*@"), rf"\1\2:{MASK}@"),
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/?#:]+@(?=[^\s/?#@]+)"), rf"\1{MASK}@"),
+    (re.compile(r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{0,31}://)([^\s/?#@:]+):[^\s/?#]*@"), rf"\1\2:{MASK}@"),
+    (re.compile(r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{0,31}://)[^\s/?#:]+@(?=[^\s/?#@]+)"), rf"\1{MASK}@"),
     # Query parameters named like a credential, and signatures (AWS, GCS).
     (
         re.compile(rf"(?i)([?&;](?:[\w.-]*[-_.])?(?:{_SECRET_WORD}|sig|signature|auth)=)[^&#\s'\"]*"),
@@ -47,7 +48,7 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     ),
     # JSON or Python reprs: "api_key": "V", api_key='V'.
     (
-        re.compile(rf"(?i)([\"']?(?:[a-z0-9]+_)*{_SECRET_WORD}[\"']?\s*[:=]\s*)([\"'])(?:(?!\2).)*\2"),
+        re.compile(rf"(?i)(?<![a-z0-9_])([\"']?(?:[a-z0-9]+_)*{_SECRET_WORD}[\"']?\s*[:=]\s*)([\"'])(?:(?!\2).)*\2"),
         rf"\1\2{MASK}\2",
     ),
     (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{4,}"), rf"\1 {MASK}"),

@@ -3,7 +3,11 @@
     {"tokens_per_dataset": 10000000,
      "datasets": {"glaive": {"max_samples": 2636, "available": 14714, "avg_completion_tokens": 3793,
                              "avg_source": "measured", "expected_tokens": 9998348}, ...},
-     "no_estimate": ["sweagent"]}
+     "no_estimate": ["sweagent"], "samples_per_prompt": 4}
+
+``max_samples`` counts prompts (as ``--max-samples``); with ``samples_per_prompt`` N a run makes N rows
+of each (the key is left out for 1). An ``--existing`` dataset (a file of token rows) has ``max_samples``
+0, ``avg_source`` "existing" and its ``rows``: a run generates nothing for it.
 
 ``plan_json`` builds it from a ``budget.Plan``, ``write_budget`` writes it atomically (mode 0644,
 like any other file the user reads), ``read_budget`` reads and validates it back into the
@@ -21,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from synthgen.budget.plan import FIXED, Plan
+from synthgen.budget.plan import EXISTING, FIXED, Plan
 from synthgen.data.openfiles import read_input
 from synthgen.errors import StoreWriteError, UsageError
 
@@ -42,7 +46,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
     for d in plan.datasets:
         if not d.has_estimate:
             continue
-        estimate = None if d.fixed else d.estimate
+        estimate = None if d.fixed and not d.existing else d.estimate
         datasets[d.name] = {
             "max_samples": d.max_samples,
             "available": d.available,
@@ -50,11 +54,16 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "avg_source": FIXED if estimate is None else estimate.source,
             "expected_tokens": d.expected_tokens,
         }
-    return {
+        if d.existing:
+            datasets[d.name]["rows"] = d.rows
+    out = {
         "tokens_per_dataset": plan.tokens_per_dataset,
         "datasets": datasets,
         "no_estimate": [d.name for d in plan.no_estimate],
     }
+    if plan.samples_per_prompt > 1:  # a plan of one sample per prompt reads as before samples existed
+        out["samples_per_prompt"] = plan.samples_per_prompt
+    return out
 
 
 def write_budget(path: Path, plan: Plan) -> None:
@@ -94,7 +103,8 @@ class Budget:
 
     caps: dict[str, int]  # dataset -> max_samples
     averages: dict[str, float]  # dataset -> expected completion tokens, where the plan had one
-    fixed: frozenset[str] = frozenset()  # --fixed datasets: generated elsewhere, never run here
+    fixed: frozenset[str] = frozenset()  # --fixed and --existing datasets: never run here
+    samples_per_prompt: int = 1  # what the plan counted each prompt as
 
     @property
     def generated(self) -> list[str]:
@@ -127,6 +137,9 @@ def read_budget(path: Path) -> Budget:
         avg = entry.get("avg_completion_tokens")
         if isinstance(avg, (int, float)) and not isinstance(avg, bool) and avg > 0:
             averages[name] = float(avg)
-        if entry.get("avg_source") == "fixed":
+        if entry.get("avg_source") in (FIXED, EXISTING):
             fixed.add(name)
-    return Budget(caps, averages, frozenset(fixed))
+    per_prompt = data.get("samples_per_prompt", 1)
+    if isinstance(per_prompt, bool) or not isinstance(per_prompt, int) or per_prompt < 1:
+        raise UsageError(f"{path}: samples_per_prompt must be a whole number of at least 1; recreate the file")
+    return Budget(caps, averages, frozenset(fixed), per_prompt)

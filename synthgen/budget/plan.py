@@ -13,7 +13,14 @@ Where the average comes from, first that applies:
     (none)       no estimate: the dataset gets no sample count
 
 ``--fixed NAME=TOKENS`` datasets were generated elsewhere: they count toward the token
-total but not toward the generation time.
+total but not toward the generation time. ``--existing NAME=PATH`` datasets are files of token
+rows (``--format tokens``): their rows count as samples and their trained tokens (``loss_mask`` 1)
+as tokens, and no inference is planned for them.
+
+With ``--samples-per-prompt N`` every prompt is answered N times, so a dataset gets
+``min(available, floor(B / (N * A)))`` prompts: 10M tokens at 4 samples per prompt select a
+quarter of the prompts 1 sample would. ``max_samples`` stays a count of prompts, as
+``--max-samples`` is; ``samples`` is prompts times N.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from synthgen.errors import UsageError
 SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9}
 AVG_SOURCES = ("avg-tokens", "measured", "default-avg")
 FIXED = "fixed"
+EXISTING = "existing"
 
 _NUMBER = re.compile(r"(\d+(?:\.\d+)?|\.\d+)([a-z]*)", re.IGNORECASE)
 _EXAMPLES = "e.g. 10M, 2.5B, 500K or 10000000"
@@ -151,14 +159,14 @@ def choose_estimate(given: Fraction | None, measured: Measurement | None, defaul
 
 
 # --- the plan --------------------------------------------------------------------------------------
-def samples_for(budget: int, avg: Fraction, available: int) -> int:
-    """min(available, floor(budget / avg)): the expected output never exceeds the budget."""
-    return min(available, math.floor(Fraction(budget) / Fraction(avg)))
+def samples_for(budget: int, avg: Fraction, available: int, per_prompt: int = 1) -> int:
+    """Prompts: min(available, floor(budget / (per_prompt * avg))): the expected output never exceeds the budget."""
+    return min(available, math.floor(Fraction(budget) / (per_prompt * Fraction(avg))))
 
 
-def expected_tokens(samples: int, avg: Fraction) -> int:
-    """samples * avg, rounded half up to a whole token."""
-    return math.floor(samples * Fraction(avg) + Fraction(1, 2))
+def expected_tokens(samples: int, avg: Fraction, per_prompt: int = 1) -> int:
+    """samples * per_prompt * avg, rounded half up to a whole token."""
+    return math.floor(samples * per_prompt * Fraction(avg) + Fraction(1, 2))
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,23 +178,51 @@ class DatasetPlan:
     expected_tokens: int | None
     fixed: bool = False  # generated elsewhere: in the token total, not in the generation time
     partition: str | None = None
+    per_prompt: int = 1  # samples of each prompt
+    rows: int | None = None  # an --existing dataset: its token rows (fixed is then True)
+    total_tokens: int | None = None  # an --existing dataset: all its tokens, prompts included
 
     @property
     def has_estimate(self) -> bool:
         return self.max_samples is not None
 
+    @property
+    def existing(self) -> bool:
+        return self.rows is not None
+
+    @property
+    def samples(self) -> int | None:
+        """Rows this dataset brings: prompts times samples per prompt, or an existing file's rows."""
+        if self.existing:
+            return self.rows
+        if self.fixed or self.max_samples is None:
+            return None
+        return self.max_samples * self.per_prompt
+
 
 def plan_dataset(
-    name: str, available: int, estimate: Estimate | None, budget: int, partition: str | None = None
+    name: str,
+    available: int,
+    estimate: Estimate | None,
+    budget: int,
+    partition: str | None = None,
+    per_prompt: int = 1,
 ) -> DatasetPlan:
     if estimate is None:
-        return DatasetPlan(name, available, None, None, None, partition=partition)
-    samples = samples_for(budget, estimate.avg, available)
-    return DatasetPlan(name, available, estimate, samples, expected_tokens(samples, estimate.avg), partition=partition)
+        return DatasetPlan(name, available, None, None, None, partition=partition, per_prompt=per_prompt)
+    prompts = samples_for(budget, estimate.avg, available, per_prompt)
+    tokens = expected_tokens(prompts, estimate.avg, per_prompt)
+    return DatasetPlan(name, available, estimate, prompts, tokens, partition=partition, per_prompt=per_prompt)
 
 
 def fixed_dataset(name: str, tokens: int) -> DatasetPlan:
     return DatasetPlan(name, None, None, 0, tokens, fixed=True)
+
+
+def existing_dataset(name: str, rows: int, trained_tokens: int, total_tokens: int) -> DatasetPlan:
+    """A file of token rows: in the samples and the tokens, never generated."""
+    estimate = Estimate(Fraction(trained_tokens, rows), EXISTING)
+    return DatasetPlan(name, None, estimate, 0, trained_tokens, fixed=True, rows=rows, total_tokens=total_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +230,7 @@ class Plan:
     tokens_per_dataset: int
     datasets: tuple[DatasetPlan, ...]
     throughput: tuple[Fraction, ...]
+    samples_per_prompt: int = 1
 
     @property
     def generated(self) -> list[DatasetPlan]:
@@ -205,7 +242,15 @@ class Plan:
 
     @property
     def fixed_tokens(self) -> int:
-        return sum(d.expected_tokens or 0 for d in self.datasets if d.fixed)
+        return sum(d.expected_tokens or 0 for d in self.datasets if d.fixed and not d.existing)
+
+    @property
+    def existing_tokens(self) -> int:
+        return sum(d.expected_tokens or 0 for d in self.datasets if d.existing)
+
+    @property
+    def existing_rows(self) -> int:
+        return sum(d.rows or 0 for d in self.datasets if d.existing)
 
     @property
     def generation_tokens(self) -> int:
@@ -213,11 +258,16 @@ class Plan:
 
     @property
     def total_tokens(self) -> int:
-        return self.generation_tokens + self.fixed_tokens
+        return self.generation_tokens + self.fixed_tokens + self.existing_tokens
+
+    @property
+    def total_prompts(self) -> int:
+        return sum(d.max_samples or 0 for d in self.generated)
 
     @property
     def total_samples(self) -> int:
-        return sum(d.max_samples or 0 for d in self.generated)
+        """Rows the plan makes: every sample of every prompt, and the existing rows."""
+        return sum(d.samples or 0 for d in self.generated) + self.existing_rows
 
     @property
     def total_available(self) -> int:
@@ -254,6 +304,8 @@ def fmt_number(value: int | Fraction | float) -> str:
 
 
 def source_label(plan: DatasetPlan) -> str:
+    if plan.existing:
+        return f"existing pre-tok, {fmt_number(plan.total_tokens or 0)} in all"
     if plan.fixed:
         return "fixed (generated elsewhere)"
     if plan.estimate is None:
@@ -270,26 +322,34 @@ def _maybe(value: float | Fraction | None) -> str:
     return "-" if value is None else fmt_number(value)
 
 
+def _cells(d: DatasetPlan, per_prompt: bool) -> tuple[str, ...]:
+    """One dataset's row; ``per_prompt``: the table has a prompts column (more than one sample per prompt)."""
+    prompts = "-" if d.fixed else _maybe(d.max_samples)
+    samples = _maybe(d.samples) if d.existing or per_prompt else prompts
+    head = (d.name, _maybe(d.estimate.avg if d.estimate else None), source_label(d), _maybe(d.available))
+    return (*head, *((prompts,) if per_prompt else ()), samples, _maybe(d.expected_tokens))
+
+
 def format_table(plan: Plan) -> str:
     """The plan as an aligned text table with totals and the generation time."""
-    header = ("dataset", "avg tokens", "source", "available", "samples", "expected tokens")
-    right = (False, True, False, True, True, True)
-    rows = [
-        (
-            d.name,
-            _maybe(d.estimate.avg if d.estimate else None),
-            source_label(d),
-            _maybe(d.available),
-            "-" if d.fixed else _maybe(d.max_samples),
-            _maybe(d.expected_tokens),
-        )
-        for d in plan.datasets
-    ]
+    per_prompt = plan.samples_per_prompt > 1
+    header = (
+        "dataset",
+        "avg tokens",
+        "source",
+        "available",
+        *(("prompts",) if per_prompt else ()),
+        "samples",
+        "expected tokens",
+    )
+    right = (False, True, False, True, *((True,) if per_prompt else ()), True, True)
+    rows = [_cells(d, per_prompt) for d in plan.datasets]
     total = (
         "total",
         "",
         "",
         fmt_number(plan.total_available),
+        *((fmt_number(plan.total_prompts),) if per_prompt else ()),
         fmt_number(plan.total_samples),
         fmt_number(plan.total_tokens),
     )
@@ -300,20 +360,33 @@ def format_table(plan: Plan) -> str:
         return "  ".join(out).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
-    lines = [f"Budget: {plan.tokens_per_dataset:,} output tokens per dataset", ""]
+    title = f"Budget: {plan.tokens_per_dataset:,} output tokens per dataset"
+    if per_prompt:
+        n = plan.samples_per_prompt
+        title += f", {n:,} samples per prompt (each counts: prompts = budget / ({n:,} x avg tokens))"
+    lines = [title, ""]
     lines += [line(header), rule, *(line(r) for r in rows), rule, line(total), ""]
+    return "\n".join(lines + footer(plan))
 
+
+def footer(plan: Plan) -> list[str]:
+    """The generation time, and what the totals hold besides it."""
     times = zip(plan.hours(), plan.throughput, strict=True)
     at = ", ".join(f"{fmt_hours(hours)} at {fmt_number(rate)} tok/s" for hours, rate in times)
-    width = len(f"{max(plan.generation_tokens, plan.fixed_tokens):,}")
-    lines.append(f"To generate: {plan.generation_tokens:>{width},} tokens -> {at}")
-    if any(d.fixed for d in plan.datasets):
+    width = len(f"{max(plan.generation_tokens, plan.fixed_tokens, plan.existing_tokens):,}")
+    lines = [f"To generate: {plan.generation_tokens:>{width},} tokens -> {at}"]
+    if any(d.fixed and not d.existing for d in plan.datasets):
         lines.append(
             f"Fixed:       {plan.fixed_tokens:>{width},} tokens (generated elsewhere: in the total, "
             "not in the generation time)"
+        )
+    if plan.existing_rows:
+        lines.append(
+            f"Existing:    {plan.existing_tokens:>{width},} tokens in {plan.existing_rows:,} rows (already tokens: "
+            "in the totals, not in the generation time)"
         )
     missing = plan.no_estimate
     if missing:
         names = ", ".join(d.name for d in missing)
         lines.append(f"No estimate: {names} (no sample count, not in the totals; see the notes on stderr)")
-    return "\n".join(lines)
+    return lines

@@ -312,13 +312,15 @@ class ChatRenderer:
         tools: list[dict[str, Any]] | None = None,
         max_chars: int | None = None,
         too_long: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> str:
         """The template's text for ``messages`` followed by the generation prompt, rendered within the
         bounds (``max_chars``: a smaller output cap, whose skip reason is ``too_long``); raises
-        TemplateBudgetError over them, ValueError when the template fails."""
+        TemplateBudgetError over them, ValueError when the template fails. ``template_kwargs``: a
+        sample's recipe's kwargs instead of the run's."""
         cap = RENDER_MAX_CHARS if max_chars is None or max_chars >= RENDER_MAX_CHARS else max_chars
         reason = too_long if cap != RENDER_MAX_CHARS else None
-        kwargs: dict[str, Any] = dict(self.template_kwargs)
+        kwargs: dict[str, Any] = dict(self.template_kwargs if template_kwargs is None else template_kwargs)
         if tools is not None:
             kwargs["tools"] = tools
         if self.chat_template is not None:
@@ -349,8 +351,9 @@ class ChatRenderer:
         tools: list[dict[str, Any]] | None = None,
         max_chars: int | None = None,
         too_long: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> Rendered:
-        text = self.render_text(messages, tools, max_chars, too_long)
+        text = self.render_text(messages, tools, max_chars, too_long, template_kwargs)
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return Rendered(input_ids=list(ids), opens_reasoning=text.rstrip().endswith(self.think_start), text=text)
 

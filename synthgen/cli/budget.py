@@ -17,7 +17,9 @@ from pathlib import Path
 from synthgen.budget import plan as budget
 from synthgen.budget.file import write_budget
 from synthgen.data.prompts import DatasetSource, discover, scan_dataset
+from synthgen.data.samples import MAX_SAMPLES_PER_PROMPT
 from synthgen.data.store import RESULTS, iter_done
+from synthgen.data.tokenrows import ExistingSource, parse_existing, scan_token_rows
 from synthgen.errors import InputFileError, OneLineParser, UsageError, run_guarded
 
 PROG = "compute_budget.py"
@@ -41,6 +43,9 @@ Examples:
 
   # a dataset generated elsewhere counts toward the total tokens, not the generation time
   python compute_budget.py --fixed wiki_rewrites=120M --throughput 1200
+
+  # 4 samples of each prompt (each counts), and a file of token rows already made
+  python compute_budget.py --samples-per-prompt 4 --existing A1_deepswekimi=deepswe_tokens.jsonl
 """
 
 
@@ -116,6 +121,21 @@ def build_parser() -> argparse.ArgumentParser:
         "time; need not exist under --prompts-dir (repeatable)",
     )
     how.add_argument(
+        "--existing",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a file of token rows (input_ids + loss_mask, as export_training.py --format tokens writes): "
+        "its rows and trained tokens count in the totals, no inference is planned for it (repeatable)",
+    )
+    how.add_argument(
+        "--samples-per-prompt",
+        type=int,
+        default=1,
+        metavar="N",
+        help="samples run_inference.py makes of each prompt; every sample counts toward the budget (default: 1)",
+    )
+    how.add_argument(
         "--throughput",
         default=DEFAULT_THROUGHPUT,
         metavar="N|LOW-HIGH",
@@ -148,6 +168,8 @@ class BudgetConfig:
     avg_tokens: dict[str, Fraction] = field(default_factory=dict)
     default_avg: Fraction | None = None
     fixed: dict[str, int] = field(default_factory=dict)
+    existing: tuple[ExistingSource, ...] = ()
+    samples_per_prompt: int = 1
     throughput: tuple[Fraction, ...] = (Fraction(1000), Fraction(1500))
     # --- output
     out: Path | None = None
@@ -164,6 +186,16 @@ class BudgetConfig:
             raise UsageError(
                 f"'{both[0]}' has both --fixed and --avg-tokens; a fixed dataset needs no average, drop one"
             )
+        existing = parse_existing(args.existing)
+        for source in existing:
+            other = "--fixed" if source.name in fixed else "--avg-tokens" if source.name in given else None
+            if other:
+                raise UsageError(
+                    f"'{source.name}' has both --existing and {other}; an existing file is counted, drop one"
+                )
+        per_prompt = args.samples_per_prompt
+        if not 1 <= per_prompt <= MAX_SAMPLES_PER_PROMPT:
+            raise UsageError(f"--samples-per-prompt must be between 1 and {MAX_SAMPLES_PER_PROMPT:,}, got {per_prompt}")
         return cls(
             prompts_dir=args.prompts_dir,
             partition=args.partition,
@@ -174,6 +206,8 @@ class BudgetConfig:
             avg_tokens=given,  # type: ignore[arg-type]
             default_avg=default_avg,
             fixed=fixed,  # type: ignore[arg-type]
+            existing=existing,
+            samples_per_prompt=per_prompt,
             throughput=throughput,
             out=args.out,
         )
@@ -222,8 +256,9 @@ def _warn(message: str) -> None:
 
 
 def build_plan(cfg: BudgetConfig) -> budget.Plan:
-    # A --fixed dataset is never generated, so its prompt file (if any) is not scanned.
-    given, fixed = cfg.avg_tokens, cfg.fixed
+    # A --fixed or --existing dataset is never generated, so its prompt file (if any) is not scanned.
+    given = cfg.avg_tokens
+    fixed = {**cfg.fixed, **{e.name: 0 for e in cfg.existing}}
     wanted = [name for name in cfg.datasets if name not in fixed]
     sources = discover(cfg.prompts_dir, cfg.partition, wanted) if wanted or not cfg.datasets else []
     sources = [s for s in sources if s.name not in fixed]
@@ -235,6 +270,11 @@ def build_plan(cfg: BudgetConfig) -> budget.Plan:
             "check the name, --partition and --dataset"
         )
 
+    # The token files first: a bad one stops the plan before the prompt files are scanned.
+    existing = []
+    for declared in cfg.existing:
+        scan = scan_token_rows(declared.path)
+        existing.append(budget.existing_dataset(declared.name, scan.rows, scan.trained_tokens, scan.total_tokens))
     rows = []
     for source in sources:
         index = scan_dataset(source, skip_bad_lines=cfg.skip_bad_lines)
@@ -252,10 +292,13 @@ def build_plan(cfg: BudgetConfig) -> budget.Plan:
                 "(finish_reason 'length'); the average counts them at their capped length"
             )
         rows.append(
-            budget.plan_dataset(source.name, len(index.ids), estimate, cfg.tokens_per_dataset, source.partition)
+            budget.plan_dataset(
+                source.name, len(index.ids), estimate, cfg.tokens_per_dataset, source.partition, cfg.samples_per_prompt
+            )
         )
-    rows += [budget.fixed_dataset(name, value) for name, value in fixed.items()]
-    return budget.Plan(cfg.tokens_per_dataset, tuple(rows), cfg.throughput)
+    rows += [budget.fixed_dataset(name, value) for name, value in cfg.fixed.items()]
+    rows += existing
+    return budget.Plan(cfg.tokens_per_dataset, tuple(rows), cfg.throughput, cfg.samples_per_prompt)
 
 
 def run(cfg: BudgetConfig) -> int:
@@ -282,6 +325,8 @@ def run_hint(cfg: BudgetConfig, plan: budget.Plan) -> str:
         for row in plan.generated:
             parts += ["--dataset", row.name]
     parts += ["--budget", str(cfg.out)]
+    if cfg.samples_per_prompt > 1:  # the run refuses a budget planned for another count
+        parts += ["--samples-per-prompt", str(cfg.samples_per_prompt)]
     return " ".join(shlex.quote(p) for p in parts)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from synthgen.budget.file import read_budget
 from synthgen.data.store import RESULTS
+from synthgen.data.tokenrows import parse_existing
 from synthgen.errors import OneLineParser, run_guarded
 from synthgen.export import formats
 from synthgen.export.config import DEFAULT_OUTPUT_DIR, DEFAULT_PROMPTS_DIR, PROG, ExportRequest, Plan
@@ -110,6 +111,14 @@ def _output(parser: argparse.ArgumentParser) -> None:
         help="hold out this share of rows (chosen by a hash of --seed and the conversation) in FILE with .val "
         "before its extension (default: 0)",
     )
+    out.add_argument(
+        "--existing",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="merge a file of token rows made elsewhere (input_ids + loss_mask) into a --format tokens export, "
+        "as rows with ids NAME/<line> (repeatable)",
+    )
     out.add_argument("--shuffle", action="store_true", help="shuffle the rows (by --seed) instead of input order")
     out.add_argument("--seed", type=int, default=0, help="seed of --shuffle and --val-fraction (default: 0)")
     out.add_argument(
@@ -195,6 +204,7 @@ def request_from_args(args: argparse.Namespace) -> ExportRequest:
         fail_on_drift=args.fail_on_drift,
         render_check=not args.no_render_check,
         trust_remote_code=args.trust_remote_code,
+        existing=parse_existing(args.existing),
     )
 
 

@@ -16,6 +16,7 @@ from synthgen import __version__
 from synthgen.budget.file import read_budget
 from synthgen.budget.plan import parse_count
 from synthgen.config import CHANGED_PROMPTS, RunConfig, default_of
+from synthgen.data.mix import load_mix
 from synthgen.data.prompts import REGENERATE_MODES
 from synthgen.data.selection import SAMPLE_MODES
 from synthgen.errors import OneLineParser, UsageError, run_guarded
@@ -133,7 +134,20 @@ def _how_many(g: argparse._ArgumentGroup) -> None:
         type=int,
         default=default_of("seed"),
         metavar="N",
-        help="seed of --sample random (default: %(default)s)",
+        help="seed of --sample random, of each sample's sampling_seed and recipe draw (default: %(default)s)",
+    )
+    g.add_argument(
+        "--samples-per-prompt",
+        type=int,
+        default=default_of("samples_per_prompt"),
+        metavar="N",
+        help="N samples of each prompt, each its own request, seed and row (default: %(default)s)",
+    )
+    g.add_argument(
+        "--sampling-mix",
+        metavar="JSON|FILE",
+        help='weighted recipes each sample draws from, e.g. \'[{"weight": 3, "temperature": 0}, '
+        '{"weight": 1, "temperature": 0.8}]\' (docs/training-mix.md)',
     )
 
 
@@ -316,6 +330,12 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise UsageError("--chat-template-kwargs must be a JSON object, e.g. '{\"thinking\": true}'")
     extra_sampling = json_object(args.sampling_params, "--sampling-params", '{"min_p": 0.05}')
     budget = read_budget(args.budget) if args.budget else None
+    if budget is not None and budget.samples_per_prompt != args.samples_per_prompt:
+        raise UsageError(
+            f"{args.budget} was planned for {budget.samples_per_prompt} sample(s) per prompt; pass "
+            f"--samples-per-prompt {budget.samples_per_prompt}, or plan again with compute_budget.py "
+            f"--samples-per-prompt {args.samples_per_prompt}"
+        )
     token_cap = None
     if args.max_tokens_per_dataset is not None:
         token_cap = parse_count(args.max_tokens_per_dataset, "--max-tokens-per-dataset")
@@ -332,6 +352,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         max_tokens_per_dataset=token_cap,
         sample=args.sample,
         seed=args.seed,
+        samples_per_prompt=args.samples_per_prompt,
+        sampling_mix=load_mix(args.sampling_mix) if args.sampling_mix is not None else None,
         server_url=args.server_url,
         api_key=args.api_key if args.api_key is not None else os.environ.get("SGLANG_API_KEY") or None,
         launch_server=args.launch_server,

@@ -60,6 +60,7 @@ class Conversation:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
     dropped_empty_system: int = 0
+    input_ids: tuple[int, ...] | None = None  # a prompt already rendered: sent as it is (``--regenerate last``)
 
     def assistant_positions(self) -> list[int]:
         """Message indices of the assistant turns, in order (turn k is the k-th of these)."""
@@ -125,9 +126,20 @@ def stable_id(messages: list[dict[str, Any]]) -> str:
     return f"auto-{digest[:20]}"
 
 
+def _input_ids(value: Any) -> tuple[int, ...]:
+    """A prompt line's ``input_ids``: the token ids of a prompt already rendered with the model's template."""
+    if not isinstance(value, list) or not value:
+        raise ConversationError("'input_ids' must be a non-empty list of token ids")
+    if not all(type(i) is int and i >= 0 for i in value):
+        raise ConversationError("'input_ids' must hold token ids (whole numbers, 0 or more)")
+    return tuple(value)
+
+
 def conversation_id(conversation: Conversation) -> str:
     """The stable id of a record without one. A plain chat hashes its ``last`` prompt's role/content
     exactly as before, so old ids do not change; agent data adds the keys templates read and tools."""
+    if conversation.input_ids is not None:
+        return stable_id([{"input_ids": list(conversation.input_ids)}])
     prompt = conversation.last_prompt()
     basis = [{k: m[k] for k in ("role", "content", *RENDERED_KEYS) if k in m} for m in prompt]
     if conversation.tools is None:
@@ -153,6 +165,8 @@ def conversation_hash(conversation: Conversation) -> str:
     what either mode's rows depend on, the conversation before its trailing assistant turns, and
     its tools. (A change of mode is a change of settings, found by ``provenance``, not of prompts.)
     It is the hash ``last`` rows have always carried."""
+    if conversation.input_ids is not None:
+        return prompt_hash([{"input_ids": list(conversation.input_ids)}])
     return prompt_hash(conversation.last_prompt(), conversation.tools)
 
 
@@ -275,6 +289,8 @@ def parse_record(record: dict[str, Any]) -> Conversation:
         raw, key = record["messages"], "messages"
     elif "conversations" in record:
         raw, key = record["conversations"], "conversations"
+    elif "input_ids" in record:
+        return Conversation([], input_ids=_input_ids(record["input_ids"]))
     elif "prompt" in record:
         messages = []
         dropped = 0
@@ -287,7 +303,7 @@ def parse_record(record: dict[str, Any]) -> Conversation:
         messages.append({"role": "user", "content": _text(record["prompt"], "'prompt'")})
         return Conversation(messages, _tools(record.get("tools")), dropped)
     else:
-        raise ConversationError("no 'messages', 'conversations' or 'prompt' field")
+        raise ConversationError("no 'messages', 'conversations', 'prompt' or 'input_ids' field")
     if not isinstance(raw, list) or not raw:
         raise ConversationError(f"'{key}' must be a non-empty list of messages")
     messages = []

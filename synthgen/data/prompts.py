@@ -72,6 +72,7 @@ class Prompt:
     tools: list[dict[str, Any]] | None = None
     prompt_hash: str = ""
     conversation: Conversation | None = None  # mode all: regenerated turn by turn
+    input_ids: tuple[int, ...] | None = None  # a line's input_ids: already rendered, sent as they are
 
 
 @dataclass(slots=True)
@@ -253,6 +254,8 @@ def parse_line(line: bytes) -> tuple[str, Conversation] | None:
 
 def prompts_of(rid: str, conversation: Conversation, mode: str) -> list[tuple[str, list[dict[str, Any]]]]:
     """(prompt id, messages) of every prompt one line makes in a regeneration mode."""
+    if conversation.input_ids is not None:  # a rendered prompt: one prompt in every mode (scan_dataset: last only)
+        return [(rid, [])]
     if mode == "each":
         prompts = [(each_id(rid, k), history) for k, history in conversation.each_prompts()]
         if conversation.messages[-1]["role"] != "assistant":  # the unanswered last turn is a prompt too
@@ -266,7 +269,7 @@ def prompts_of(rid: str, conversation: Conversation, mode: str) -> list[tuple[st
 def digest_of(messages: list[dict[str, Any]], conversation: Conversation, mode: str) -> str:
     """The hash of a prompt ``prompts_of`` made: of its messages, except that a conversation's own id
     (``last``, ``all``) has ``conversation_hash`` in every mode (for ``last`` the same value)."""
-    if mode == "all":
+    if mode == "all" or conversation.input_ids is not None:
         return conversation_hash(conversation)
     return prompt_hash(messages, conversation.tools)
 
@@ -351,6 +354,13 @@ def _scan(
         if parsed is None:
             continue
         rid, conversation = parsed
+        if conversation.input_ids is not None and mode != "last":
+            raise InputFileError(
+                source.path,
+                lineno,
+                f"a line of input_ids is a prompt already rendered, with no turns to regenerate; "
+                f"run this dataset with --regenerate last, not {mode}",
+            )
         if records is not None:
             if rid in records:
                 index.duplicates += 1
@@ -394,6 +404,7 @@ def build_prompt(index: DatasetIndex, prompt_id: str, line: bytes, lineno: int) 
                     conversation.tools,
                     digest_of(messages, conversation, index.mode),
                     conversation if index.mode == "all" else None,
+                    conversation.input_ids,
                 )
     raise InputFileError(path, lineno, "changed while the run was reading it; rerun to rescan")
 

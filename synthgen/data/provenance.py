@@ -11,6 +11,11 @@ any prompt is compared, for every dataset folder, whether or not anything is pen
 once the server has answered (``check_folders``), which records a new set only when every folder
 passed. A folder written before this existed has rows without ``settings``; they stay readable,
 and the first run records its settings for the rows that follow.
+
+The training mix (``--samples-per-prompt``, ``--seed`` of the samples, ``--sampling-mix``) is recorded
+too. Its defaults (one sample, no mix) leave the settings id what it was before the mix existed
+(``MIX_DEFAULTS``), another seed or mix is refused like any other change, and another sample count is
+recorded and allowed: raising it adds the missing samples, lowering it sends nothing.
 """
 
 from __future__ import annotations
@@ -46,15 +51,37 @@ class Settings:
     sampling_params: dict[str, Any]
     max_tokens: int
     regenerate: str
+    samples_per_prompt: int = 1
+    sample_seed: int | None = None  # --seed, when requests carry seeds (several samples or a mix)
+    sampling_mix: list[dict[str, Any]] | None = None
 
     @property
     def id(self) -> str:
-        return hashlib.sha256(orjson.dumps(asdict(self), option=orjson.OPT_SORT_KEYS)).hexdigest()[:12]
+        return settings_id(asdict(self))
 
     def differences(self, recorded: dict[str, Any]) -> list[str]:
         """``flag old -> new`` for every setting that is not what ``recorded`` says. settings.jsonl
         holds the settings with credentials hidden (see ``record``), so they are compared hidden too."""
         return differences(recorded, asdict(self)) or ["a hidden credential value"]
+
+
+# Settings of the training mix, and their values in a run without one: left out of the id at these
+# values, so the folders of such runs keep the id they had before the mix existed.
+MIX_DEFAULTS: dict[str, Any] = {"samples_per_prompt": 1, "sample_seed": None, "sampling_mix": None}
+# Recorded, but a change is no reason to refuse: N samples of a prompt are the first N of any larger N.
+ALLOWED_CHANGES = ("samples_per_prompt",)
+
+
+def settings_id(values: dict[str, Any]) -> str:
+    kept = {k: v for k, v in values.items() if k not in MIX_DEFAULTS or v != MIX_DEFAULTS[k]}
+    return hashlib.sha256(orjson.dumps(kept, option=orjson.OPT_SORT_KEYS)).hexdigest()[:12]
+
+
+def only_allowed_changes(recorded: dict[str, Any], current: dict[str, Any]) -> bool:
+    """Whether ``current`` differs from ``recorded`` only in what may change (ALLOWED_CHANGES)."""
+    current = redact_value(current)
+    same = {k: recorded.get(k, MIX_DEFAULTS.get(k)) == v for k, v in current.items() if k not in ALLOWED_CHANGES}
+    return all(same.values())
 
 
 # Where each setting comes from, as a refusal names it: the flag to change, or the server.
@@ -68,10 +95,13 @@ SOURCES = {
     "tool_call_parser": "--tool-call-parser",
     "max_tokens": "--max-tokens",
     "regenerate": "--regenerate",
+    "samples_per_prompt": "--samples-per-prompt",
+    "sample_seed": "--seed (the samples' seeds and recipe draws)",
+    "sampling_mix": "--sampling-mix",
 }
 SAMPLING_FLAGS = {"temperature": "--temperature", "top_p": "--top-p", "top_k": "--top-k"}
 # The settings a run's own flags decide: known before the server is asked, so checked first.
-FLAG_SETTINGS = ("regenerate", "max_tokens", "sampling_params", "chat_template_kwargs")
+FLAG_SETTINGS = ("regenerate", "max_tokens", "sampling_params", "chat_template_kwargs", "sample_seed", "sampling_mix")
 
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
@@ -81,8 +111,8 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     for name, new in current.items():
         # settings.jsonl holds the settings with credentials hidden (see ``record``): compare them so
         new = redact_value({name: new})[name]
-        old = recorded.get(name)
-        if old == new:
+        old = recorded.get(name, MIX_DEFAULTS.get(name))
+        if old == new or name in ALLOWED_CHANGES:
             continue
         if name == "sampling_params" and isinstance(old, dict) and isinstance(new, dict):
             for key in sorted(old.keys() | new.keys()):
@@ -178,7 +208,7 @@ def check_folders(folders: dict[str, Path], settings: Settings, allow_mixed: boo
         sets = recorded_sets(folder)
         if sets and sets[-1]["id"] == settings.id:
             continue
-        if sets and not allow_mixed:
+        if sets and not allow_mixed and not only_allowed_changes(sets[-1]["settings"], asdict(settings)):
             old = sets[-1]
             mismatches[name] = "; ".join(settings.differences(old["settings"])) or (
                 f"settings set {old['id']} -> {settings.id}"

@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from synthgen.data.samples import row_sample, sample_key
 from synthgen.redact import redact
 
 _LINE = orjson.OPT_APPEND_NEWLINE
@@ -81,12 +82,17 @@ class ResultRecord:
     segments: list[int] | None = None
     extended_by: int | None = None  # --continue-cut: the tokens the cut answer was given beyond --max-tokens
     worker: str | None = None  # the replica that wrote the (last) turn: smg's worker id, else the server URL
+    # The training mix (left out of a row without it): which sample of the prompt, its seed, its recipe.
+    sample: int | None = None
+    sampling_seed: int | None = None
+    recipe: dict[str, Any] | None = None
 
     def to_json(self) -> bytes:
         return json_line(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        row = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {k: v for k, v in row.items() if v is not None or k not in MIX_FIELDS}
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> ResultRecord:
@@ -181,6 +187,7 @@ class RowContext:
     chat_template_kwargs: dict[str, Any] | None
     regenerate: str
     settings: str | None
+    mix: dict[str, Any] | None = None  # sample, sampling_seed, recipe (run.mix.SampleRequest.row_fields)
 
 
 def build_result(
@@ -234,7 +241,11 @@ def build_result(
         segments=last.segments,
         extended_by=last.extended_by,
         worker=last.worker,
+        **(ctx.mix or {}),
     )
+
+
+MIX_FIELDS = ("sample", "sampling_seed", "recipe")
 
 
 @dataclass(slots=True)
@@ -286,7 +297,7 @@ class DoneEntry:
     """What resume and the budget's measurement need of one result row, read without building the whole
     record: the one place a result row's id and token count are validated."""
 
-    id: str
+    id: str  # the row's resume key: its id, with the sample for samples after the first (samples.sample_key)
     completion_tokens: int  # 0 when the row's count is missing or not a count (see ``measured``)
     source: str | None
     prompt_hash: str | None
@@ -300,6 +311,7 @@ class DoneEntry:
         rid = row.get("id")
         if not isinstance(rid, str):
             return None
+        rid = sample_key(rid, row_sample(row))  # sample 0 keeps the id: resume is per (id, sample)
         tokens = row.get("completion_tokens")
         count = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None
         source, digest, mode = row.get("source"), row.get("prompt_hash"), row.get("regenerate")

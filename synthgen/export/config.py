@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from synthgen.data.tokenrows import ExistingSource
 from synthgen.errors import UsageError
 from synthgen.export import formats
+from synthgen.export.existing import check_existing
 from synthgen.export.rendercheck import Route
 
 PROG = "export_training.py"  # the script, named in pages and messages
@@ -63,9 +65,11 @@ class ExportRequest:
     fail_on_drift: bool = False
     render_check: bool = True
     trust_remote_code: bool = False
+    existing: tuple[ExistingSource, ...] = ()  # --existing: token files merged into a tokens export
 
     def check(self) -> None:
         """The argument combinations that cannot work, refused before anything is read."""
+        check_existing(self.existing, self.format)
         if self.html is not None and not self.report:
             raise UsageError("--html FILE goes with --report (e.g. --report --html outputs/report.html)")
         if self.out is None and not self.report:

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from synthgen.data import samples
 from synthgen.data.records import ResultRecord, typed_list
 
 META_KEY = "synthgen_meta"
@@ -65,8 +66,10 @@ def as_text(value: Any) -> str:
 
 
 def export_id(record: ResultRecord) -> str:
-    """``<dataset>/<id>``: the same prompt id in two datasets stays two rows."""
-    return f"{record.dataset}/{record.id}"
+    """``<dataset>/<id>``: the same prompt id in two datasets stays two rows; a sample of a run with
+    several samples or a mix adds ``@s<k>`` (``samples.export_id``), so each sample is a row of its own."""
+    sample = record.sample if isinstance(record.sample, int) and not isinstance(record.sample, bool) else None
+    return samples.export_id(f"{record.dataset}/{record.id}", sample)
 
 
 def turn_ids(turn: dict[str, Any]) -> tuple[list[int], list[int]] | None:

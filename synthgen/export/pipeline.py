@@ -15,6 +15,7 @@ from typing import TextIO
 
 from synthgen.errors import UsageError
 from synthgen.export.config import ExportConfig, ExportRequest
+from synthgen.export.existing import scan_existing
 from synthgen.export.page import write_html
 from synthgen.export.report import drop_notes, format_report, mixed_settings_warning, render_notes, summary_line
 from synthgen.export.routes import resolve
@@ -73,9 +74,12 @@ def show_render_check(scans: Sequence[DatasetScan], config: ExportConfig, report
         voice.note(line)
 
 
-def _write(scans: Sequence[DatasetScan], config: ExportConfig, report: bool, voice: Voice) -> None:
+def _write(scans: Sequence[DatasetScan], config: ExportConfig, request: ExportRequest, voice: Voice) -> None:
+    report = request.report
+    for name, found in scan_existing(request.existing).items():
+        voice.say(f"{name}: {found.rows:,} existing token rows ({found.trained_tokens:,} trained tokens) merged")
     try:
-        written = write_export(scans, config)
+        written = write_export(scans, config, request.existing)
     except DriftError:
         show_render_check(scans, config, report, voice)
         raise
@@ -104,10 +108,10 @@ def export(request: ExportRequest, voice: Voice | None = None) -> int:
                 voice.say(f"warning: {mixed_settings_warning(scan)}")
     for line in drop_notes(scans):
         voice.note(line)
-    if not any(scan.kept for scan in scans):
+    if not any(scan.kept for scan in scans) and not request.existing:
         if request.report:
             voice.out.write(format_report(scans, config))
         read = sum(s.rows for s in scans)
         raise UsageError(f"nothing to export: {read:,} rows read, none kept; see why with --report")
-    _write(scans, config, request.report, voice)
+    _write(scans, config, request, voice)
     return 0

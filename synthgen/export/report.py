@@ -72,6 +72,7 @@ def format_dataset(scan: DatasetScan, config: ExportConfig) -> list[str]:
         lines.append(f"  {text:<{LABEL}} {_share(part, unique):>9}   ({part:,} of {unique:,})")
     lines.append(f"  {'tool calls per row':<{LABEL}} {_tool_calls_line(scan.tool_calls)}")
     lines.extend(settings_lines(scan))
+    lines.extend(scan.samples.lines(LABEL))
     if scan.render is not None:
         lines.extend(scan.render.lines(LABEL))
     for title, values in (

@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 
 from synthgen.data.provenance import recorded_sets
 from synthgen.data.records import ResultRecord, parse_line
+from synthgen.data.samples import row_sample, sample_key
 from synthgen.errors import InputFileError
 from synthgen.export.config import DatasetRef, ExportConfig
 from synthgen.export.fields import as_int, as_text
@@ -29,6 +30,7 @@ from synthgen.export.filters import (
     tool_calls,
 )
 from synthgen.export.rendercheck import Tally
+from synthgen.export.samples import SampleStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,7 @@ class DatasetScan:
     cut: int = 0
     empty: int = 0
     render: Tally | None = None  # the render check of the exported rows, when it ran
+    samples: SampleStats = field(default_factory=SampleStats)  # the training mix's rows (with a sample)
 
     @property
     def unique(self) -> int:
@@ -115,10 +118,11 @@ def scan_dataset(ref: DatasetRef, config: ExportConfig) -> DatasetScan:
             scan.dropped[MALFORMED] += 1
             scan.malformed_example = scan.malformed_example or f"line at byte {offset:,}: {why}"
             continue
-        if record.id in seen:
+        key = sample_key(record.id, row_sample(row))  # each sample of a prompt is a row of its own
+        if key in seen:
             scan.dropped[DUPLICATE] += 1
             continue
-        seen.add(record.id)
+        seen.add(key)
         record.dataset = ref.name  # rows copied between folders still belong to the folder they are in
         settings = record.settings if isinstance(record.settings, str) else ""
         scan.settings[settings] += 1
@@ -126,6 +130,8 @@ def scan_dataset(ref: DatasetRef, config: ExportConfig) -> DatasetScan:
             scan.dropped[OTHER_SETTINGS] += 1
             continue
         _measure(scan, record)
+        if "sample" in row:
+            scan.samples.add(record.id, row, max(0, as_int(record.completion_tokens) or 0))
         reason = drop_reason(record, fmt, config.keep_truncated)
         if reason is not None:
             scan.dropped[reason] += 1

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from synthgen.data.records import json_line  # a lone surrogate is written with ASCII escapes
+from synthgen.data.tokenrows import ExistingSource
 from synthgen.errors import EXIT_FAILURES, StoreWriteError, SynthgenError
 from synthgen.export.config import ExportConfig, val_path
+from synthgen.export.existing import existing_rows
 from synthgen.export.formats import Exported
 from synthgen.export.rendercheck import TEXT, Route, Tally, verdict
 from synthgen.export.scan import DatasetScan, RowRef, read_row
@@ -93,7 +95,12 @@ def _file_mode() -> int:
 
 
 def _write_rows(
-    path: Path, refs: Sequence[RowRef], config: ExportConfig, handles: dict[Path, BinaryIO], checks: dict[str, Tally]
+    path: Path,
+    refs: Sequence[RowRef],
+    config: ExportConfig,
+    handles: dict[Path, BinaryIO],
+    checks: dict[str, Tally],
+    merged: Iterable[dict[str, Any]] = (),
 ) -> tuple[str, int]:
     """Rows to a temp file beside ``path``; returns (temp path, rows written). The caller renames it."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -108,6 +115,9 @@ def _write_rows(
                     written += 1
                     if tally is not None:
                         check_row(tally, config.checkers[ref.dataset], exported)
+            for row in merged:  # --existing token rows
+                out.write(json_line(row))
+                written += 1
             out.flush()
             os.fsync(out.fileno())
     except BaseException:
@@ -126,22 +136,25 @@ def _refuse_drift(checks: dict[str, Tally], config: ExportConfig) -> None:
         )
 
 
-def write_export(scans: Sequence[DatasetScan], config: ExportConfig) -> dict[Path, int]:
+def write_export(
+    scans: Sequence[DatasetScan], config: ExportConfig, existing: Sequence[ExistingSource] = ()
+) -> dict[Path, int]:
     """Write the train file (and the validation file); returns rows written per file.
 
     Both files are complete in temp files before either is renamed into place, so a failure (or drift under
     --fail-on-drift) leaves the previous export as it was."""
     assert config.out is not None
     train, val = split_rows([r for s in scans for r in s.kept], config)
-    targets = [(Path(config.out), train)]
+    targets = [(Path(config.out), train, False)]
     if config.val_fraction > 0:
-        targets.append((val_path(config.out), val))
+        targets.append((val_path(config.out), val, True))
     checks = tallies(scans, config)
     temps: list[tuple[str, Path, int]] = []
     try:
         with _sources() as handles:
-            for path, refs in targets:
-                tmp, written = _write_rows(path, refs, config, handles, checks)
+            for path, refs, validation in targets:
+                merged = existing_rows(existing, config.seed, config.val_fraction, validation)
+                tmp, written = _write_rows(path, refs, config, handles, checks, merged)
                 temps.append((tmp, path, written))
         _refuse_drift(checks, config)
         for tmp, path, _ in temps:

@@ -16,6 +16,7 @@ The log moves to <LOG>.1 whenever it reaches CAP bytes, so the two never hold mo
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,12 +32,17 @@ from synthgen.redact import redact, remember
 SECRETS_ENV = "SYNTHGEN_PUMP_SECRETS"
 CHUNK = 65536
 # A line longer than this is written in pieces.
-MAX_LINE = 65536
-# redact() takes time quadratic in a line's length (0.15 s at 2,000 characters, 2 s at 8,000): a line is
-# masked in pieces of at most this many characters, cut after a space or a comma (SGLang's printed
-# arguments, `api_key='...', port=...`, stay whole), and only a piece that holds a hint of a credential.
+MAX_LINE = 4 * CHUNK
+# redact() takes time quadratic in a line's length (0.15 s at 2,000 characters, 2 s at 8,000) and about
+# 4 ms per 2 kB of plain log lines: the text is masked in pieces of at most this many characters, cut after
+# a newline, a space or a comma (SGLang's printed arguments, `api_key='...', port=...`, stay whole), and
+# only a piece that shows the shape of a credential (HINT, a flag named like one, a remembered value).
 MASK_PIECE = 2048
-HINTS = ("key", "token", "secret", "passw", "pwd", "credential", "bearer", "basic", "sig", "auth", "@")
+SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "pwd", "credentials", "credential")
+# After a secret word: `: "v"`, `='v'`, `=v` (redact's JSON, repr, environment and query shapes).
+AFTER_WORD = re.compile(r"""['"]?\s*[:=]\s*['"]|\s*=""")
+URL_USER = re.compile(r"://[^\s/?#@]*@")
+BEARER = re.compile(r"\b(?:bearer|basic)\s")
 _secrets: list[str] = []
 
 
@@ -55,19 +61,26 @@ class BoundedLog:
         return self._fh
 
     def write(self, data: bytes) -> None:
+        """Append `data` (whole lines); the move happens between lines."""
+        if self._size + len(data) <= self.cap:
+            self._append(data)
+            return
+        for line in data.splitlines(keepends=True):
+            if self._size and self._size + len(line) > self.cap:
+                self._move()
+            self._append(line[: max(0, self.cap - self._size)])  # a line longer than the cap is cut
+
+    def _append(self, data: bytes) -> None:
         fh = self._open()
-        if self._size and self._size + len(data) > self.cap:
-            fh.close()
-            os.replace(self.path, self.path.with_name(self.path.name + ".1"))
-            self._fh = None
-            fh = self._open()
-            header = rotated_line(self.path)
-            fh.write(header)
-            self._size += len(header)
-        data = data[: max(0, self.cap - self._size)]  # a line longer than the cap is cut
         fh.write(data)
         fh.flush()
         self._size += len(data)
+
+    def _move(self) -> None:
+        self._open().close()
+        os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+        self._fh = None
+        self._append(rotated_line(self.path))
 
     def close(self) -> None:
         if self._fh is not None:
@@ -78,19 +91,38 @@ class BoundedLog:
 def _pieces(text: str) -> list[str]:
     pieces = []
     while len(text) > MASK_PIECE:
-        cut = max(text.rfind(" ", 0, MASK_PIECE), text.rfind(",", 0, MASK_PIECE)) + 1 or MASK_PIECE
+        cut = max(text.rfind(sep, 0, MASK_PIECE) for sep in "\n ,") + 1 or MASK_PIECE
         pieces.append(text[:cut])
         text = text[cut:]
     return [*pieces, text]
 
 
 def _hinted(piece: str) -> bool:
+    """The piece may hold a credential redact() masks (a superset of its shapes, found in linear time)."""
+    if any(secret in piece for secret in _secrets):
+        return True
     low = piece.lower()
-    return any(hint in low for hint in HINTS) or any(secret in piece for secret in _secrets)
+    for word in SECRET_WORDS:
+        start = low.find(word)
+        while start >= 0:
+            end = start + len(word)
+            if AFTER_WORD.match(low, end):
+                return True
+            # A flag named like a credential: --api-key V, --hf-token=V.
+            if low[end : end + 1] in ("", " ", "\t", "=", "'", '"'):
+                word_start = max(low.rfind(c, 0, start) for c in " \t\n") + 1
+                if low.startswith("-", word_start):
+                    return True
+            start = low.find(word, end)
+    return (
+        any(param in low for param in ("sig=", "signature=", "auth="))
+        or ("://" in low and URL_USER.search(low) is not None)
+        or (("bearer" in low or "basic" in low) and BEARER.search(low) is not None)
+    )
 
 
 def mask(line: bytes) -> bytes:
-    """The line with credentials masked (synthgen.redact), in bounded time."""
+    """The lines with credentials masked (synthgen.redact), in time linear in their length."""
     text = line.decode("utf-8", errors="replace")
     return "".join(redact(p) if _hinted(p) else p for p in _pieces(text)).encode("utf-8")
 
@@ -103,22 +135,17 @@ def remember_secret(secret: str) -> None:
 
 
 def pump(source: int, log: BoundedLog) -> None:
-    """Copy `source` (a file descriptor) to `log` line by line, masked, until end of file."""
+    """Copy `source` (a file descriptor) to `log`, masked, until end of file: the complete lines of each
+    read at once (a line longer than MAX_LINE in pieces, cut after a space where it has one)."""
     pending = b""
-    while True:
-        try:
-            chunk = os.read(source, CHUNK)
-        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
-            continue
-        if not chunk:
-            break
+    while chunk := os.read(source, CHUNK):
         pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            log.write(mask(line) + b"\n")
-        while len(pending) > MAX_LINE:
-            log.write(mask(pending[:MAX_LINE]) + b"\n")
-            pending = pending[MAX_LINE:]
+        end = pending.rfind(b"\n") + 1
+        if not end and len(pending) > MAX_LINE:
+            end = pending.rfind(b" ", 0, MAX_LINE) + 1 or MAX_LINE
+        if end:
+            log.write(mask(pending[:end]))
+            pending = pending[end:]
     if pending:
         log.write(mask(pending) + b"\n")
     log.close()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -28,10 +28,12 @@ from synthgen.data.failures import SKIPPED
 from synthgen.data.partials import Partial, PartialOutputs, usable
 from synthgen.data.prompts import DatasetIndex, DatasetSource, Prompt, scan_dataset
 from synthgen.data.records import ErrorRecord, RowContext, Turn, build_result
+from synthgen.data.samples import sample_key, sample_work, split_key, touched_prompts
 from synthgen.data.selection import Selection, select
 from synthgen.data.store import DatasetStore, PartialTurn, PartialTurns, ResumeState, move_rows
 from synthgen.errors import UsageError
 from synthgen.run.ledger import TokenLedger
+from synthgen.run.mix import Mix, SampleRequest
 from synthgen.run.model import stop_token
 from synthgen.run.progress import DatasetStats, Progress
 from synthgen.run.settled import set_aside, settled_skips
@@ -58,6 +60,12 @@ class WorkItem:
     carried: Partial | None = None  # the output so far of attempts (or runs) that were ended early
     carried_before: int = 0  # of carried: tokens an earlier run generated
     extended_by: int | None = None  # --continue-cut: the tokens a cut answer was given beyond its max
+    request: SampleRequest | None = None  # the sample: its seed and recipe (None: the run's flags as they are)
+
+    @property
+    def key(self) -> str:
+        """Where resume files this work: the prompt id, with the sample after the first."""
+        return self.prompt.id if self.request is None else sample_key(self.prompt.id, self.request.sample)
 
     def turn(self, gen: Generation, parser: OutputParser, attempts: int, latency: float, rid: str) -> Turn:
         """The generated turn, split by the reasoning and tool-call parsers as SGLang would."""
@@ -146,6 +154,7 @@ class DatasetRun:
     partial_output_rows: list[Partial] = field(default_factory=list)  # what partial_outputs.jsonl held
     continuing: dict[str, Partial] = field(default_factory=dict)  # earlier runs' partials to continue, by id
     keeps_partials: bool = False  # --keep-partials on
+    mix: Mix | None = None  # samples and recipes: what each (prompt, sample) is sent with
     begun: bool = False  # begin() ran: the run writes this dataset's files
     in_flight: int = 0
     closed: bool = False  # no new requests (token budget reached)
@@ -166,15 +175,16 @@ class DatasetRun:
         return source_label(self.index.source)
 
     # --- requests ----------------------------------------------------------------------------
-    def turn_order(self, prompt_id: str) -> tuple[asyncio.Event | None, asyncio.Event]:
+    def turn_order(self, key: str) -> tuple[asyncio.Event | None, asyncio.Event]:
         """(the event of this conversation's previous turn in this run, if any; this prompt's own event).
-        Only --regenerate each ids (``<id>#<k>``) have a previous turn."""
+        Only --regenerate each ids (``<id>#<k>``) have a previous turn, of the same sample."""
         finished = asyncio.Event()
         if self.index.mode != "each":
             return None, finished
-        self._turns[prompt_id] = finished
+        self._turns[key] = finished
+        prompt_id, sample = split_key(key)
         base, _, k = prompt_id.rpartition("#")
-        return self._turns.pop(f"{base}#{int(k) - 1}", None), finished
+        return self._turns.pop(sample_key(f"{base}#{int(k) - 1}", sample), None), finished
 
     async def admit(self) -> bool:
         """Whether one more request of this dataset may go out, waiting while the token budget's
@@ -220,8 +230,9 @@ class DatasetRun:
         self, item: WorkItem, turn: Turn, cfg: RunConfig, model: str | None, stopped_early: str | None = None
     ) -> None:
         """Write the row of a finished prompt (every turn of it) and count it."""
-        prompt = item.prompt
+        prompt, sample = item.prompt, item.request
         turns = [*item.turns, turn]
+        kwargs = cfg.chat_template_kwargs if sample is None else sample.kwargs
         context = RowContext(
             id=prompt.id,
             dataset=self.name,
@@ -231,14 +242,15 @@ class DatasetRun:
             tools=prompt.tools,
             model=model,
             sampling_params=sent_sampling(item),
-            chat_template_kwargs=cfg.chat_template_kwargs or None,
+            chat_template_kwargs=kwargs or None,
             regenerate=cfg.regenerate,
             settings=self.settings,
+            mix=None if sample is None else sample.row_fields() or None,
         )
         record = build_result(context, [*item.messages, turn.message()], turns, now_iso(), stopped_early or None)
         assert self.store is not None
         self.store.append_result(record)
-        self.resume.done.add(prompt.id)
+        self.resume.done.add(item.key)
         self._count_turn(item, turn)  # earlier turns were counted as they finished (record_turn, or an earlier run)
         self.counts.done += 1
         self.counts.last_finish = time.monotonic()
@@ -250,7 +262,7 @@ class DatasetRun:
         assert self.partial_store is not None
         prompt = item.prompt
         self.partial_store.append(
-            PartialTurn(prompt.id, len(item.turns), turn.to_dict(), prompt.prompt_hash, self.settings)
+            PartialTurn(item.key, len(item.turns), turn.to_dict(), prompt.prompt_hash, self.settings)
         )
         self._count_turn(item, turn)  # the token budget counts every turn
         self.progress.turn_finished(turn.completion_tokens)
@@ -332,6 +344,8 @@ class DatasetRun:
             extra.append(f"{ix.bad_lines} bad lines skipped")
         if ix.dropped_empty_system:
             extra.append(f"{ix.dropped_empty_system} empty system turns dropped")
+        if self.mix is not None and self.mix.seeded:
+            extra.append(f"{self.mix.per_prompt} samples per prompt: 'to run' counts samples")
         if resume.repaired:
             extra.append(resume.repaired)
         if resume.bom:
@@ -470,19 +484,19 @@ def open_dataset(
         cfg.skip_bad_lines,
         cfg.regenerate,
         resume.entries,
-        track={row.id for row in partial_rows} | {row.id for row in outputs} | settled.keys(),
+        track={
+            split_key(key)[0] for key in [*(row.id for row in partial_rows), *(row.id for row in outputs), *settled]
+        },
     )
     moving = changed_to_move(source, index.changed, cfg)
     if moving:
         resume = resume.without(set(moving))
-    selection = select(
-        index.ids, resume.done, cfg.cap_for(source.name), cfg.sample, cfg.seed, grouped=cfg.regenerate == "each"
-    )
+    selection, target, already_done = select_samples(index, resume.done, cfg, cfg.cap_for(source.name))
     selection, held = set_aside(selection, settled, index, cfg)
     counts = DatasetStats(
         source.name,
-        target=selection.target,
-        already_done=selection.already_done,
+        target=target,
+        already_done=already_done,
         pending=len(selection.pending),
         token_budget=cfg.max_tokens_per_dataset,
         tokens_before=resume.completion_tokens,
@@ -492,6 +506,7 @@ def open_dataset(
     if cfg.max_tokens_per_dataset is not None:
         budget = TokenBudget(cfg.max_tokens_per_dataset, cfg.max_tokens)
     run = DatasetRun(index, selection, resume, None if cfg.dry_run else store, counts, progress, budget)
+    run.mix = Mix.from_config(cfg)
     run.moving = moving  # a dry run never begins: nothing moves
     run.keeps_partials, run.partial_output_rows = cfg.keep_partials, outputs
     if cfg.regenerate == "all":
@@ -500,6 +515,22 @@ def open_dataset(
         run.partial = PartialTurns.usable(partial_rows, resume.done, index.hashes, None)
         counts.tokens_before += partial_tokens(run.partial)
     return run
+
+
+def select_samples(index: DatasetIndex, done: set[str], cfg: RunConfig, cap: int | None) -> tuple[Selection, int, int]:
+    """(the selection, whose ``pending`` are the keys of the samples to send; the samples the dataset
+    should hold; those it holds). A cap counts prompts (a prompt with any sample done counts); every
+    selected prompt is owed its missing samples, so a larger --samples-per-prompt adds only those."""
+    per_prompt = cfg.samples_per_prompt
+    if per_prompt == 1 and not cfg.mixed:
+        selection = select(index.ids, done, cap, cfg.sample, cfg.seed, grouped=cfg.regenerate == "each")
+        return selection, selection.target, selection.already_done
+    touched = touched_prompts(done)
+    selection = select(index.ids, touched, cap, cfg.sample, cfg.seed, grouped=cfg.regenerate == "each")
+    started = [pid for pid in index.ids if pid in touched]
+    work = [sample_key(pid, k) for pid, k in sample_work([*started, *selection.pending], done, per_prompt)]
+    held = sum(1 for pid in started for k in range(per_prompt) if sample_key(pid, k) in done)
+    return replace(selection, pending=work), selection.target * per_prompt, held
 
 
 def check_source(store: DatasetStore, source: DatasetSource, resume: ResumeState) -> None:

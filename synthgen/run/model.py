@@ -12,6 +12,7 @@ from synthgen.chat import templating
 from synthgen.chat.parsers import KNOWN_REASONING, KNOWN_TOOL_CALL, OutputParser, unsupported_note
 from synthgen.config import RunConfig
 from synthgen.data.provenance import Settings
+from synthgen.run.mix import Mix
 from synthgen.server.client import Generation
 from synthgen.server.discovery import ServerContext
 
@@ -74,6 +75,7 @@ def flag_settings(cfg: RunConfig) -> dict[str, Any]:
         "sampling_params": cfg.sampling_params(),
         "max_tokens": cfg.max_tokens,
         "regenerate": cfg.regenerate,
+        **Mix.from_config(cfg).settings(),
     }
 
 

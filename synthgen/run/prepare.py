@@ -28,7 +28,9 @@ from synthgen.data.failures import (
 )
 from synthgen.data.prompts import Prompt, PromptReader
 from synthgen.data.records import Turn
+from synthgen.data.samples import sample_key, split_key
 from synthgen.run.dataset_run import DatasetRun, WorkItem
+from synthgen.run.mix import SampleRequest
 from synthgen.run.model import Model
 from synthgen.run.settled import unread_prompt
 from synthgen.server.client import build_payload
@@ -53,25 +55,30 @@ class Preparer:
         self.max_token_bytes = model.max_token_bytes
         self._readers: dict[str, PromptReader] = {}
 
-    def prepare(self, run: DatasetRun, prompt_id: str) -> WorkItem | Skip:
-        too_long = self._too_long_unread(run, prompt_id)
+    def prepare(self, run: DatasetRun, key: str) -> WorkItem | Skip:
+        """The request of one work key: a prompt id, or a prompt's sample (``samples.sample_key``)."""
+        prompt_id, sample = split_key(key)
+        too_long = self._too_long_unread(run, prompt_id, key)
         if too_long is not None:
             return too_long
         reader = self._readers.get(run.name)
         if reader is None:
             reader = self._readers[run.name] = PromptReader(run.index)
         prompt = reader.read(prompt_id)
+        request = None if run.mix is None or not run.mix.seeded else run.mix.request(prompt_id, sample)
         if prompt.conversation is None:
-            return self._fit(run, prompt, list(prompt.messages), [])
+            return self._fit(run, prompt, list(prompt.messages), [], request)
         blocker = prompt.conversation.all_blocker()
         if blocker:
-            return Skip(prompt.id, CANNOT_REGENERATE.name, f"--regenerate all: {blocker}", prompt.prompt_hash)
-        done = [Turn.from_dict(t.data) for t in run.partial.get(prompt.id, [])]
+            return Skip(key, CANNOT_REGENERATE.name, f"--regenerate all: {blocker}", prompt.prompt_hash)
+        done = [Turn.from_dict(t.data) for t in run.partial.get(key, [])]
         if len(done) >= len(prompt.conversation.all_positions()):
             done = []  # more turns than the conversation has now (its trailing replies changed): start again
-        return self.next_turn(run, prompt, done)
+        return self.next_turn(run, prompt, done, request)
 
-    def next_turn(self, run: DatasetRun, prompt: Prompt, turns: list[Turn]) -> WorkItem | Skip:
+    def next_turn(
+        self, run: DatasetRun, prompt: Prompt, turns: list[Turn], request: SampleRequest | None = None
+    ) -> WorkItem | Skip:
         """Mode all: the request for the turn after ``turns``, on the model's own earlier replies."""
         conversation = prompt.conversation
         assert conversation is not None
@@ -79,24 +86,44 @@ class Preparer:
         try:
             messages = conversation.all_prompt(positions[len(turns)], [t.message() for t in turns])
         except ConversationError as exc:
-            return Skip(prompt.id, CANNOT_REGENERATE.name, str(exc), prompt.prompt_hash)
-        return self._fit(run, prompt, messages, turns)
+            return Skip(_key(prompt, request), CANNOT_REGENERATE.name, str(exc), prompt.prompt_hash)
+        return self._fit(run, prompt, messages, turns, request)
 
     def _fit(
-        self, run: DatasetRun, prompt: Prompt, messages: list[dict[str, Any]], turns: list[Turn]
+        self,
+        run: DatasetRun,
+        prompt: Prompt,
+        messages: list[dict[str, Any]],
+        turns: list[Turn],
+        request: SampleRequest | None = None,
     ) -> WorkItem | Skip:
         max_chars, too_long = self._render_cap()
+        key = _key(prompt, request)
+        kwargs = None if request is None else request.kwargs
         try:
-            rendered = self.renderer.render(messages, prompt.tools, max_chars, too_long)
+            if prompt.input_ids is not None:  # rendered already: sent as they are, checked like any other
+                ids = list(prompt.input_ids)
+                vocab = self.server.vocab_size
+                if vocab is not None and max(ids) >= vocab:
+                    return Skip(
+                        key,
+                        TOKEN_OUT_OF_VOCAB.name,
+                        f"the line's input_ids hold id {max(ids)}, outside the model's vocabulary ({vocab}); "
+                        "render them with the served model's tokenizer",
+                        prompt.prompt_hash,
+                    )
+                text = self.renderer.tokenizer.decode(ids, skip_special_tokens=False)
+            else:
+                rendered = self.renderer.render(messages, prompt.tools, max_chars, too_long, kwargs)
+                ids, text = rendered.input_ids, rendered.text
         except TemplateBudgetError as exc:  # over the render's time, step or size bound
-            return Skip(prompt.id, exc.kind, str(exc), prompt.prompt_hash)
+            return Skip(key, exc.kind, str(exc), prompt.prompt_hash)
         except ValueError as exc:
-            return Skip(prompt.id, TEMPLATE_ERROR.name, str(exc), prompt.prompt_hash)
-        ids = rendered.input_ids
+            return Skip(key, TEMPLATE_ERROR.name, str(exc), prompt.prompt_hash)
         ctx = self.server
         if ctx.vocab_size is not None and ids and max(ids) >= ctx.vocab_size:
             return Skip(
-                prompt.id,
+                key,
                 TOKEN_OUT_OF_VOCAB.name,
                 (
                     f"token id {max(ids)} is outside the model's vocabulary ({ctx.vocab_size}); "
@@ -105,11 +132,13 @@ class Preparer:
                 prompt.prompt_hash,
             )
         if not ids:
-            return Skip(prompt.id, EMPTY_PROMPT.name, "the chat template rendered an empty prompt", prompt.prompt_hash)
-        max_new, reason = fit_max_new_tokens(len(ids), self.max_tokens, ctx.context_len, ctx.max_input_len)
+            return Skip(key, EMPTY_PROMPT.name, "the chat template rendered an empty prompt", prompt.prompt_hash)
+        max_tokens = self.max_tokens if request is None else request.max_tokens
+        max_new, reason = fit_max_new_tokens(len(ids), max_tokens, ctx.context_len, ctx.max_input_len)
         if max_new is None:
-            return Skip(prompt.id, PROMPT_TOO_LONG.name, reason or "", prompt.prompt_hash)
-        return WorkItem(run, prompt, ids, self.parser.opens_reasoning(rendered.text), max_new, messages, turns)
+            return Skip(key, PROMPT_TOO_LONG.name, reason or "", prompt.prompt_hash)
+        opens = self.parser.opens_reasoning(text)
+        return WorkItem(run, prompt, ids, opens, max_new, messages, turns, request=request)
 
     def _render_cap(self) -> tuple[int | None, str | None]:
         """The longest rendered text that can still fit the context (a text of C characters makes at
@@ -124,7 +153,7 @@ class Preparer:
             f"the server accepts fewer than {limit:,}"
         )
 
-    def _too_long_unread(self, run: DatasetRun, prompt_id: str) -> Skip | None:
+    def _too_long_unread(self, run: DatasetRun, prompt_id: str, key: str) -> Skip | None:
         """A huge line that cannot fit is skipped before it is read, rendered or tokenized."""
         size = run.index.long_lines.get(prompt_id)
         limit = self.server.max_input_len or self.server.context_len
@@ -134,7 +163,7 @@ class Preparer:
         if at_least < limit:
             return None
         return Skip(
-            prompt_id,
+            key,
             PROMPT_TOO_LONG.name,
             f"prompt line has {size:,} bytes, so at least {at_least:,} tokens; the server accepts fewer than {limit:,}",
             unread_prompt(size),
@@ -152,20 +181,37 @@ class Preparer:
         self._readers.clear()
 
 
+def _key(prompt: Prompt, request: SampleRequest | None) -> str:
+    return prompt.id if request is None else sample_key(prompt.id, request.sample)
+
+
 def first_request_report(preparer: Preparer, runs: list[DatasetRun], cfg: RunConfig) -> list[str]:
     """--dry-run: the first request the run would send (or why its prompt would be skipped)."""
+    draw = mix_report(runs, cfg)
     sample = next(((run, run.selection.pending[0]) for run in runs if run.selection.pending), None)
     if sample is None:
-        return ["nothing to do: every selected prompt is already done"]
+        return [*draw, "nothing to do: every selected prompt is already done"]
     item = preparer.prepare(*sample)
     if isinstance(item, Skip):
-        return [f"first prompt {sample[1]} would be skipped: {item.kind}: {item.reason}"]
-    payload = build_payload(item.input_ids, item.max_new_tokens, cfg.sampling_params(), "synthgen-<uuid>")
+        return [*draw, f"first prompt {sample[1]} would be skipped: {item.kind}: {item.reason}"]
+    sampling = cfg.sampling_params() if item.request is None else item.request.sampling()
+    rid = "synthgen-<uuid>" if item.request is None else item.request.rid("synthgen-<uuid>")
+    payload = build_payload(item.input_ids, item.max_new_tokens, sampling, rid)
     shown = dict(payload, input_ids=f"[{len(item.input_ids)} token ids: {item.input_ids[:12]} ...]")
     rendered = preparer.renderer.tokenizer.decode(item.input_ids)
+    which = item.prompt.id if item.request is None else f"{item.prompt.id} sample {item.request.sample}"
     return [
-        f"first request ({item.run.name} / {item.prompt.id}): POST {cfg.display_url}/generate",
+        *draw,
+        f"first request ({item.run.name} / {which}): POST {cfg.display_url}/generate",
         "  " + orjson.dumps(shown).decode(),
         "  rendered prompt:\n    " + rendered.replace("\n", "\n    "),
         f"  prompt opens reasoning: {item.opens_reasoning}",
     ]
+
+
+def mix_report(runs: list[DatasetRun], cfg: RunConfig) -> list[str]:
+    """--dry-run with samples or a mix: the draw over every sample the run would send."""
+    mix = next((run.mix for run in runs if run.mix is not None), None)
+    if mix is None or not mix.seeded:
+        return []
+    return mix.dry_run_lines([split_key(key) for run in runs for key in run.selection.pending])

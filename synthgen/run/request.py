@@ -95,6 +95,17 @@ class Requests:
     def keeps_partials(self) -> bool:
         return self.blocker is None
 
+    def unlike_for(self, item: WorkItem) -> str | None:
+        """Why a continuation of this item would not be the same distribution (None: it would): the
+        run's sampling params, or its sample's (a training mix's per-sample seed is a fixed seed)."""
+        if self.unlike is not None or item.request is None:
+            return self.unlike
+        return continuation_blocker(item.request.sampling())
+
+    def keeps_for(self, item: WorkItem) -> bool:
+        """This item's ended attempts are kept and continued."""
+        return self.blocker is None and self.unlike_for(item) is None
+
     # ------------------------------------------------------------------ a stop
     async def abort_all(self) -> int:
         """End every request in flight through the server's /abort_request; how many it accepted.
@@ -108,7 +119,7 @@ class Requests:
         """One request with its retries: the parsed turn, or None once the prompt's failure is
         recorded (or the run is stopping; a partial output is kept for the next run)."""
         run, health = item.run, self.health
-        if self.keeps_partials:
+        if self.keeps_for(item):
             self._resume(item)
         attempts = outages = 0
         while True:
@@ -149,7 +160,7 @@ class Requests:
                     outages += 1
                     if outages >= OUTAGES_PER_PROMPT:
                         run.record_error(
-                            item.prompt.id,
+                            item.key,
                             FAILED,
                             SERVER_DIED.name,
                             (
@@ -189,7 +200,7 @@ class Requests:
     def _failed(self, item: WorkItem, exc: RequestFailure, attempts: int) -> None:
         if self.fleet is not None:
             self.fleet.failed(exc.worker, exc.kind)
-        item.run.record_error(item.prompt.id, FAILED, exc.kind, exc.message, attempts, exc.status, worker=exc.worker)
+        item.run.record_error(item.key, FAILED, exc.kind, exc.message, attempts, exc.status, worker=exc.worker)
 
     def _routing_key(self, item: WorkItem) -> str | None:
         """--regenerate each|all: one key per conversation, so a gateway keeps its turns on one worker."""
@@ -221,7 +232,7 @@ class Requests:
         base = carried.output_ids if carried is not None else []
         segments = carried.segments if carried is not None else []
         guard = LoopGuard() if self.cfg.loop_guard else None
-        every = self.cfg.checkpoint_tokens if self.keeps_partials else 0
+        every = self.cfg.checkpoint_tokens if self.keeps_for(item) else 0
         saved = 0  # ids of this attempt on disk
 
         def progress(ids: list[int]) -> None:
@@ -232,7 +243,7 @@ class Requests:
                 raise LoopFound(found, list(ids))
             if every and len(ids) - saved >= every:
                 partial = Partial(
-                    item.prompt.id, len(item.turns), whole, [*segments, len(ids)], item.prompt.prompt_hash, run.settings
+                    item.key, len(item.turns), whole, [*segments, len(ids)], item.prompt.prompt_hash, run.settings
                 )
                 run.checkpoint(partial, len(base) + saved)
                 saved = len(ids)
@@ -260,12 +271,14 @@ class Requests:
         carried = item.carried
         ids = item.input_ids if carried is None else [*item.input_ids, *carried.output_ids]
         left = item.max_new_tokens - (0 if carried is None else carried.tokens)
-        item.payload = build_payload(ids, left, self.sampling, new_rid())
+        sample = item.request  # a training mix: the sample's own params, seed and request id
+        sampling, rid = (self.sampling, new_rid()) if sample is None else (sample.sampling(), sample.rid(new_rid()))
+        item.payload = build_payload(ids, left, sampling, rid)
         return item.payload
 
     def _resume(self, item: WorkItem) -> None:
         """A partial output an earlier run kept for this prompt (and turn), if it can be continued."""
-        partial = item.run.take_partial(item.prompt.id, len(item.turns))
+        partial = item.run.take_partial(item.key, len(item.turns))
         if partial is None:
             return
         if partial.tokens >= item.max_new_tokens:  # nothing left to continue (the context shrank, a cut extended)
@@ -282,7 +295,7 @@ class Requests:
         # The last id is sampled again: an abort can race the answer's own end, and a stop token must
         # not be continued past (one token a partial; drawn from the same distribution again).
         lost, partial = partial[-1:], partial[:-1]
-        if not self.keeps_partials or not partial:
+        if not self.keeps_for(item) or not partial:
             lost, partial = lost + partial, []
         if self.stopping.is_set():
             run.tokens.stopped += len(lost)
@@ -293,7 +306,7 @@ class Requests:
         tokens = len(partial)
         before = item.carried
         item.carried = Partial(
-            item.prompt.id,
+            item.key,
             len(item.turns),
             [*(before.output_ids if before else []), *partial],
             [*(before.segments if before else []), tokens],
@@ -307,7 +320,7 @@ class Requests:
         continued once with up to N more tokens, as the same generation (the context allowing); True
         when the item now carries it for one more request."""
         extra = self.cfg.continue_cut
-        if not extra or item.extended_by or self.unlike is not None or turn.output_ids is None:
+        if not extra or item.extended_by or self.unlike_for(item) is not None or turn.output_ids is None:
             return False
         if turn.finish_reason != "length" or (turn.reasoning_complete and turn.content.strip()):
             return False
@@ -319,7 +332,7 @@ class Requests:
             return False
         run = item.run
         item.carried = Partial(
-            item.prompt.id,
+            item.key,
             len(item.turns),
             turn.output_ids,
             turn.segments or [len(turn.output_ids)],

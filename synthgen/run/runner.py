@@ -408,7 +408,7 @@ class Pool:
         while (item := await self.producer.take()) is not None:
             if self.stop.is_set():
                 continue  # drain the queue so the producer is never left waiting
-            previous, finished = item.run.turn_order(item.prompt.id)
+            previous, finished = item.run.turn_order(item.key)
             if previous is not None and not previous.is_set():
                 self._spawn(self._after(item, previous, finished))
                 continue
@@ -481,7 +481,7 @@ class Pool:
                     return
                 run.record_turn(item, turn)
                 following = await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self.preparer.next_turn, run, item.prompt, [*item.turns, turn]
+                    self._executor, self.preparer.next_turn, run, item.prompt, [*item.turns, turn], item.request
                 )
                 if isinstance(following, Skip):
                     record_skip(run, following, self.cfg)

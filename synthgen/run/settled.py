@@ -13,6 +13,7 @@ from synthgen.config import RunConfig
 from synthgen.data.failures import settled_key
 from synthgen.data.prompts import DatasetIndex
 from synthgen.data.records import ErrorRecord
+from synthgen.data.samples import split_key
 from synthgen.data.selection import Selection
 from synthgen.data.store import DatasetStore, iter_rows
 
@@ -45,7 +46,8 @@ def set_aside(
         record = settled.get(pid)
         if record is None:
             continue
-        prompts = [index.hashes.get(pid), unread_prompt(index.long_lines[pid]) if pid in index.long_lines else None]
+        base = split_key(pid)[0]  # a sample's skip is decided by its prompt
+        prompts = [index.hashes.get(base), unread_prompt(index.long_lines[base]) if base in index.long_lines else None]
         if any(p and settled_key(record.error_type, p, cfg) == record.settled for p in prompts):
             held[pid] = record
     if not held:

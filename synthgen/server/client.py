@@ -565,7 +565,9 @@ class SGLangClient:
         then answers 200 with ``finish_reason.type == "abort"`` and the output so far (sglang_api.md
         §10). Only a rid in flight reaches the scheduler, which then also ends every request whose
         rid starts with it (measured on 0.5.23): a rid must not be the prefix of another's. False
-        when the server could not be asked; never raises, since it is called while stopping."""
+        when the server could not be asked or refused (smg 1.13 answers 404: behind it, closing a
+        streamed request's connection is what ends it, within a second); never raises, since it
+        is called while stopping."""
         try:
             response = await self.http.post(
                 "/abort_request",

@@ -292,7 +292,10 @@ def test_help_ends_with_examples_and_exits_0(capsys):
     code, out, _ = run(capsys, "--help")
     assert code == 0
     examples = out[out.index("\nExamples:\n") :]
-    assert examples.rstrip().endswith("python compute_budget.py --fixed wiki_rewrites=120M --throughput 1200")
+    assert "python compute_budget.py --fixed wiki_rewrites=120M --throughput 1200" in examples
+    assert examples.rstrip().endswith(
+        "python compute_budget.py --samples-per-prompt 4 --existing A1_deepswekimi=deepswe_tokens.jsonl"
+    )
     assert "python compute_budget.py --tokens-per-dataset 5M --out budget.json" in examples
 
 
@@ -331,3 +334,60 @@ def test_the_entry_script_runs_as_a_subprocess_with_the_default_folders(project)
     assert bad.stderr == (
         "compute_budget.py: error: --throughput: range '1500-1000' goes down; put the lower figure first (1000-1500)\n"
     )
+
+
+def test_four_samples_per_prompt_select_a_quarter_of_the_prompts_and_the_plan_says_so(project, capsys):
+    code, out, err = run(
+        capsys, "--dataset", "math", "--avg-tokens", "math=1000", "--samples-per-prompt", "4", "--out", "b.json"
+    )
+    assert code == 0
+    assert out.splitlines()[0].endswith("4 samples per prompt (each counts: prompts = budget / (4 x avg tokens))")
+    assert table_row(out, "math") == ["math", "1,000", "--avg-tokens", "14,714", "2,500", "10,000", "10,000,000"]
+    plan = json.loads((project / "b.json").read_text())
+    assert plan["samples_per_prompt"] == 4
+    assert err.rstrip().endswith("--dataset math --budget b.json --samples-per-prompt 4")
+    assert plan["datasets"]["math"]["max_samples"] == 2_500
+
+
+def test_an_existing_token_file_is_in_the_table_and_the_totals_without_inference(project, capsys):
+    rows = [{"input_ids": list(range(10)), "loss_mask": [0] * 4 + [1] * 6} for _ in range(3)]
+    write_jsonl(project / "pretok.jsonl", rows)
+    code, out, err = run(
+        capsys,
+        "--dataset",
+        "math",
+        "--avg-tokens",
+        "math=3793",
+        "--existing",
+        "A1_deepswekimi=pretok.jsonl",
+        "--out",
+        "b.json",
+    )
+    assert code == 0, err
+    assert table_row(out, "A1_deepswekimi") == ["A1_deepswekimi", "6", "existing pre-tok, 30 in all", "-", "3", "18"]
+    assert table_row(out, "total")[-2:] == ["2,639", "9,998,366"]
+    assert "Existing:           18 tokens in 3 rows (already tokens: in the totals, not in the generation time)" in out
+    assert "To generate: 9,998,348 tokens" in out
+    plan = json.loads((project / "b.json").read_text())
+    assert plan["datasets"]["A1_deepswekimi"]["max_samples"] == 0
+    assert plan["datasets"]["A1_deepswekimi"]["avg_source"] == "existing"
+    assert "--dataset math --budget b.json" in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--existing", "A1"], "compute_budget.py: error: --existing: 'A1' is not NAME=PATH"),
+        (["--existing", "A1=nope.jsonl"], "compute_budget.py: error: --existing: nope.jsonl: no such file"),
+        (
+            ["--samples-per-prompt", "0"],
+            "compute_budget.py: error: --samples-per-prompt must be between 1 and 100,000, got 0",
+        ),
+        (["--existing", "A1=x", "--fixed", "A1=3M"], "compute_budget.py: error: 'A1' has both --existing and --fixed"),
+    ],
+)
+def test_bad_mix_flags_are_one_line_errors(project, capsys, argv, message):
+    code, out, err = run(capsys, "--avg-tokens", "math=3793", "--dataset", "math", *argv)
+    assert code == 2
+    assert err.startswith(message), err
+    assert err.count("\n") == 1

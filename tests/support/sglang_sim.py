@@ -49,6 +49,11 @@ gpt-oss tokenizer). Stop ids are the tokenizer's ``eos_token`` plus ``eos_token_
 ``config.json`` and ``generation_config.json``; ``finish_reason.matched`` is the id that ended the
 output, which ``output_ids`` includes and ``text`` does not.
 
+A request with ``sampling_params.sampling_seed`` and a ``temperature`` above 0 (sent, not defaulted)
+stands for a sampled answer: the output gets ``V`` more pad tokens (the last token of ``"."``) before its
+stop id, ``V`` = the seed's SHA-1 mod 4, so samples of one prompt under different seeds mostly differ and
+the same seed always gives the same answer (what a server with deterministic inference does).
+
 ``--output-len-dist`` overrides the length (EOS included) per prompt: ``fixed:N``, or
 ``uniform:LO-HI`` drawn from the prompt ids' SHA-1. A shorter length cuts the styled output (then
 EOS), a longer one pads it with the last token of ``"."`` before EOS. Output is truncated at
@@ -449,11 +454,12 @@ class FakeModel:
         """The output of one sequence: the model's, or a sick worker's "!" to the length limit."""
         if seq.garbled:
             return self.encode_text("!")[:1] * seq.max_new_tokens
-        return self.complete(seq.input_ids)
+        return self.complete(seq.input_ids, seq.variation)
 
-    def complete(self, input_ids: list[int]) -> list[int]:
+    def complete(self, input_ids: list[int], variation: int = 0) -> list[int]:
         """The output, ending with a stop id unless it loops, that the model would write given
-        unlimited tokens. Greedy and stateless, as a model is: when the ids are a prompt followed
+        unlimited tokens (``variation`` pad tokens before the stop id: a seeded sample, see
+        seeded_variation). Greedy and stateless, as a model is: when the ids are a prompt followed
         by the start of this model's output for it (a continuation: prompt + partial ids), the
         answer is the rest of that output.
 
@@ -464,13 +470,13 @@ class FakeModel:
         continuation only for partials longer than that one token and prompts not ending in it."""
         marked = SIM_MARKER.search(self.decode(input_ids, skip_special_tokens=False)) is not None
         for split in self._continuation_splits(input_ids, marked):
-            rest = self._continued(input_ids, split)
+            rest = self._continued(input_ids, split, variation)
             if rest is not None:
                 return rest
-        return self._complete_prompt(input_ids)
+        return self._complete_prompt(input_ids, variation)
 
-    def _continued(self, input_ids: list[int], split: int) -> list[int] | None:
-        full = self._complete_prompt(input_ids[:split])
+    def _continued(self, input_ids: list[int], split: int, variation: int = 0) -> list[int] | None:
+        full = self._complete_prompt(input_ids[:split], variation)
         partial = len(input_ids) - split
         return full[partial:] if input_ids[split:] == full[:partial] else None
 
@@ -495,7 +501,7 @@ class FakeModel:
         starts += ["<|tool_calls_section_begin|>"]
         return [ids for ids in (self.encode_text(text) for text in starts) if ids]
 
-    def _complete_prompt(self, input_ids: list[int]) -> list[int]:
+    def _complete_prompt(self, input_ids: list[int], variation: int = 0) -> list[int]:
         prompt = self.decode(input_ids, skip_special_tokens=False)
         kind, message = last_turn(prompt)
         marker = SIM_MARKER.search(message)
@@ -504,6 +510,8 @@ class FakeModel:
         ids = self.encode_text(self.output_text(prompt))
         if not ids or ids[-1] not in self.stop_ids:
             ids.append(self.eos_id)
+        if variation:
+            ids = ids[:-1] + [self.pad_id] * variation + ids[-1:]
         if marker and marker["long"]:
             return self._lengthened(prompt, input_ids, ids, int(marker["long"]))
         if self.length_dist is None:
@@ -645,6 +653,7 @@ class Sequence:
     max_new_tokens: int  # after the scheduler's clamp
     skip_special_tokens: bool
     require_reasoning: bool = False
+    variation: int = 0  # pad tokens of a seeded sample (seeded_variation)
     planned: list[int] = field(default_factory=list)  # the model's whole output, stop id included
     garbled: bool = False  # a sick worker's answer: "!" to the length limit (Faults.garbage_after)
     aborted: bool = False  # set by /abort_request
@@ -729,6 +738,14 @@ def sampling_contract_problem(sampling) -> str | None:
             if expected_type and not matches_type(value, expected_type):
                 return f"invalid type: {json_type_description(value)}, expected {expected_type}"
     return None
+
+
+def seeded_variation(params: dict) -> int:
+    """Pad tokens a seeded, sampled request adds to its answer: 0..3 from the seed, 0 when greedy or unseeded."""
+    seed, temperature = params.get("sampling_seed"), params.get("temperature")
+    if not isinstance(seed, int) or not isinstance(temperature, (int, float)) or temperature <= 0:
+        return 0
+    return int(hashlib.sha1(str(seed).encode()).hexdigest(), 16) % 4
 
 
 def sampling_value(params: dict, key: str, default):
@@ -853,6 +870,7 @@ def parse_generate(body, settings: Settings, model: FakeModel) -> ParsedRequest:
             max_new_tokens=max_new[i],
             skip_special_tokens=sampling_value(params, "skip_special_tokens", True),
             require_reasoning=body.get("require_reasoning") is True,
+            variation=seeded_variation(params),
             stream_interval=params.get("stream_interval") or settings.stream_interval,
         )
         for i, (prompt, params) in enumerate(zip(prompts, per_prompt, strict=True))
@@ -1622,6 +1640,26 @@ def malform(item: dict, kind: str) -> dict:
 STREAMED = object()
 
 
+def is_value_error(error: HttpError) -> bool:
+    """A 400 of SGLang's ValueError shape (``value_error``), not the request contract's."""
+    body = error.body
+    return error.status == 400 and isinstance(body, dict) and isinstance(body.get("error"), dict)
+
+
+def logged_answers(job: Job, items: list[dict]) -> list[dict]:
+    """What ``--request-log`` keeps of a 200 answer, one entry per sequence."""
+    return [
+        {
+            "rid": seq.rid,
+            "input_ids": seq.input_ids,
+            "output_ids": item["output_ids"],
+            "text": item["text"],
+            "finish_reason": item["meta_info"]["finish_reason"],
+        }
+        for seq, item in zip(job.sequences, items, strict=True)
+    ]
+
+
 class DropConnection(Exception):
     """Close the socket without answering (simulates a worker or proxy dying mid-request)."""
 
@@ -1994,16 +2032,7 @@ class SimHandler(BaseHTTPRequestHandler):
             finally:
                 state.unregister(job)
             items = [response_item(seq, model, settings, started) for seq in job.sequences]
-            logged = [
-                {
-                    "rid": seq.rid,
-                    "input_ids": seq.input_ids,
-                    "output_ids": item["output_ids"],
-                    "text": item["text"],
-                    "finish_reason": item["meta_info"]["finish_reason"],
-                }
-                for seq, item in zip(job.sequences, items, strict=True)
-            ]
+            logged = logged_answers(job, items)
             outcome = "aborted" if any(seq.aborted for seq in job.sequences) else "ok"
             if watch.gone:
                 outcome = "disconnected"
@@ -2020,12 +2049,7 @@ class SimHandler(BaseHTTPRequestHandler):
             return 200, items if parsed.returns_list else items[0]
         except HttpError as error:
             outcome = f"http_{error.status}"
-            if (
-                streamed
-                and error.status == 400
-                and isinstance(error.body, dict)
-                and isinstance(error.body.get("error"), dict)
-            ):
+            if streamed and is_value_error(error):
                 # Checks past the request contract run once the stream began: an error event.
                 self._stream_error(error.body["error"].get("message", ""))
                 return 200, STREAMED

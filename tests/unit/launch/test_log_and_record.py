@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from synthgen.launch import record as rec
-from synthgen.launch.logpump import BoundedLog, pump, remember_secret
+from synthgen.launch.logpump import BoundedLog, mask, pump, remember_secret
 from synthgen.launch.procs import describe_process, port_listeners
 
 
@@ -104,3 +104,33 @@ def test_the_port_s_listener_is_found_among_given_pids_and_named_with_its_key_ma
     finally:
         proc.kill()
         proc.wait()
+
+
+CREDENTIAL_SHAPES = [
+    "GET http://Zq9value@host/x",
+    "http://user:Zq9value@host",
+    "url?api_key=Zq9value&b=1",
+    "url?x=1&token=Zq9value",
+    "url?X-Amz-Signature=Zq9value",
+    "args --api-key Zq9value --port 1",
+    "args --api_key Zq9value",
+    "args --apikey=Zq9value",
+    "args --hf-token 'Zq9value'",
+    "env API_KEY=Zq9value",
+    "env SGLANG_API_KEY=Zq9value",
+    "env HF_TOKEN=Zq9value",
+    "Authorization: Bearer Zq9value",
+    'json {"api_key": "Zq9value"}',
+    "ServerArgs(api_key='Zq9value', port=1)",
+    "repr password='Zq9value'",
+]
+
+
+@pytest.mark.parametrize("line", CREDENTIAL_SHAPES)
+def test_every_credential_shape_redact_knows_is_masked_by_the_pump(line):
+    assert "Zq9value" not in mask(line.encode()).decode()
+
+
+def test_the_servers_ordinary_lines_are_left_as_they_are(tmp_path):
+    line = b"[2026-12-02 08:50:45] Decode batch, #running-req: 1, #token: 103, token usage: 0.00, gen throughput\n"
+    assert mask(line * 50) == line * 50

@@ -116,8 +116,13 @@ def _k2h_block(block: str, tools: Tools) -> list[tuple[str, dict[str, Any]]] | N
         text = block[first:]
         args: dict[str, Any] = {}
         cursor = 0
-        for m in _K2H_ARG.finditer(text):
-            if text[cursor : m.start()].strip():
+        while True:  # SGLang's finditer, with anything but whitespace between pairs malformed: anchored
+            while cursor < len(text) and text[cursor].isspace():  # matches find the same, in linear time
+                cursor += 1
+            if cursor == len(text):
+                return [(name, args)]
+            m = _K2H_ARG.match(text, cursor)
+            if m is None:
                 raise ValueError("malformed framing")
             key = m.group(1).strip()
             if not key:
@@ -125,9 +130,6 @@ def _k2h_block(block: str, tools: Tools) -> list[tuple[str, dict[str, Any]]] | N
             inline = m.group(2).strip() if m.group(2) else None
             args[key] = _k2h_coerce(m.group(3), name, key, tools, inline, True)
             cursor = m.end()
-        if text[cursor:].strip():
-            raise ValueError("malformed framing")
-        return [(name, args)]
     except (TypeError, ValueError):
         return None
 

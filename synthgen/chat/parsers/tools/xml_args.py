@@ -387,6 +387,36 @@ def _cpm_xml(
     return name, bool(name), invalid
 
 
+def _cpm_regex(
+    block: str, tools: Tools, allowed_by: dict[str, set[str]], args: dict[str, Any], name: str | None, invalid: bool
+) -> tuple[str | None, bool, bool]:
+    """The block read by regex, MiniCPM5Detector's fallback: (function name, parsed, a parameter was invalid)."""
+    try:
+        head = re.search(r"<function\s+name=['\"]([^'\"]+)['\"][^>]*>", block)
+        if head:
+            name = (head.group(1) or "").strip()
+        invalid = re.search(r"<param(?![^>]*\bname=)[^>]*>", block, re.DOTALL) is not None
+        seen: set[str] = set()
+        allowed = allowed_by.get(name or "", set())
+        pattern = r"<param\s+name=['\"]([^'\"]+)['\"]>([\s\S]*?)</param>"
+        for pm in re.finditer(pattern, through_last(block, "</param>"), re.DOTALL):
+            key = pm.group(1).strip()
+            if (allowed and key not in allowed) or key in seen:
+                invalid = True
+                break
+            seen.add(key)
+            value = pm.group(2) or ""
+            if value.startswith("<![CDATA[") and value.endswith("]]>"):
+                value = value[len("<![CDATA[") : -len("]]>")]
+            value = value.strip()
+            args[key] = value if _cpm_type(name or "", key, tools) == "string" else _cpm_value(value)
+        if invalid:
+            args.clear()
+        return name, bool(name), invalid
+    except Exception:
+        return name, False, invalid
+
+
 @tool_parser(
     "minicpm5",
     family="XML arguments (schema-converted)",
@@ -424,33 +454,7 @@ def minicpm5(text: str, tools: Tools) -> Found:
             except Exception:
                 ok = False
             if not ok:
-                try:
-                    head = re.search(r"<function\s+name=['\"]([^'\"]+)['\"][^>]*>", block)
-                    if head:
-                        name = (head.group(1) or "").strip()
-                    invalid = re.search(r"<param(?![^>]*\bname=)[^>]*>", block, re.DOTALL) is not None
-                    seen: set[str] = set()
-                    allowed = allowed_by.get(name or "", set())
-                    for pm in re.finditer(
-                        r"<param\s+name=['\"]([^'\"]+)['\"]>([\s\S]*?)</param>",
-                        through_last(block, "</param>"),
-                        re.DOTALL,
-                    ):
-                        key = pm.group(1).strip()
-                        if (allowed and key not in allowed) or key in seen:
-                            invalid = True
-                            break
-                        seen.add(key)
-                        value = pm.group(2) or ""
-                        if value.startswith("<![CDATA[") and value.endswith("]]>"):
-                            value = value[len("<![CDATA[") : -len("]]>")]
-                        value = value.strip()
-                        args[key] = value if _cpm_type(name or "", key, tools) == "string" else _cpm_value(value)
-                    if invalid:
-                        args.clear()
-                    ok = bool(name)
-                except Exception:
-                    ok = False
+                name, ok, invalid = _cpm_regex(block, tools, allowed_by, args, name, invalid)
             if not name or name not in declared or invalid:
                 ok = False
             elif required_by.get(name) and not required_by[name].issubset(args.keys()):
