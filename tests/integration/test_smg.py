@@ -59,6 +59,8 @@ def test_behind_smg_each_conversation_stays_on_one_worker_and_rows_name_it(ws: W
         assert row["worker"] in (a.url, b.url)
         assert {turn["worker"] for turn in row["turns"]} == {row["worker"]}, row["id"]  # one worker's cache
     assert a.stats()["generate_requests"] + b.stats()["generate_requests"] == 24
+    # smg answers 404 on /v1/loads but lists its workers: the run reads their own loads (issue 28, point 7).
+    assert "router workers load" in result.stderr
 
 
 def test_smgs_admission_sheds_end_no_prompt_as_failed(ws: Workspace, make_sim, smg_bin, gateways):
