@@ -98,9 +98,11 @@ def test_the_port_s_listener_is_found_among_given_pids_and_named_with_its_key_ma
         assert port_listeners(port, [os.getpid()]) == [os.getpid()]
         assert port_listeners(port, [1]) == []  # something listens, not among these
     assert port_listeners(port) is None  # nothing listens
-    proc = subprocess.Popen(["sh", "-c", "sleep 600", "--api-key", "hidden-value"], start_new_session=True)
+    argv = ["sh", "-c", "echo up; sleep 600", "--api-key", "hidden-value"]
+    proc = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.PIPE)
     try:
-        assert describe_process(proc.pid, chars=200) == f"pid {proc.pid}: sh -c sleep 600 --api-key ***"
+        assert proc.stdout is not None and proc.stdout.readline() == b"up\n"  # sh runs: its cmdline is its own
+        assert describe_process(proc.pid, chars=200) == f"pid {proc.pid}: sh -c echo up; sleep 600 --api-key ***"
     finally:
         proc.kill()
         proc.wait()
