@@ -36,6 +36,7 @@ from synthgen.run.loopguard import LoopGuard, Repetition
 from synthgen.server.client import (
     DEFAULT_STREAM_INTERVAL,
     Generation,
+    NoStreamIds,
     Rejected,
     RequestFailure,
     SGLangClient,
@@ -142,7 +143,8 @@ class Requests:
                     generation = await self._looped(item, payload, loop)
                 run.tokens.generated += generation.completion_tokens
                 self._judge(item, generation)
-                turn = self._turn(item, generation, attempts, time.monotonic() - started, rid)
+                sent = item.payload["rid"] if item.payload is not None else rid  # a plain resend has its own
+                turn = self._turn(item, generation, attempts, time.monotonic() - started, sent)
                 if not self._extend(item, turn, generation.completion_tokens):
                     return turn
             except Transient as exc:
@@ -223,7 +225,21 @@ class Requests:
         key = self._routing_key(item)
         if not self.streaming:
             return await self.client.generate(payload, routing_key=key)
-        return await self.client.generate(payload, self._watch(item), self.interval, routing_key=key)
+        try:
+            return await self.client.generate(payload, self._watch(item), self.interval, routing_key=key)
+        except NoStreamIds:
+            if self.streaming:
+                self.streaming = False
+                self.say(
+                    "note: the server's stream chunks carry no output_ids (a router or proxy that drops them): "
+                    "requests are no longer streamed (no checkpoints, no loop guard); rows keep null ids"
+                )
+            fresh = self._payload(item)  # a fresh request id: the streamed one may still be ending
+            self.live[fresh["rid"]] = item
+            try:
+                return await self.client.generate(fresh, routing_key=key)
+            finally:
+                self.live.pop(fresh["rid"], None)
 
     def _watch(self, item: WorkItem) -> Callable[[list[int]], None]:
         """The hook a streamed attempt calls with its output ids so far: the loop guard, then a

@@ -66,6 +66,11 @@ class Rejected(RequestFailure):
     pass
 
 
+class NoStreamIds(Transient):
+    """A streamed answer's chunks carry text but no ``output_ids`` (a router or proxy that drops them):
+    the request is sent again without streaming, whose answer is kept with null ids as before."""
+
+
 @dataclass(frozen=True, slots=True)
 class Generation:
     text: str
@@ -287,6 +292,8 @@ class StreamState:
             self.error_event(data)
         meta = data.get("meta_info") if isinstance(data, dict) else None
         ids = data.get("output_ids") if isinstance(data, dict) else None
+        if isinstance(meta, dict) and ids is None and isinstance(data.get("text"), str) and not self.ids:
+            raise NoStreamIds(BAD_RESPONSE.name, "the server's stream chunks carry no output_ids")
         if not isinstance(meta, dict) or not _int_list(ids):
             raise self.failure(BAD_RESPONSE.name, f"stream chunk has no output_ids/meta_info: {raw[:200]!r}")
         assert isinstance(ids, list) and isinstance(data, dict)
