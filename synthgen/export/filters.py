@@ -32,6 +32,7 @@ DUPLICATE = "duplicate"
 MALFORMED = "malformed"
 OTHER_SETTINGS = "other_settings"
 NO_IDS = "no_ids"
+LOOPED = "repetition"
 TRUNCATED = "truncated"
 UNCLOSED = "unclosed"
 EMPTY = "empty"
@@ -41,6 +42,7 @@ REASONS = {
     MALFORMED: "malformed",
     OTHER_SETTINGS: "other settings set",
     NO_IDS: "no stored token ids",
+    LOOPED: "ended by the loop guard",
     TRUNCATED: "cut at max tokens",
     UNCLOSED: "reasoning never closed",
     EMPTY: "empty answer",
@@ -51,6 +53,7 @@ REASONS = {
 HINTS = {
     OTHER_SETTINGS: "not the set --settings picks",
     NO_IDS: "rows written before ids were stored; use --format specforge or messages",
+    LOOPED: "finish_reason repetition: the answer fell into a loop (--loop-guard)",
     TRUNCATED: "finish_reason length; --keep-truncated keeps them",
     STRAY: "a tag left in reasoning_content or content",
     **{f.refuse.reason: f.refuse.hint for f in FORMATS.values() if f.refuse is not None},
@@ -135,6 +138,8 @@ def has_stray_marker(turn: dict[str, Any]) -> bool:
 
 
 def _shared_reason(turns: list[dict[str, Any]], keep_truncated: bool) -> str | None:
+    if any(t.get("finish_reason") == LOOPED for t in turns):
+        return LOOPED  # never training data, whatever else is kept
     cut = any(t.get("finish_reason") == "length" for t in turns)
     if cut and keep_truncated:
         return STRAY if any(has_stray_marker(t) for t in turns) else None

@@ -26,6 +26,10 @@ from synthgen.export.filters import drop_reason
         (record("h", reasoning_content="x<|channel|>final"), "specforge", False, "stray"),
         (ResultRecord.from_dict(old_row("o")), "tokens", False, "no_ids"),
         (ResultRecord.from_dict(old_row("o")), "messages", False, None),
+        # A loop the guard ended is no training data in any format, --keep-truncated or not.
+        (record("l", finish_reason="repetition"), "specforge", False, "repetition"),
+        (record("l", finish_reason="repetition"), "tokens", True, "repetition"),
+        (record("l", finish_reason="repetition"), "messages", True, "repetition"),
     ],
 )
 def test_each_filter_drops_the_row_it_is_for_and_nothing_else(row, fmt, keep, reason):
