@@ -251,7 +251,7 @@ class DatasetRun:
         assert self.store is not None
         self.store.append_result(record)
         self.resume.done.add(item.key)
-        self._count_turn(item, turn)  # earlier turns were counted as they finished (record_turn, or an earlier run)
+        count_turn(self, item, turn)  # earlier turns were counted as they finished (record_turn, or an earlier run)
         self.counts.done += 1
         self.counts.last_finish = time.monotonic()
         self.progress.finished(turn.completion_tokens)
@@ -264,27 +264,8 @@ class DatasetRun:
         self.partial_store.append(
             PartialTurn(item.key, len(item.turns), turn.to_dict(), prompt.prompt_hash, self.settings)
         )
-        self._count_turn(item, turn)  # the token budget counts every turn
+        count_turn(self, item, turn)  # the token budget counts every turn
         self.progress.turn_finished(turn.completion_tokens)
-
-    def _count_turn(self, item: WorkItem, turn: Turn) -> None:
-        c = self.counts
-        c.completion_tokens += turn.completion_tokens
-        c.prompt_tokens += turn.prompt_tokens
-        c.cached_tokens += turn.cached_tokens or 0
-        t, carried, before = self.tokens, item.carried, item.carried_before
-        if turn.finish_reason == "repetition":
-            t.loops += turn.completion_tokens - before  # kept as a row, left out of exports
-        else:
-            t.rows += turn.completion_tokens - before
-        t.earlier += before
-        if carried is not None:
-            t.partials -= carried.tokens - before  # counted as kept when this run kept them
-        if turn.finish_reason == "length" and (not turn.reasoning_complete or not turn.content.strip()):
-            t.cut += turn.completion_tokens - before
-        if turn.extended_by:
-            t.extended += 1
-        item.carried, item.carried_before = None, 0  # a next turn (regenerate=all) starts afresh
 
     # --- partial outputs -------------------------------------------------------------------------
     def take_partial(self, prompt_id: str, turn: int) -> Partial | None:
@@ -335,38 +316,7 @@ class DatasetRun:
 
     # --- reporting -----------------------------------------------------------------------------
     def plan_lines(self) -> list[str]:
-        ix, sel, resume = self.index, self.selection, self.resume
-        cap = "no cap" if sel.cap is None else f"cap {sel.cap:,}"
-        extra = []
-        if ix.duplicates:
-            extra.append(f"{ix.duplicates} duplicate ids ignored (first wins)")
-        if ix.bad_lines:
-            extra.append(f"{ix.bad_lines} bad lines skipped")
-        if ix.dropped_empty_system:
-            extra.append(f"{ix.dropped_empty_system} empty system turns dropped")
-        if self.mix is not None and self.mix.seeded:
-            extra.append(f"{self.mix.per_prompt} samples per prompt: 'to run' counts samples")
-        if resume.repaired:
-            extra.append(resume.repaired)
-        if resume.bom:
-            extra.append("a byte order mark at the start of raw_responses.jsonl was skipped")
-        if resume.bad_lines:
-            extra.append(f"unreadable result lines {resume.bad_lines[:5]}")
-        if resume.duplicate_rows:
-            extra.append(f"{resume.duplicate_rows} duplicate result rows")
-        if ix.changed:
-            how = "to generate again (old rows to changed_rows.jsonl)" if self.moving else "kept"
-            extra.append(f"{len(ix.changed)} changed prompts {how}")
-        if self.counts.settled:
-            kinds = ", ".join(sorted(self.counts.settled))
-            extra.append(f"{sum(self.counts.settled.values()):,} skipped for good by an earlier run ({kinds})")
-        lines = [
-            f"  {self.name} ({ix.source.partition}): {sel.available:,} prompts, {cap}, "
-            f"{sel.already_done:,} already done, {len(sel.pending):,} to run"
-            + (f" [{'; '.join(extra)}]" if extra else "")
-        ]
-        lines += [f"    skipped {bad}" for bad in ix.first_bad]
-        return lines
+        return plan_lines(self)
 
     # --- writing -------------------------------------------------------------------------------
     def begin(self, progress: Progress) -> None:
@@ -424,6 +374,62 @@ class DatasetRun:
                 # sending anything leaves it as it was.
                 self.store.compact_errors(self.resume.done)
             self.store.close()
+
+
+def count_turn(run: DatasetRun, item: WorkItem, turn: Turn) -> None:
+    """A finished turn in the dataset's counts and its token ledger; the item's partial output is spent."""
+    c = run.counts
+    c.completion_tokens += turn.completion_tokens
+    c.prompt_tokens += turn.prompt_tokens
+    c.cached_tokens += turn.cached_tokens or 0
+    t, carried, before = run.tokens, item.carried, item.carried_before
+    if turn.finish_reason == "repetition":
+        t.loops += turn.completion_tokens - before  # kept as a row, left out of exports
+    else:
+        t.rows += turn.completion_tokens - before
+    t.earlier += before
+    if carried is not None:
+        t.partials -= carried.tokens - before  # counted as kept when this run kept them
+    if turn.finish_reason == "length" and (not turn.reasoning_complete or not turn.content.strip()):
+        t.cut += turn.completion_tokens - before
+    if turn.extended_by:
+        t.extended += 1
+    item.carried, item.carried_before = None, 0  # a next turn (regenerate=all) starts afresh
+
+
+def plan_lines(run: DatasetRun) -> list[str]:
+    """The plan of one dataset as a run prints it: what it holds, what was passed over, what this run takes."""
+    ix, sel, resume = run.index, run.selection, run.resume
+    cap = "no cap" if sel.cap is None else f"cap {sel.cap:,}"
+    extra = []
+    if ix.duplicates:
+        extra.append(f"{ix.duplicates} duplicate ids ignored (first wins)")
+    if ix.bad_lines:
+        extra.append(f"{ix.bad_lines} bad lines skipped")
+    if ix.dropped_empty_system:
+        extra.append(f"{ix.dropped_empty_system} empty system turns dropped")
+    if run.mix is not None and run.mix.seeded:
+        extra.append(f"{run.mix.per_prompt} samples per prompt: 'to run' counts samples")
+    if resume.repaired:
+        extra.append(resume.repaired)
+    if resume.bom:
+        extra.append("a byte order mark at the start of raw_responses.jsonl was skipped")
+    if resume.bad_lines:
+        extra.append(f"unreadable result lines {resume.bad_lines[:5]}")
+    if resume.duplicate_rows:
+        extra.append(f"{resume.duplicate_rows} duplicate result rows")
+    if ix.changed:
+        how = "to generate again (old rows to changed_rows.jsonl)" if run.moving else "kept"
+        extra.append(f"{len(ix.changed)} changed prompts {how}")
+    if run.counts.settled:
+        kinds = ", ".join(sorted(run.counts.settled))
+        extra.append(f"{sum(run.counts.settled.values()):,} skipped for good by an earlier run ({kinds})")
+    lines = [
+        f"  {run.name} ({ix.source.partition}): {sel.available:,} prompts, {cap}, "
+        f"{sel.already_done:,} already done, {len(sel.pending):,} to run" + (f" [{'; '.join(extra)}]" if extra else "")
+    ]
+    lines += [f"    skipped {bad}" for bad in ix.first_bad]
+    return lines
 
 
 def sent_sampling(item: WorkItem) -> dict[str, Any]:

@@ -11,7 +11,8 @@ next attempt (or the next run) sends the prompt ids plus the partial output ids 
 ``max_new_tokens``, and the row's ``output_ids`` is the whole sequence, parsed on the whole, with
 ``segments`` saying how many tokens each attempt made. Where a continuation would not draw from the
 same distribution (``partials.continuation_blocker``), or with ``--keep-partials off``, requests
-restart instead and the stop drains as before.
+restart instead and the stop drains as before. The partial outputs themselves (kept, continued,
+checkpointed, extended, ended by the loop guard) are run/continuation.py's ``Continuation``.
 """
 
 from __future__ import annotations
@@ -27,12 +28,11 @@ from typing import Any
 from synthgen.chat.parsers import OutputParser
 from synthgen.config import RunConfig
 from synthgen.data.failures import BAD_RESPONSE, FAILED, SERVER_DIED
-from synthgen.data.partials import Partial, continuation_blocker
 from synthgen.data.records import Turn
 from synthgen.errors import ServerError
+from synthgen.run.continuation import Continuation, LoopFound
 from synthgen.run.dataset_run import WorkItem
 from synthgen.run.fleet import Fleet
-from synthgen.run.loopguard import LoopGuard, Repetition
 from synthgen.server.client import (
     DEFAULT_STREAM_INTERVAL,
     Generation,
@@ -44,19 +44,11 @@ from synthgen.server.client import (
     build_payload,
     new_rid,
 )
-from synthgen.server.discovery import ServerContext, ServerHealth, fit_max_new_tokens
+from synthgen.server.discovery import ServerContext, ServerHealth
 from synthgen.server.gateway import routing_key
 
 # A prompt in flight at this many server deaths is recorded as failed rather than retried forever.
 OUTAGES_PER_PROMPT = 3
-
-
-class LoopFound(Exception):
-    """Raised from a stream's progress hook: the answer's tail is a repetition loop."""
-
-    def __init__(self, found: Repetition, ids: list[int]):
-        super().__init__(f"repetition of {found.pattern_size} ids x{found.count}")
-        self.found, self.ids = found, ids
 
 
 class Requests:
@@ -83,10 +75,8 @@ class Requests:
         self.server = server or ServerContext()
         self.fleet = fleet  # the workers behind a gateway: sheds, garbage, answers by worker (run/fleet.py)
         self.sampling = cfg.sampling_params()
-        # Why a continuation would not be the same distribution as one whole request (None: it is).
-        self.unlike = continuation_blocker(self.sampling)
-        # Why partial outputs are not continued in this run (None: they are).
-        self.blocker = "--keep-partials off" if not cfg.keep_partials else self.unlike
+        # Partial outputs: kept, continued, checkpointed, extended, ended by the loop guard (run/continuation.py).
+        self.partials = Continuation(client, cfg, stopping, self.sampling, self.server, self.decode)
         self.live: dict[str, WorkItem] = {}  # rid -> the request in flight
         # Streamed (coarse chunks) for checkpoints and the loop guard; off again if a gateway drops the interval.
         self.streaming = bool(cfg.loop_guard or (cfg.checkpoint_tokens and self.keeps_partials))
@@ -94,18 +84,12 @@ class Requests:
 
     @property
     def keeps_partials(self) -> bool:
-        return self.blocker is None
+        return self.partials.keeps_partials
 
-    def unlike_for(self, item: WorkItem) -> str | None:
-        """Why a continuation of this item would not be the same distribution (None: it would): the
-        run's sampling params, or its sample's (a training mix's per-sample seed is a fixed seed)."""
-        if self.unlike is not None or item.request is None:
-            return self.unlike
-        return continuation_blocker(item.request.sampling())
-
-    def keeps_for(self, item: WorkItem) -> bool:
-        """This item's ended attempts are kept and continued."""
-        return self.blocker is None and self.unlike_for(item) is None
+    @property
+    def blocker(self) -> str | None:
+        """Why partial outputs are not continued in this run (None: they are)."""
+        return self.partials.blocker
 
     # ------------------------------------------------------------------ a stop
     async def abort_all(self) -> int:
@@ -120,8 +104,9 @@ class Requests:
         """One request with its retries: the parsed turn, or None once the prompt's failure is
         recorded (or the run is stopping; a partial output is kept for the next run)."""
         run, health = item.run, self.health
-        if self.keeps_for(item):
-            self._resume(item)
+        partials = self.partials
+        if partials.keeps_for(item):
+            partials.resume(item)
         attempts = outages = 0
         while True:
             try:
@@ -140,12 +125,12 @@ class Requests:
                 try:
                     generation = await self._generate(item, payload)
                 except LoopFound as loop:
-                    generation = await self._looped(item, payload, loop)
+                    generation = await partials.looped(item, payload, loop)
                 run.tokens.generated += generation.completion_tokens
                 self._judge(item, generation)
                 sent = item.payload["rid"] if item.payload is not None else rid  # a plain resend has its own
                 turn = self._turn(item, generation, attempts, time.monotonic() - started, sent)
-                if not self._extend(item, turn, generation.completion_tokens):
+                if not partials.extend(item, turn, generation.completion_tokens):
                     return turn
             except Transient as exc:
                 if exc.shed is not None and self.fleet is not None:  # the gateway's backpressure: not an attempt
@@ -153,7 +138,7 @@ class Requests:
                     attempts -= 1
                     continue
                 if exc.partial is not None:
-                    self._keep(item, exc.partial)
+                    partials.keep(item, exc.partial)
                 if self.stopping.is_set() and exc.kind == "abort":
                     return None  # our own stop ended it: the prompt stays pending
                 if exc.outage and await health.suspect(exc.message):
@@ -226,7 +211,7 @@ class Requests:
         if not self.streaming:
             return await self.client.generate(payload, routing_key=key)
         try:
-            return await self.client.generate(payload, self._watch(item), self.interval, routing_key=key)
+            return await self.client.generate(payload, self.partials.watch(item), self.interval, routing_key=key)
         except NoStreamIds:
             if self.streaming:
                 self.streaming = False
@@ -241,46 +226,6 @@ class Requests:
             finally:
                 self.live.pop(fresh["rid"], None)
 
-    def _watch(self, item: WorkItem) -> Callable[[list[int]], None]:
-        """The hook a streamed attempt calls with its output ids so far: the loop guard, then a
-        checkpoint line (the ids since the last one) every --checkpoint-tokens ids."""
-        run, carried = item.run, item.carried
-        base = carried.output_ids if carried is not None else []
-        segments = carried.segments if carried is not None else []
-        guard = LoopGuard() if self.cfg.loop_guard else None
-        every = self.cfg.checkpoint_tokens if self.keeps_for(item) else 0
-        saved = 0  # ids of this attempt on disk
-
-        def progress(ids: list[int]) -> None:
-            nonlocal saved
-            whole = [*base, *ids]
-            found = guard.check(whole) if guard is not None else None
-            if found is not None:
-                raise LoopFound(found, list(ids))
-            if every and len(ids) - saved >= every:
-                partial = Partial(
-                    item.key, len(item.turns), whole, [*segments, len(ids)], item.prompt.prompt_hash, run.settings
-                )
-                run.checkpoint(partial, len(base) + saved)
-                saved = len(ids)
-
-        return progress
-
-    async def _looped(self, item: WorkItem, payload: dict[str, Any], loop: LoopFound) -> Generation:
-        """The loop guard found a loop: the request is ended (the stream is closed, and /abort_request
-        for a gateway that would not pass that on) and kept as it is, finish_reason "repetition"."""
-        await self.client.abort(payload["rid"])
-        return Generation(
-            text=self.decode(loop.ids),
-            output_ids=loop.ids,
-            finish_reason={"type": "repetition", **loop.found.as_dict()},
-            prompt_tokens=len(payload["input_ids"]),
-            completion_tokens=len(loop.ids),
-            cached_tokens=None,
-            server_latency=None,
-            request_id=payload["rid"],
-        )
-
     def _payload(self, item: WorkItem) -> dict[str, Any]:
         """This attempt's payload, kept on the item: the prompt ids plus any partial output ids, with
         what is left of max_new_tokens."""
@@ -291,73 +236,6 @@ class Requests:
         sampling, rid = (self.sampling, new_rid()) if sample is None else (sample.sampling(), sample.rid(new_rid()))
         item.payload = build_payload(ids, left, sampling, rid)
         return item.payload
-
-    def _resume(self, item: WorkItem) -> None:
-        """A partial output an earlier run kept for this prompt (and turn), if it can be continued."""
-        partial = item.run.take_partial(item.key, len(item.turns))
-        if partial is None:
-            return
-        if partial.tokens >= item.max_new_tokens:  # nothing left to continue (the context shrank, a cut extended)
-            item.run.tokens.discarded += partial.tokens
-            return
-        item.carried, item.carried_before = partial, partial.tokens
-
-    def _keep(self, item: WorkItem, partial: list[int]) -> None:
-        """An ended attempt's output so far (an abort's answer, or what a stream delivered): carried
-        into the next attempt (and kept on disk for the next run), or counted as lost where partial
-        outputs are not continued."""
-        run = item.run
-        run.tokens.generated += len(partial)
-        # The last id is sampled again: an abort can race the answer's own end, and a stop token must
-        # not be continued past (one token a partial; drawn from the same distribution again).
-        lost, partial = partial[-1:], partial[:-1]
-        if not self.keeps_for(item) or not partial:
-            lost, partial = lost + partial, []
-        if self.stopping.is_set():
-            run.tokens.stopped += len(lost)
-        else:
-            run.tokens.failed += len(lost)
-        if not partial:
-            return
-        tokens = len(partial)
-        before = item.carried
-        item.carried = Partial(
-            item.key,
-            len(item.turns),
-            [*(before.output_ids if before else []), *partial],
-            [*(before.segments if before else []), tokens],
-            item.prompt.prompt_hash,
-            run.settings,
-        )
-        run.keep_partial(item.carried, tokens)
-
-    def _extend(self, item: WorkItem, turn: Turn, new_tokens: int) -> bool:
-        """--continue-cut N: an answer cut at max tokens with its reasoning open (or no answer yet) is
-        continued once with up to N more tokens, as the same generation (the context allowing); True
-        when the item now carries it for one more request."""
-        extra = self.cfg.continue_cut
-        if not extra or item.extended_by or self.unlike_for(item) is not None or turn.output_ids is None:
-            return False
-        if turn.finish_reason != "length" or (turn.reasoning_complete and turn.content.strip()):
-            return False
-        ctx = self.server
-        room, _ = fit_max_new_tokens(
-            len(item.input_ids) + len(turn.output_ids), extra, ctx.context_len, ctx.max_input_len
-        )
-        if room is None:
-            return False
-        run = item.run
-        item.carried = Partial(
-            item.key,
-            len(item.turns),
-            turn.output_ids,
-            turn.segments or [len(turn.output_ids)],
-            item.prompt.prompt_hash,
-            run.settings,
-        )
-        item.max_new_tokens, item.extended_by = len(turn.output_ids) + room, room
-        run.keep_partial(item.carried, new_tokens)
-        return True
 
     def _turn(self, item: WorkItem, generation: Generation, attempts: int, latency: float, rid: str) -> Turn:
         """The answer parsed into a turn, on the whole output when it continues a partial one;
