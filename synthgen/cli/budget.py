@@ -61,58 +61,65 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,  # so --debug is found in argv even when parsing fails
     )
-    which = parser.add_argument_group("which datasets")
-    which.add_argument(
+    _which_datasets(parser.add_argument_group("which datasets"))
+    _budget_and_averages(parser.add_argument_group("budget and averages"))
+    _output(parser.add_argument_group("output"))
+    return parser
+
+
+def _which_datasets(g: argparse._ArgumentGroup) -> None:
+    g.add_argument(
         "--prompts-dir",
         type=Path,
         default=DEFAULT_PROMPTS_DIR,
         metavar="DIR",
         help="folder holding <partition>/<dataset>.jsonl (default: prompts)",
     )
-    which.add_argument(
+    g.add_argument(
         "--partition",
         default="all",
         metavar="{short,long,all|<folder>}",
         help="partition folder under --prompts-dir (e.g. short, long), or 'all' (default: all, as the runner)",
     )
-    which.add_argument(
+    g.add_argument(
         "--dataset",
         action="append",
         default=[],
         metavar="NAME",
         help="plan only this dataset (repeatable; default: every dataset of the partition)",
     )
-    which.add_argument(
+    g.add_argument(
         "--skip-bad-lines",
         action="store_true",
         help="count around malformed prompt lines instead of stopping, as the runner does",
     )
 
-    how = parser.add_argument_group("budget and averages")
-    how.add_argument(
+
+def _budget_and_averages(g: argparse._ArgumentGroup) -> None:
+    g.add_argument(
         "--tokens-per-dataset",
         default=DEFAULT_TOKENS,
         metavar="N",
         help="output-token budget of each dataset: 10M, 2.5B, 500K or a plain integer (default: 10M)",
     )
-    how.add_argument(
+    g.add_argument(
         "--output-dir",
         type=Path,
         default=DEFAULT_OUTPUT_DIR,
         metavar="DIR",
         help=f"where measured averages are read from: DIR/<dataset>/{RESULTS} (default: outputs)",
     )
-    how.add_argument(
+    g.add_argument(
         "--avg-tokens",
         action="append",
         default=[],
         metavar="NAME=N",
         help="average completion tokens of one dataset; wins over a measurement (repeatable)",
     )
-    how.add_argument(
+    g.add_argument(
         "--default-avg", metavar="N", help="average for datasets with neither --avg-tokens nor a measurement"
     )
-    how.add_argument(
+    g.add_argument(
         "--fixed",
         action="append",
         default=[],
@@ -120,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a dataset generated elsewhere: counted in the total tokens, not in the generation "
         "time; need not exist under --prompts-dir (repeatable)",
     )
-    how.add_argument(
+    g.add_argument(
         "--existing",
         action="append",
         default=[],
@@ -128,29 +135,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="a file of token rows (input_ids + loss_mask, as export_training.py --format tokens writes): "
         "its rows and trained tokens count in the totals, no inference is planned for it (repeatable)",
     )
-    how.add_argument(
+    g.add_argument(
         "--samples-per-prompt",
         type=int,
         default=1,
         metavar="N",
         help="samples run_inference.py makes of each prompt; every sample counts toward the budget (default: 1)",
     )
-    how.add_argument(
+    g.add_argument(
         "--throughput",
         default=DEFAULT_THROUGHPUT,
         metavar="N|LOW-HIGH",
         help="output tokens/s of the server, one figure or a range (default: 1000-1500)",
     )
 
-    out = parser.add_argument_group("output")
-    out.add_argument(
+
+def _output(g: argparse._ArgumentGroup) -> None:
+    g.add_argument(
         "--out",
         type=Path,
         metavar="FILE",
         help="also write the plan as JSON (atomically) for run_inference.py --budget FILE",
     )
-    out.add_argument("--debug", action="store_true", help="show the traceback of an error instead of one line")
-    return parser
+    g.add_argument("--debug", action="store_true", help="show the traceback of an error instead of one line")
 
 
 @dataclass(frozen=True)

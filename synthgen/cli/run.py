@@ -13,7 +13,7 @@ from typing import Any, TextIO
 import orjson
 
 from synthgen import __version__
-from synthgen.budget.file import read_budget
+from synthgen.budget.file import Budget, read_budget
 from synthgen.budget.plan import parse_count
 from synthgen.config import CHANGED_PROMPTS, RunConfig, default_of
 from synthgen.data.mix import load_mix
@@ -226,6 +226,13 @@ def _sampling(g: argparse._ArgumentGroup) -> None:
 
 
 def _running(g: argparse._ArgumentGroup) -> None:
+    _requests(g)
+    _answers(g)
+    _status_and_errors(g)
+
+
+def _requests(g: argparse._ArgumentGroup) -> None:
+    """How many requests fly at once, how long each may take, how often and how long they are retried."""
     g.add_argument(
         "--concurrency",
         type=concurrency_arg,
@@ -275,6 +282,10 @@ def _running(g: argparse._ArgumentGroup) -> None:
         metavar="S",
         help="after SIGTERM/SIGINT (%(default).0f)",
     )
+
+
+def _answers(g: argparse._ArgumentGroup) -> None:
+    """What happens to one answer: continued when cut, streamed and saved, ended in a loop, kept on a stop."""
     g.add_argument(
         "--continue-cut",
         type=int,
@@ -301,6 +312,9 @@ def _running(g: argparse._ArgumentGroup) -> None:
         default="on",
         help="on a stop, end requests and keep their output so far to continue (on)",
     )
+
+
+def _status_and_errors(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--dry-run", action="store_true", help="print the plan and the first request; send nothing")
     g.add_argument("--log-file", type=Path, metavar="FILE", help="also append status lines here")
     g.add_argument(
@@ -322,20 +336,9 @@ def _running(g: argparse._ArgumentGroup) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    try:
-        template_kwargs = orjson.loads(args.chat_template_kwargs)
-    except orjson.JSONDecodeError as exc:
-        raise UsageError(f"--chat-template-kwargs is not valid JSON ({exc}); e.g. '{{\"thinking\": true}}'") from None
-    if not isinstance(template_kwargs, dict):
-        raise UsageError("--chat-template-kwargs must be a JSON object, e.g. '{\"thinking\": true}'")
+    template_kwargs = json_object(args.chat_template_kwargs, "--chat-template-kwargs", '{"thinking": true}')
     extra_sampling = json_object(args.sampling_params, "--sampling-params", '{"min_p": 0.05}')
-    budget = read_budget(args.budget) if args.budget else None
-    if budget is not None and budget.samples_per_prompt != args.samples_per_prompt:
-        raise UsageError(
-            f"{args.budget} was planned for {budget.samples_per_prompt} sample(s) per prompt; pass "
-            f"--samples-per-prompt {budget.samples_per_prompt}, or plan again with compute_budget.py "
-            f"--samples-per-prompt {args.samples_per_prompt}"
-        )
+    budget = _budget_of(args)
     token_cap = None
     if args.max_tokens_per_dataset is not None:
         token_cap = parse_count(args.max_tokens_per_dataset, "--max-tokens-per-dataset")
@@ -394,6 +397,18 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         report_interval=args.report_interval,
         dry_run=args.dry_run,
     ).validate()
+
+
+def _budget_of(args: argparse.Namespace) -> Budget | None:
+    """The --budget file, read; it must have been planned for this run's --samples-per-prompt."""
+    budget = read_budget(args.budget) if args.budget else None
+    if budget is not None and budget.samples_per_prompt != args.samples_per_prompt:
+        raise UsageError(
+            f"{args.budget} was planned for {budget.samples_per_prompt} sample(s) per prompt; pass "
+            f"--samples-per-prompt {budget.samples_per_prompt}, or plan again with compute_budget.py "
+            f"--samples-per-prompt {args.samples_per_prompt}"
+        )
+    return budget
 
 
 def json_object(text: str, flag: str, example: str) -> dict[str, Any]:

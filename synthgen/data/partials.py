@@ -220,30 +220,51 @@ class PartialOutputs:
         WRITE_POOL.release((self, self.path))
 
 
+TOKEN_KEYS = (
+    "tokens",
+    "loop_rows",
+    "loop_tokens",
+    "cut_rows",
+    "cut_tokens",
+    "continued_rows",
+    "continued_tokens",
+    "extended_rows",
+    "partials",
+    "partial_tokens",
+)
+
+
+def add_row_tokens(out: dict[str, int], row: ResultRecord) -> None:
+    """Count one row into a :func:`token_report` tally."""
+    tokens = row.completion_tokens if isinstance(row.completion_tokens, int) else 0
+    out["tokens"] += tokens
+    if row.finish_reason == "repetition":
+        out["loop_rows"] += 1
+        out["loop_tokens"] += tokens
+    elif row.finish_reason == "length" and (not row.reasoning_complete or not (row.content or "").strip()):
+        out["cut_rows"] += 1
+        out["cut_tokens"] += tokens
+    segments = typed_list(row.segments, int)
+    if segments and len(segments) > 1:
+        out["continued_rows"] += 1
+        out["continued_tokens"] += sum(segments[:-1])
+    out["extended_rows"] += bool(row.extended_by)
+
+
+def add_waiting(out: dict[str, int], folder: Path) -> None:
+    """The partial outputs waiting in a dataset's folder, into a :func:`token_report` tally."""
+    waiting = merged(PartialOutputs(folder).load())
+    out["partials"], out["partial_tokens"] = len(waiting), sum(p.tokens for p in waiting.values())
+
+
 def token_report(rows: Iterable[ResultRecord], folder: Path | None = None) -> dict[str, int]:
     """What a dataset's tokens went into, for ``export_training.py --report``: output tokens in rows;
     of them, rows the exports leave out (loops the loop guard ended, answers cut at --max-tokens with
     their reasoning open); rows continued from partial outputs (and the tokens of their earlier
     attempts); rows --continue-cut extended; and, with ``folder``, the partial outputs waiting there."""
-    out = dict.fromkeys(
-        ("tokens", "loop_rows", "loop_tokens", "cut_rows", "cut_tokens", "continued_rows", "continued_tokens"), 0
-    )
-    out |= {"extended_rows": 0, "partials": 0, "partial_tokens": 0}
+    out = dict.fromkeys(TOKEN_KEYS, 0)
     for row in rows:
-        tokens = row.completion_tokens if isinstance(row.completion_tokens, int) else 0
-        out["tokens"] += tokens
-        if row.finish_reason == "repetition":
-            out["loop_rows"] += 1
-            out["loop_tokens"] += tokens
-        elif row.finish_reason == "length" and (not row.reasoning_complete or not (row.content or "").strip()):
-            out["cut_rows"] += 1
-            out["cut_tokens"] += tokens
-        segments = typed_list(row.segments, int)
-        if segments and len(segments) > 1:
-            out["continued_rows"] += 1
-            out["continued_tokens"] += sum(segments[:-1])
-        out["extended_rows"] += bool(row.extended_by)
+        add_row_tokens(out, row)
     if folder is not None:
-        waiting = merged(PartialOutputs(folder).load())
-        out["partials"], out["partial_tokens"] = len(waiting), sum(p.tokens for p in waiting.values())
+        add_waiting(out, folder)
     return out

@@ -21,6 +21,7 @@ from typing import Any, BinaryIO, overload
 import orjson
 
 from synthgen.data.openfiles import Oversize
+from synthgen.data.records import parse_line
 
 _IDS_KEY = b'_ids":['
 
@@ -54,7 +55,9 @@ def resume_row(line: bytes) -> dict[str, Any] | None:
     try:
         row = orjson.loads(without_ids(line))
     except orjson.JSONDecodeError:
-        return None
+        # A row written with ASCII escapes because it holds a lone surrogate (records.json_line) is
+        # one orjson refuses to read: the standard library's reader takes it (records.parse_line).
+        return parse_line(without_ids(line))
     return row if isinstance(row, dict) else None
 
 

@@ -121,6 +121,61 @@ class ResumeState:
         )
 
 
+def scan_results(results_path: Path, tense: str = "will") -> ResumeState:
+    """Read-only: the completed ids of a results file, and in ``tail`` the repair its last line
+    needs (``repaired`` says it in ``tense``: would, will)."""
+    state = ResumeState()
+    try:
+        fh = open_output_file(results_path, os.O_RDONLY, "rb")
+    except FileNotFoundError:
+        return state
+    except OSError as exc:
+        raise _open_error(
+            exc,
+            results_path,
+            "cannot read the results file",
+            f"make it readable and writable (chmod u+rw {results_path}) and rerun",
+        ) from exc
+    offset = 0
+    tail: tuple[int, bytes] | None = None
+    lineno = 0
+    with fh:
+        for lineno, line in enumerate(lines(fh), start=1):
+            parsed = line
+            if lineno == 1 and line.startswith(BOM):
+                state.bom = True
+                parsed = line[len(BOM) :]
+            if not line.endswith(b"\n"):
+                tail = (offset, parsed)  # only the last line can lack its newline
+                break
+            offset += len(line)
+            if not parsed.strip():
+                continue
+            _count_line(state, parsed, lineno)
+    if tail is None:
+        return state
+    start, fragment = tail
+    complete = _done_entry(fragment) is not None
+    if complete:  # the whole record made it; only the newline is missing
+        _count_line(state, fragment, lineno)
+    state.tail = (start, fragment, complete)
+    state.repaired = _repair_note(fragment, complete, tense)
+    return state
+
+
+def _count_line(state: ResumeState, line: bytes, lineno: int) -> None:
+    entry = _done_entry(line)
+    if entry is None:
+        state.bad_lines.append(lineno)
+        return
+    if entry.id in state.done:
+        state.duplicate_rows += 1
+        return
+    state.done.add(entry.id)
+    state.entries[entry.id] = entry
+    state.completion_tokens += entry.completion_tokens
+
+
 def _repair_note(fragment: bytes, complete: bool, tense: str) -> str:
     """What the repair of a last line does, in a tense: would (a dry run), will (planned), did."""
     if complete:
@@ -296,56 +351,7 @@ class DatasetStore:
     def scan(self, tense: str = "will") -> ResumeState:
         """Read-only: the completed ids, and in ``tail`` the repair the last line needs (``repaired``
         says it in ``tense``: would, will)."""
-        state = ResumeState()
-        try:
-            fh = open_output_file(self.results_path, os.O_RDONLY, "rb")
-        except FileNotFoundError:
-            return state
-        except OSError as exc:
-            raise _open_error(
-                exc,
-                self.results_path,
-                "cannot read the results file",
-                f"make it readable and writable (chmod u+rw {self.results_path}) and rerun",
-            ) from exc
-        offset = 0
-        tail: tuple[int, bytes] | None = None
-        lineno = 0
-        with fh:
-            for lineno, line in enumerate(lines(fh), start=1):
-                parsed = line
-                if lineno == 1 and line.startswith(BOM):
-                    state.bom = True
-                    parsed = line[len(BOM) :]
-                if not line.endswith(b"\n"):
-                    tail = (offset, parsed)  # only the last line can lack its newline
-                    break
-                offset += len(line)
-                if not parsed.strip():
-                    continue
-                self._count(state, parsed, lineno)
-        if tail is None:
-            return state
-        start, fragment = tail
-        complete = _done_entry(fragment) is not None
-        if complete:  # the whole record made it; only the newline is missing
-            self._count(state, fragment, lineno)
-        state.tail = (start, fragment, complete)
-        state.repaired = _repair_note(fragment, complete, tense)
-        return state
-
-    @staticmethod
-    def _count(state: ResumeState, line: bytes, lineno: int) -> None:
-        entry = _done_entry(line)
-        if entry is None:
-            state.bad_lines.append(lineno)
-            return
-        if entry.id in state.done:
-            state.duplicate_rows += 1
-            return
-        state.done.add(entry.id)
-        state.entries[entry.id] = entry
-        state.completion_tokens += entry.completion_tokens
+        return scan_results(self.results_path, tense)
 
     def compact_errors(self, drop: set[str]) -> None:
         """Rewrite errors.jsonl (atomically) without the rows of ``drop``, the prompts that are

@@ -71,6 +71,7 @@ def format_dataset(scan: DatasetScan, config: ExportConfig) -> list[str]:
     for text, part in (("share cut at max tokens", scan.cut), ("share with empty answer", scan.empty)):
         lines.append(f"  {text:<{LABEL}} {_share(part, unique):>9}   ({part:,} of {unique:,})")
     lines.append(f"  {'tool calls per row':<{LABEL}} {_tool_calls_line(scan.tool_calls)}")
+    lines.extend(token_lines(scan.tokens))
     lines.extend(settings_lines(scan))
     lines.extend(scan.samples.lines(LABEL))
     if scan.render is not None:
@@ -82,6 +83,20 @@ def format_dataset(scan: DatasetScan, config: ExportConfig) -> list[str]:
     ):
         lines.append("")
         lines.extend("  " + line for line in histogram(values, title))
+    return lines
+
+
+def token_lines(t: dict[str, int]) -> list[str]:
+    """Where the generated tokens of a dataset's rows went, and the partial outputs still waiting."""
+    lines = [f"  {'output tokens in rows':<{LABEL}} {t['tokens']:>9,}"]
+    for text, rows, tokens, what in (
+        ("ended in a loop", t["loop_rows"], t["loop_tokens"], "the loop guard; never exported"),
+        ("cut, reasoning open", t["cut_rows"], t["cut_tokens"], "--max-tokens; --continue-cut N continues them"),
+        ("continued", t["continued_rows"], t["continued_tokens"], "tokens of earlier attempts kept, not paid twice"),
+        ("partial outputs waiting", t["partials"], t["partial_tokens"], "a rerun continues them"),
+    ):
+        if rows:
+            lines.append(f"  {text:<{LABEL}} {rows:>9,}   rows, {tokens:,} tokens ({what})")
     return lines
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from synthgen.data.partials import TOKEN_KEYS, add_row_tokens, add_waiting
 from synthgen.data.provenance import recorded_sets
 from synthgen.data.records import ResultRecord, parse_line
 from synthgen.data.samples import row_sample, sample_key
@@ -68,6 +69,8 @@ class DatasetScan:
     empty: int = 0
     render: Tally | None = None  # the render check of the exported rows, when it ran
     samples: SampleStats = field(default_factory=SampleStats)  # the training mix's rows (with a sample)
+    # where the generated tokens went (data.partials.token_report): loops, cut, continued, partials waiting
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KEYS, 0))
 
     @property
     def unique(self) -> int:
@@ -130,6 +133,7 @@ def scan_dataset(ref: DatasetRef, config: ExportConfig) -> DatasetScan:
             scan.dropped[OTHER_SETTINGS] += 1
             continue
         _measure(scan, record)
+        add_row_tokens(scan.tokens, record)
         if "sample" in row:
             scan.samples.add(record.id, row, max(0, as_int(record.completion_tokens) or 0))
         reason = drop_reason(record, fmt, config.keep_truncated)
@@ -137,6 +141,7 @@ def scan_dataset(ref: DatasetRef, config: ExportConfig) -> DatasetScan:
             scan.dropped[reason] += 1
             continue
         scan.kept.append(RowRef(ref.name, record.id, ref.path, offset, len(line), conversation_key(record)))
+    add_waiting(scan.tokens, ref.path.parent)
     return scan
 
 

@@ -176,7 +176,8 @@ class Requests:
         if self.fleet is None:
             return
         try:
-            self.fleet.judge(generation)
+            if item.carried is None:  # a continuation's answer is only the tail of one: not judged alone
+                self.fleet.judge(generation)
         except Transient:
             item.run.tokens.failed += generation.completion_tokens
             raise

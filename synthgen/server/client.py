@@ -1,92 +1,52 @@
-"""The SGLang HTTP client: payloads, responses, and error classification.
+"""The SGLang HTTP client: payloads, requests (plain and streamed), abort, health, and what a
+router in front changes.
 
-httpx exceptions and HTTP statuses are translated here, and only here, into:
-
-    Transient(outage=True)    connection refused/reset, timeouts, 502/503/504: the server may
-                              be down; the runner checks /health and waits for it
-    Transient(outage=False)   other 5xx, 408/429 (router queue), and 200 responses whose
-                              finish_reason is "abort"
-    Rejected                  any other 4xx: this prompt's permanent failure
-    AuthError                 401/403: the whole run stops
-
-A Transient carries ``partial``: the output ids the server generated before the attempt ended (an
-abort answer's ``output_ids``, or what a stream delivered before it broke), else None.
-
-Streaming (``generate(payload, progress=...)``, sglang_api.md §10): SSE ``data:`` chunks, cumulative
-by default, deltas under the server's ``--incremental-streaming-output``; both are told apart by
-``meta_info.completion_tokens``, which counts every id so far in either mode.
+httpx exceptions are translated here (transport_failure), HTTP statuses and bodies in answers.py, and
+nowhere else, into Transient, Rejected and AuthError (answers.py says which is which). A streamed
+``generate(payload, progress=...)`` reads its chunks with streaming.py (sglang_api.md §10).
 """
 
 from __future__ import annotations
 
 import inspect
-import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Callable, Generator, Mapping
+from dataclasses import replace
 from typing import Any
 
 import httpx
 import orjson
 
-from synthgen.data.failures import BAD_RESPONSE, CONNECTION, TIMEOUT, http_kind
-from synthgen.errors import AuthError, ServerError
+from synthgen.data.failures import BAD_RESPONSE, CONNECTION, TIMEOUT
+from synthgen.errors import ServerError
 from synthgen.redact import redact
-from synthgen.server.gateway import request_headers, shed_delay, worker_of
+from synthgen.server.answers import (
+    Generation,
+    NoStreamIds,
+    Rejected,
+    RequestFailure,
+    Transient,
+    check_auth,
+    check_status,
+    error_message,
+    parse_generation,
+)
+from synthgen.server.gateway import request_headers, worker_of
+from synthgen.server.streaming import DEFAULT_STREAM_INTERVAL, Progress, StreamState, sse_data
 
-OUTAGE_STATUSES = frozenset({502, 503, 504})
-RETRYABLE_4XX = frozenset({408, 429})  # sglang-router's queue timeout and rate limiter
-
-
-class RequestFailure(Exception):
-    """One attempt at one prompt failed; ``kind`` is a short machine-readable label."""
-
-    def __init__(self, kind: str, message: str, status: int | None = None):
-        super().__init__(message)
-        self.kind, self.message, self.status = kind, message, status
-        self.worker: str | None = None  # the replica that answered, when known (gateway.worker_of)
-
-
-class Transient(RequestFailure):
-    def __init__(
-        self,
-        kind: str,
-        message: str,
-        status: int | None = None,
-        outage: bool = False,
-        partial: list[int] | None = None,
-    ):
-        super().__init__(kind, message, status)
-        self.outage = outage
-        self.partial = partial  # output ids generated before the attempt ended, when known
-        self.shed: float | None = None  # a gateway shedding load: hold off this many seconds (not a failure)
-
-
-class Rejected(RequestFailure):
-    pass
-
-
-class NoStreamIds(Transient):
-    """A streamed answer's chunks carry text but no ``output_ids`` (a router or proxy that drops them):
-    the request is sent again without streaming, whose answer is kept with null ids as before."""
-
-
-@dataclass(frozen=True, slots=True)
-class Generation:
-    text: str
-    output_ids: list[int] | None  # absent before SGLang 0.5
-    finish_reason: dict[str, Any]
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int | None
-    server_latency: float | None
-    request_id: str | None
-    worker: str | None = None  # the replica that served it: smg's x-smg-routed-worker-id, else the server URL
-
-    @property
-    def finish_type(self) -> str:
-        kind = self.finish_reason.get("type", "")
-        return kind if isinstance(kind, str) else str(kind)
+# Also imported from here by the run, the launch and the tests (they lived here before answers.py and
+# streaming.py), beside what this module defines.
+__all__ = [
+    "DEFAULT_STREAM_INTERVAL",
+    "Generation",
+    "NoStreamIds",
+    "Progress",
+    "Rejected",
+    "RequestFailure",
+    "Transient",
+    "error_message",
+    "sse_data",
+]
 
 
 def build_payload(
@@ -106,258 +66,6 @@ def build_payload(
 def new_rid() -> str:
     """A fresh request id per attempt: SGLang rejects a rid that is still in flight."""
     return f"synthgen-{uuid.uuid4().hex}"
-
-
-def error_message(body: bytes) -> str:
-    """The human part of any SGLang/router error body shape (see sglang_api.md §1.4)."""
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return body.decode(errors="replace").strip()[:500] or "(empty body)"
-    if isinstance(data, dict):
-        err = data.get("error")
-        if isinstance(err, str):
-            return err[:500]
-        message = err.get("message") if isinstance(err, dict) else None
-        if not isinstance(message, str):
-            message = data.get("message")
-        if isinstance(message, str):
-            return message[:500]
-    return body.decode(errors="replace").strip()[:500]
-
-
-def check_auth(status: int, body: bytes) -> None:
-    """401/403 on any endpoint: the whole run stops with advice about the key."""
-    if status in (401, 403):
-        raise AuthError(
-            f"the server refused the API key (HTTP {status}: {error_message(body)}); "
-            "set SGLANG_API_KEY (or --api-key) to the key the server was started with"
-        )
-
-
-def parse_generation(status: int, body: bytes, headers: Mapping[str, str] | None = None) -> Generation:
-    """Turn one /generate answer into a Generation or raise the matching RequestFailure."""
-    check_status(status, body, headers)
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise Transient(BAD_RESPONSE.name, f"response is not JSON: {body[:200]!r}", status) from None
-    if isinstance(data, list) and len(data) == 1:
-        data = data[0]
-    meta = data.get("meta_info") if isinstance(data, dict) else None
-    if not isinstance(meta, dict) or not isinstance(data.get("text"), str):
-        raise Transient(BAD_RESPONSE.name, f"response has no text/meta_info: {body[:200]!r}", status)
-    return generation_from(data, meta, status)
-
-
-def check_status(status: int, body: bytes, headers: Mapping[str, str] | None = None) -> None:
-    """Raise the RequestFailure (or AuthError) of any answer but a 200; with the answer's ``headers``, a
-    gateway's shed (gateway.shed_delay) is a Transient with ``shed`` set."""
-    check_auth(status, body)
-    if status >= 500 or status in RETRYABLE_4XX:
-        message = f"HTTP {status}: {error_message(body)}"
-        shed = None if headers is None else shed_delay(status, headers, message)
-        exc = Transient(http_kind(status), message, status, outage=status in OUTAGE_STATUSES and shed is None)
-        if shed is not None:
-            exc.kind, exc.shed = f"shed_{status}", shed
-        raise exc
-    if status != 200:
-        raise Rejected(http_kind(status), f"HTTP {status}: {error_message(body)}", status)
-
-
-def generation_from(data: dict[str, Any], meta: dict[str, Any], status: int) -> Generation:
-    """A 200 answer's text, ids and meta_info as a Generation; an abort raises Transient with
-    the ids so far as ``partial``."""
-    finish = meta.get("finish_reason")
-    if isinstance(finish, str):  # very old servers sent a bare string
-        finish = {"type": finish}
-    if not isinstance(finish, dict) or not isinstance(finish.get("type"), str):
-        raise Transient(BAD_RESPONSE.name, f"response has no usable finish_reason ({_shown(finish)})", status)
-    output_ids = data.get("output_ids")
-    if output_ids is not None and not _int_list(output_ids):
-        raise Transient(BAD_RESPONSE.name, f"output_ids is not a list of token ids ({_shown(output_ids)})", status)
-    if finish["type"] == "abort":
-        code = finish.get("status_code")
-        raise Transient(
-            "abort",
-            f"server aborted the request: {finish.get('message') or 'Aborted'}",
-            code if isinstance(code, int) else None,
-            outage=isinstance(code, int) and code in OUTAGE_STATUSES,
-            partial=output_ids,
-        )
-    completion = _count(meta, "completion_tokens", status)
-    if completion is None:
-        completion = len(output_ids) if output_ids is not None else 0
-    cached = _count(meta, "cached_tokens", status)
-    latency = meta.get("e2e_latency")
-    return Generation(
-        text=data["text"],
-        output_ids=output_ids,
-        finish_reason=finish,
-        prompt_tokens=_count(meta, "prompt_tokens", status) or 0,
-        completion_tokens=completion,
-        cached_tokens=cached,
-        server_latency=latency if isinstance(latency, (int, float)) and not isinstance(latency, bool) else None,
-        request_id=meta.get("id") if isinstance(meta.get("id"), str) else None,
-    )
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _int_list(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-
-
-def _count(meta: dict[str, Any], key: str, status: int) -> int | None:
-    """A token count of meta_info: absent is None; anything but a whole number >= 0 is a bad answer
-    (it would be saved as data and added into token budgets)."""
-    value = meta.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise Transient(BAD_RESPONSE.name, f"meta_info.{key} is {_shown(value)}, not a token count", status)
-    return value
-
-
-# ---------------------------------------------------------------------------------------------
-# Streaming: SSE chunks of one /generate (sglang_api.md §10)
-# ---------------------------------------------------------------------------------------------
-
-# Called with the output ids so far after each chunk that brought new ones (not after the last):
-# the list is the client's, to read or copy, never to change. An exception raised by it ends the
-# attempt: the stream is closed, which SGLang answers by aborting the request at once.
-Progress = Callable[[list[int]], None | Awaitable[None]]
-DEFAULT_STREAM_INTERVAL = 256
-_EVENT_END = re.compile(rb"\r?\n\r?\n")
-
-
-async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The ``data`` of each server-sent event in a byte stream (comments and other fields skipped)."""
-    buffer = bytearray()
-    async for chunk in chunks:
-        scan = max(0, len(buffer) - 3)  # a separator may straddle two network chunks
-        buffer += chunk
-        start = 0
-        while match := _EVENT_END.search(buffer, max(start, scan)):
-            data = _event_data(bytes(buffer[start : match.start()]))
-            start = match.end()
-            if data is not None:
-                yield data
-        del buffer[:start]
-    # A last event without its blank line (a lax server; a cut stream raises before this).
-    if (data := _event_data(bytes(buffer))) is not None:
-        yield data
-
-
-def _event_data(event: bytes) -> bytes | None:
-    lines = [line.rstrip(b"\r") for line in event.split(b"\n")]
-    data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]
-    return b"\n".join(data) if data else None
-
-
-class StreamState:
-    """What one streamed /generate delivered so far: the output ids, the text, the final chunk, and
-    whether the chunks between the first and the last kept the asked ``stream_interval`` (a
-    gateway may drop the key: then the server's default, 1 unless it was started otherwise)."""
-
-    def __init__(self, interval: int):
-        self.interval = interval
-        self.ids: list[int] = []
-        self.deltas: list[str] = []  # text pieces under incremental streaming
-        self.text: str | None = None  # the last cumulative text
-        self.incremental: bool | None = None  # None until a chunk tells
-        self.chunks = 0
-        self.middle_chunks = 0  # chunks after the first with new ids, before the last
-        self.short_chunks = 0  # ... of which brought fewer than ``interval`` new ids
-        self.final: dict[str, Any] | None = None  # the last chunk's meta_info
-
-    @property
-    def interval_honoured(self) -> bool | None:
-        """None when this stream cannot tell (interval 1, or no chunk between the first and last)."""
-        if self.interval <= 1 or not self.middle_chunks:
-            return None
-        return self.short_chunks == 0
-
-    def add(self, raw: bytes) -> int:
-        """Take one event's data; returns how many new ids it brought. Raises the attempt's
-        failure for an error event or a chunk that cannot be read."""
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise self.failure(BAD_RESPONSE.name, f"stream chunk is not JSON: {raw[:200]!r}") from None
-        if isinstance(data, dict) and "error" in data and "meta_info" not in data:
-            self.error_event(data)
-        meta = data.get("meta_info") if isinstance(data, dict) else None
-        ids = data.get("output_ids") if isinstance(data, dict) else None
-        if isinstance(meta, dict) and ids is None and isinstance(data.get("text"), str) and not self.ids:
-            raise NoStreamIds(BAD_RESPONSE.name, "the server's stream chunks carry no output_ids")
-        if not isinstance(meta, dict) or not _int_list(ids):
-            raise self.failure(BAD_RESPONSE.name, f"stream chunk has no output_ids/meta_info: {raw[:200]!r}")
-        assert isinstance(ids, list) and isinstance(data, dict)
-        before = len(self.ids)
-        self._take_ids(ids, meta.get("completion_tokens"))
-        text = data.get("text")
-        if isinstance(text, str):
-            self.text = text
-            if self.incremental is not False:  # the first chunk is the first delta too
-                self.deltas.append(text)
-        new = len(self.ids) - before
-        self.chunks += 1
-        if meta.get("finish_reason") is not None:
-            self.final = meta
-        elif before and new:
-            self.middle_chunks += 1
-            self.short_chunks += new < self.interval
-        return new
-
-    def _take_ids(self, ids: list[int], total: object) -> None:
-        known = len(self.ids)
-        if isinstance(total, int) and not isinstance(total, bool):
-            if len(ids) == total and (known == 0 or not self.incremental):
-                if known:
-                    self.incremental, self.deltas = False, []
-                self.ids = ids
-            elif known + len(ids) == total:
-                self.ids.extend(ids)
-                self.incremental = True if known else self.incremental
-            elif known != total:  # known == total: 0.5.23 repeats the last id in an incremental abort
-                raise self.failure(
-                    BAD_RESPONSE.name, f"stream chunk of {len(ids)} ids does not add up to {total} after {known}"
-                )
-        elif self.incremental is False or (self.incremental is None and ids[:known] == self.ids):
-            if known:
-                self.incremental, self.deltas = False, []
-            self.ids = ids
-        else:
-            self.ids.extend(ids)
-            self.incremental = True if known else self.incremental
-
-    def error_event(self, data: dict[str, Any]) -> None:
-        """SGLang sends a failure after the stream began (e.g. a prompt over the context length,
-        checked once the 200 went out) as ``data: {"error": {...}}``."""
-        err = data["error"]
-        code = err.get("code") if isinstance(err, dict) else None
-        if isinstance(code, bool) or not isinstance(code, int) or not 400 <= code <= 599:
-            code = 500 if isinstance(err, dict) and err.get("retryable") else 400
-        body = orjson.dumps(data)
-        if self.ids:  # tokens came first: keep them, whatever the error says
-            raise self.failure("stream_error", f"the stream ended in an error: {error_message(body)}")
-        check_status(code, body)
-
-    def failure(self, kind: str, message: str, outage: bool = False) -> Transient:
-        return Transient(kind, message, outage=outage, partial=list(self.ids))
-
-    def result(self) -> Generation:
-        """The Generation of a finished stream (an abort raises Transient with ``partial``)."""
-        if self.final is None:
-            raise self.failure(CONNECTION.name, "the stream ended before its last chunk", outage=True)
-        text = "".join(self.deltas) if self.incremental else self.text
-        if text is None:
-            raise self.failure(BAD_RESPONSE.name, "the stream's chunks carry no text")
-        return generation_from({"text": text, "output_ids": self.ids}, self.final, 200)
 
 
 def transport_failure(exc: httpx.HTTPError, partial: list[int] | None) -> Transient:

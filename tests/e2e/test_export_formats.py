@@ -302,6 +302,9 @@ def test_the_report_shows_counts_shares_and_histograms_and_writes_nothing(projec
             "  share cut at max tokens            25.0%   (1 of 4)",
             "  share with empty answer             0.0%   (0 of 4)",
             "  tool calls per row             0: 3   1: 1",
+            "  output tokens in rows                408",
+            "  cut, reasoning open                    1   rows, 4 tokens"
+            " (--max-tokens; --continue-cut N continues them)",
             "  settings sets                          1",
             "    unrecorded                           4   (rows written before settings ids)",
             "",
@@ -332,6 +335,26 @@ def test_the_report_shows_counts_shares_and_histograms_and_writes_nothing(projec
     )
     assert not list(project.glob("*.jsonl"))
     assert out.isascii() and "\r" not in out and "\x1b" not in out
+
+
+def test_the_report_says_where_generated_tokens_went_loops_cut_continued_and_partials_waiting(project, capsys):
+    rows = [
+        record("loop", completion_tokens=900, finish_reason="repetition"),
+        record("open", completion_tokens=500, finish_reason="length", reasoning_complete=False, content=""),
+        record("cont", completion_tokens=30, segments=[20, 10]),
+        record("ok", completion_tokens=70),
+    ]
+    write_results(project, "chat", rows)
+    partial = {"id": "p", "turn": 0, "output_ids": [1, 2, 3], "segments": [3], "prompt_hash": None, "settings": None}
+    (project / "outputs" / "chat" / "partial_outputs.jsonl").write_text(json.dumps(partial) + "\n")
+    code, out, err = run(capsys, "--dataset", "chat", "--report")
+    assert code == 0, err
+    assert "  output tokens in rows              1,500" in out
+    assert "  ended in a loop                        1   rows, 900 tokens (the loop guard; never exported)" in out
+    assert "  cut, reasoning open                    1   rows, 500 tokens" in out
+    assert "  continued                              1   rows, 20 tokens (tokens of earlier attempts kept" in out
+    assert "  partial outputs waiting                1   rows, 3 tokens (a rerun continues them)" in out
+    assert "    ended by the loop guard              1" in out  # and dropped from the export, counted
 
 
 def test_export_training_py_runs_as_a_script(project):
