@@ -108,6 +108,7 @@ class Requests:
         if partials.keeps_for(item):
             partials.resume(item)
         attempts = outages = 0
+        shed_waited = 0.0
         while True:
             try:
                 await health.wait_up()
@@ -133,8 +134,10 @@ class Requests:
                 if not partials.extend(item, turn, generation.completion_tokens):
                     return turn
             except Transient as exc:
-                if exc.shed is not None and self.fleet is not None:  # the gateway's backpressure: not an attempt
-                    await self._hold_off(self.fleet.shed(exc))
+                # The gateway's backpressure is not an attempt, up to --server-wait of holding off for one
+                # prompt: a gateway that sheds it for longer is treated as failing it.
+                if exc.shed is not None and self.fleet is not None and shed_waited < self.cfg.server_wait:
+                    shed_waited += await self._hold_off(self.fleet.shed(exc))
                     attempts -= 1
                     continue
                 if exc.partial is not None:
@@ -146,17 +149,7 @@ class Requests:
                     # prompt that keeps being in flight when the server dies may be killing it.
                     outages += 1
                     if outages >= OUTAGES_PER_PROMPT:
-                        run.record_error(
-                            item.key,
-                            FAILED,
-                            SERVER_DIED.name,
-                            (
-                                f"the server went down {outages} times while this prompt was in flight "
-                                f"(last: {exc.message})"
-                            ),
-                            attempts,
-                            exc.status,
-                        )
+                        self._server_died(item, outages, exc, attempts)
                         return None
                     attempts -= 1
                     continue
@@ -169,6 +162,10 @@ class Requests:
                 return None
             finally:
                 self.live.pop(rid, None)
+
+    def _server_died(self, item: WorkItem, outages: int, exc: Transient, attempts: int) -> None:
+        message = f"the server went down {outages} times while this prompt was in flight (last: {exc.message})"
+        item.run.record_error(item.key, FAILED, SERVER_DIED.name, message, attempts, exc.status)
 
     def _judge(self, item: WorkItem, generation: Generation) -> None:
         """Issue 28: a garbage answer raises (retried, or the run stops on a burst); a good one is counted
@@ -268,6 +265,8 @@ class Requests:
         delay *= random.uniform(0.5, 1.0)  # jitter: retries from many workers do not arrive together
         await self._hold_off(delay)
 
-    async def _hold_off(self, delay: float) -> None:
+    async def _hold_off(self, delay: float) -> float:
+        """Wait ``delay`` s (less if the run stops); returns the delay."""
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.stopping.wait(), timeout=delay)
+        return delay

@@ -88,7 +88,9 @@ def shed_delay(status: int, headers: Mapping[str, str], message: str, now: float
     lowered = {k.lower(): v for k, v in headers.items()}
     wait = retry_after(lowered.get("retry-after"), now)
     code = lowered.get("x-smg-error-code", "")
-    said = any(m in message.lower() for m in SHED_MESSAGES)
+    # smg's message alone only on a 429 (its no-queue limit); SGLang's own 503 "The request queue is full."
+    # without Retry-After stays the outage path it always was.
+    said = status == 429 and any(m in message.lower() for m in SHED_MESSAGES)
     if wait is None and code not in SHED_CODES and not said:
         return None
     return min(MAX_SHED_SECONDS, DEFAULT_SHED_SECONDS if wait is None else wait)

@@ -39,6 +39,8 @@ def test_smgs_admission_code_or_message_is_a_shed_without_retry_after():
 
 def test_a_bare_503_or_another_status_is_not_a_shed():
     assert shed_delay(503, {}, "Service Unavailable") is None  # a server going down: the outage path
+    # SGLang's own queue-full 503 without Retry-After stays the outage path (a shed never uses up attempts)
+    assert shed_delay(503, {}, "The request queue is full.") is None
     assert shed_delay(500, {"Retry-After": "2"}, "") is None
     assert shed_delay(400, {"Retry-After": "2"}, "") is None
 
