@@ -35,9 +35,9 @@ from typing import Any
 
 import orjson
 
-from synthgen.data.openfiles import create_new, limit_error, open_output
+from synthgen.data.openfiles import limit_error, open_output
 from synthgen.data.records import ResultRecord, typed_list
-from synthgen.data.store import WRITE_POOL, iter_rows
+from synthgen.data.store import WRITE_POOL, iter_rows, rewrite_lines
 from synthgen.errors import StoreWriteError
 
 NAME = "partial_outputs.jsonl"
@@ -179,21 +179,7 @@ class PartialOutputs:
 
     def _rewrite(self, rows: list[Partial]) -> None:
         WRITE_POOL.release((self, self.path))
-        try:
-            if not rows:
-                self.path.unlink(missing_ok=True)
-                return
-            tmp = self.path.with_suffix(".jsonl.tmp")
-            with create_new(tmp) as fh:
-                for row in rows:
-                    fh.write(row.to_json())
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except OSError as exc:
-            raise limit_error(exc, self.path) or StoreWriteError(
-                f"{self.path}: cannot rewrite ({exc.strerror})"
-            ) from exc
+        rewrite_lines(self.path, [row.to_json() for row in rows])
 
     def append(self, partial: Partial, start: int = 0) -> None:
         """One whole line (``partial``'s ids from ``start`` on); a failed write is cut back to where it began."""

@@ -121,6 +121,23 @@ class ResumeState:
         )
 
 
+def rewrite_lines(path: Path, lines: list[bytes]) -> None:
+    """Replace ``path`` atomically with ``lines`` (fsynced before the rename); no lines: no file."""
+    try:
+        if not lines:
+            path.unlink(missing_ok=True)
+            return
+        tmp = path.with_suffix(".jsonl.tmp")
+        with create_new(tmp) as fh:
+            for line in lines:
+                fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise limit_error(exc, path) or StoreWriteError(f"{path}: cannot rewrite ({exc.strerror})") from exc
+
+
 def scan_results(results_path: Path, tense: str = "will") -> ResumeState:
     """Read-only: the completed ids of a results file, and in ``tail`` the repair its last line
     needs (``repaired`` says it in ``tense``: would, will)."""
@@ -559,21 +576,7 @@ class PartialTurns:
 
     def _rewrite(self, rows: list[PartialTurn]) -> None:
         WRITE_POOL.release((self, self.path))
-        try:
-            if not rows:
-                self.path.unlink(missing_ok=True)
-                return
-            tmp = self.path.with_suffix(".jsonl.tmp")
-            with create_new(tmp) as fh:
-                for row in rows:
-                    fh.write(row.to_json())
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except OSError as exc:
-            raise limit_error(exc, self.path) or StoreWriteError(
-                f"{self.path}: cannot rewrite ({exc.strerror})"
-            ) from exc
+        rewrite_lines(self.path, [row.to_json() for row in rows])
 
     def append(self, turn: PartialTurn) -> None:
         line = turn.to_json()
