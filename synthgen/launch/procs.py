@@ -99,11 +99,20 @@ def process_uid(pid: int) -> int | None:
 
 
 def cmdline_hash(pid: int) -> str | None:
-    """sha256 of the process's command line as the kernel has it; None when it is gone or unreadable."""
-    try:
-        return hashlib.sha256(Path(f"/proc/{pid}/cmdline").read_bytes()).hexdigest()
-    except OSError:
-        return None
+    """sha256 of the process's command line as the kernel has it; None when it is gone or unreadable.
+
+    A child read just after Popen returned may still be inside exec (its close-on-exec pipe is closed
+    before the new program's arguments are in place): its command line reads empty for a moment, so an
+    empty one is read again, a bounded number of times (a zombie's stays empty)."""
+    for _ in range(200):
+        try:
+            data = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return None
+        if data:
+            break
+        time.sleep(0.005)
+    return hashlib.sha256(data).hexdigest()
 
 
 class Unreadable(Exception):
