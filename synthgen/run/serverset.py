@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from synthgen.config import RunConfig
+from synthgen.data.failures import CONNECTION
 from synthgen.errors import AuthError, ServerError
 from synthgen.run.concurrency import LOADS_PATH, parse_loads
 from synthgen.run.servers import Slot, choose, disagreement, probe_delay, status_text, summary_lines
@@ -93,7 +94,7 @@ class ServerSet(SGLangClient):
     ) -> Generation:
         index = choose(self.slots, routing_key)
         if index is None:
-            raise Transient("connection", f"every server is out ({self.shown_url})", outage=True)
+            raise Transient(CONNECTION.name, f"every server is out ({self.shown_url})", outage=True)
         slot, client = self.slots[index], self.clients[index]
         rid = payload.get("rid")
         slot.sent += 1
@@ -104,7 +105,9 @@ class ServerSet(SGLangClient):
             generation = await client.generate(payload, progress, stream_interval, routing_key)
         except Transient as exc:
             if exc.outage and exc.shed is None and await self._failed(index, exc.message):
-                raise self._moved(index, exc) from exc
+                moved = self._moved(index, exc)
+                if moved is not exc:
+                    raise moved from exc
             raise
         finally:
             slot.in_flight -= 1
@@ -171,9 +174,7 @@ class ServerSet(SGLangClient):
                 return False
             try:
                 now = identity(await client.model_info())
-            except AuthError:
-                raise
-            except ServerError:
+            except ServerError:  # also a key it refuses now: it stays out
                 return False
             if self.identity is not None and now != self.identity:
                 if index not in self._told_changed:

@@ -35,6 +35,11 @@ def test_requests_spread_over_both_servers_and_each_conversation_stays_on_one(ws
     assert f"synthgen: {a.url}, {b.url}, partition all" in result.stderr
     assert "by server:" in result.stderr and f"  {b.url}: " in result.stderr
     assert "servers 2/2 in" in result.stderr
+    # The URLs are where rows are made, not what makes them: a rerun on one of the servers goes on.
+    ws.dataset("short", "mt", [chat(f"c{i}", f"q{i}", "old", f"r{i}") for i in range(18)])
+    again = ws.run("--server-url", b.url, "--regenerate", "all", *COMMON)
+    assert again.returncode == 0, again.stderr
+    assert len(ws.assert_exactly_once("mt", [f"c{i}" for i in range(18)])) == 18
 
 
 def test_a_server_killed_mid_run_is_taken_out_and_back_in_and_every_row_is_written_once(ws, make_sim):
