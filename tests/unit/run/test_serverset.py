@@ -145,3 +145,36 @@ def test_loads_are_kept_per_server_and_summed_only_when_every_server_reports():
     (both, one, reported), _ = scenario([a, b], body)
     assert both is not None and len(both["loads"]) == 2
     assert one is None and reported == [6, None]
+
+
+def test_a_server_down_at_the_start_is_out_and_the_run_starts_on_the_others():
+    a, b = Server("http://a"), Server("http://b")
+    a.up = False
+
+    async def body(group: ServerSet):
+        info = await group.model_info()
+        return info["model_path"], [slot.up for slot in group.slots], (await group.generate(payload())).worker
+
+    (model, up, worker), said = scenario([a, b], body)
+    assert model == "m" and up == [False, True] and worker == "http://b"
+    assert said[0].startswith("server http://a is out (cannot reach the SGLang server at http://a")
+
+
+def test_an_abort_goes_to_the_server_the_request_is_on():
+    a, b = Server("http://a"), Server("http://b")
+    aborted: list[str] = []
+
+    def on_b(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/abort_request":
+            aborted.append(request.content.decode())
+            return httpx.Response(200)
+        return b(request)
+
+    async def body(group: ServerSet):
+        await group.clients[1].aclose()
+        group.clients[1] = SGLangClient("http://b", None, 4, 60.0, transport=httpx.MockTransport(on_b))
+        group._rids["r9"] = 1  # a request in flight on b
+        return await group.abort("r9"), await group.abort("unknown")
+
+    (known, unknown), _ = scenario([a, b], body)
+    assert known is True and unknown is False and aborted == ['{"rid":"r9"}']
