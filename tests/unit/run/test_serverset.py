@@ -8,6 +8,8 @@ import asyncio
 import httpx
 import pytest
 
+from synthgen.run.concurrency import AutoConcurrency, InFlightLimit, LoadMonitor
+from synthgen.run.servers import choose
 from synthgen.run.serverset import ServerOut, ServerSet
 from synthgen.server.client import SGLangClient, Transient, build_payload
 from synthgen.server.discovery import ServersDisagree
@@ -115,8 +117,6 @@ def test_a_server_back_with_another_model_stays_out():
 
 def key_for(group: ServerSet, index: int) -> str:
     """A routing key pinned to server ``index``."""
-    from synthgen.run.servers import choose
-
     return next(k for k in (f"k{i}" for i in range(100)) if choose(group.slots, k) == index)
 
 
@@ -178,3 +178,15 @@ def test_an_abort_goes_to_the_server_the_request_is_on():
 
     (known, unknown), _ = scenario([a, b], body)
     assert known is True and unknown is False and aborted == ['{"rid":"r9"}']
+
+
+def test_concurrency_auto_reads_the_sum_of_the_servers_loads():
+    a, b = Server("http://a", running=5), Server("http://b", running=2)
+
+    async def body(group: ServerSet):
+        monitor = LoadMonitor(group, InFlightLimit(8), AutoConcurrency(initial=8))
+        load = await monitor.poll_once()
+        return load, monitor.source
+
+    (load, source), _ = scenario([a, b], body)
+    assert load is not None and (load.running, load.waiting, load.ranks) == (7, 2, 2) and source == "server"
