@@ -9,6 +9,7 @@ process started fresh, at the same ``--concurrency`` (48 by default), run back-t
 interleaved, ``--repeat`` times, each against a fresh simulator:
 
 - ``synthgen``: ``run_inference.py --concurrency 48`` as a user runs it;
+- ``baseline`` (with ``--baseline DIR``): DIR's ``run_inference.py``, an earlier commit's, say;
 - ``peer``: what SpecForge's ``regenerate_train_data.py`` does, reduced to its scheduling: one
   dataset at a time (the script takes one input file), every prompt of it submitted to a pool of 48
   threads, each a blocking HTTP request (``/generate`` with the chat-templated text), the rows written
@@ -41,7 +42,7 @@ from bench.bench_run import text_pool
 from bench.simproc import REPO, RUN, Simulator, build_tokenizer, cli_env
 
 PARTITION = "bench"
-CLIENTS = ("synthgen", "peer")
+CLIENTS = ("synthgen", "peer", "baseline")
 
 
 @dataclass
@@ -117,9 +118,10 @@ def command_for(client: str, url: str, ws: Path, files: list[Path], args) -> lis
             str(args.max_tokens),
             *map(str, files),
         ]
+    run = Path(args.baseline) / "run_inference.py" if client == "baseline" else RUN
     return [
         sys.executable,
-        str(RUN),
+        str(run),
         "--partition",
         PARTITION,
         "--prompts-dir",
@@ -209,7 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
         "  python -m bench.bench_occupancy --clients synthgen --repeat 1\n",
     )
     add = parser.add_argument
-    add("--clients", nargs="+", choices=CLIENTS, default=list(CLIENTS), help="default: synthgen peer")
+    add("--clients", nargs="+", choices=CLIENTS, default=["synthgen", "peer"], help="default: synthgen peer")
+    add(
+        "--baseline",
+        type=Path,
+        help="client 'baseline': the run_inference.py of this checkout (e.g. a `git archive` of an earlier commit)",
+    )
     add("--repeat", type=int, default=3, help="runs of each client, interleaved (default 3)")
     add("--concurrency", type=int, default=48, help="requests in flight, both clients (default 48)")
     add("--slots", type=int, default=32, help="simulator --max-running-requests (default 32)")
@@ -224,7 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if "baseline" in args.clients and args.baseline is None:
+        parser.error("client baseline needs --baseline DIR")
     if args.peer_child:
         url, out_dir = args.peer_child
         return peer_main(url, args.concurrency, args.max_tokens, Path(out_dir), args.files)
