@@ -134,6 +134,7 @@ def command_for(client: str, url: str, ws: Path, files: list[Path], args) -> lis
         str(args.max_tokens),
         "--concurrency",
         str(args.concurrency),
+        *args.cli_args.split(),
     ]
 
 
@@ -208,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
         "SpecForge-script-like peer, on the simulator's slots with long-tailed answers.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Examples:\n  python -m bench.bench_occupancy\n"
-        "  python -m bench.bench_occupancy --clients synthgen --repeat 1\n",
+        "  python -m bench.bench_occupancy --clients synthgen --repeat 1\n"
+        "  python -m bench.bench_occupancy --clients synthgen --cli-args='--loop-guard off --checkpoint-tokens 0'\n",
     )
     add = parser.add_argument
     add("--clients", nargs="+", choices=CLIENTS, default=["synthgen", "peer"], help="default: synthgen peer")
@@ -225,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--max-tokens", type=int, default=1024, help="max_new_tokens (default 1024)")
     add("--step-time", type=float, default=0.01, help="simulator --step-time (default 0.01)")
     add("--output-len-dist", default="longtail:16-640", help="simulator --output-len-dist (default longtail:16-640)")
+    add("--cli-args", default="", help="more run_inference.py options, for synthgen and baseline (one string)")
     add("--peer-child", nargs=2, metavar=("URL", "OUT_DIR"), help=argparse.SUPPRESS)
     add("files", nargs="*", type=Path, help=argparse.SUPPRESS)
     return parser
