@@ -719,6 +719,8 @@ def test_scheduler_step_time_grows_with_the_batch(tokenizer_dirs):
     # Five steps of at least 0.01 + 0.01 * 1 seconds each: lower bounds only.
     assert body["meta_info"]["e2e_latency"] >= 0.1
     assert stats["busy_time"] >= 0.1 and stats["decode_steps"] == 5
+    # One sequence running: its running time (sequence-seconds) is the busy time.
+    assert 0.1 <= stats["running_time"] <= stats["busy_time"] + 0.001
 
 
 def test_scheduler_abort_in_the_waiting_queue_answers_200_with_the_waiting_queue_reason(tokenizer_dirs, background):
