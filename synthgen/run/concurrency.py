@@ -51,11 +51,12 @@ server's ``max_running_requests`` plus a margin; always within ``[1, max_concurr
 the target grows (``starved``) the monitor polls four times as often, so a low start costs about
 a second: 16 -> 28 -> 43 -> 62 -> 86 -> 116 at one step per quarter second.
 
-Fallback: with no load report (an older server, a router whose workers are unreachable, a
-failed poll) the target stays where it is: 64 (today's fixed default) or ``initial`` if the
-server never reported, and ``LoadMonitor`` says so once through its message callback. The first
-poll (``LoadMonitor.first_poll``) waits at most ``FIRST_POLL_TIMEOUT`` (2 s): a load endpoint that
-answers slowly starts the run at the fallback, and the target moves once a report comes.
+Fallback: with no load report (an older server, a router whose workers are unreachable, a failed
+poll) the target stays where it is: 64 (today's fixed default) or ``initial`` if the server never
+reported, and ``LoadMonitor`` says so once through its message callback. The first poll
+(``LoadMonitor.first_poll``; under a fixed ``--concurrency N``, none) waits at most
+``FIRST_POLL_TIMEOUT`` (2 s): a load endpoint that answers slowly starts the run at the fallback,
+and the target moves once a report comes.
 """
 
 from __future__ import annotations
@@ -440,7 +441,11 @@ class LoadMonitor:
             await asyncio.sleep(self.interval / 4 if growing else self.interval)
 
     async def first_poll(self, timeout: float = FIRST_POLL_TIMEOUT) -> ServerLoad | None:
-        """``poll_once`` bounded by ``timeout``: None (the target unchanged) when no answer came in time."""
+        """``poll_once`` bounded by ``timeout``: None (the target unchanged) when no answer came in time.
+        A fixed target (``steer=False``) does not wait for it: nothing the poll says moves it, so the
+        first requests go out at once and ``run`` makes the first poll beside them."""
+        if not self.steer:
+            return None
         try:
             return await asyncio.wait_for(self.poll_once(), timeout)
         except asyncio.TimeoutError:

@@ -60,10 +60,11 @@ class Producer:
         """Prepare the prompts of every dataset, mixed (``concurrency.interleave``: the datasets in
         ``runner.longest_first`` order, each spread over the whole run), and queue them for sending.
 
-        Prompts go to the worker thread in batches of up to PREPARE_BATCH (as many as the
-        prepared-ahead bound has room for; the first alone, so the first request goes out at
-        once): one hand-over per prompt made the producer, not the server, the bound at ~1,000 in
-        flight, each costing a trip through the event loop and the GIL."""
+        Prompts go to the worker thread in batches of up to PREPARE_BATCH (the first alone, so the
+        first request goes out at once): one hand-over per prompt made the producer, not the
+        server, the bound at ~1,000 in flight, each costing a trip through the event loop and the
+        GIL. The queue is refilled once a third of it is gone (``_next_batch``), not each time the sender
+        takes a prompt: else, at a steady pace, every place freed would be a trip of its own."""
         loop = asyncio.get_running_loop()
         prompts = self._send_order()
         size = 1
@@ -90,18 +91,28 @@ class Producer:
     async def _next_batch(
         self, prompts: Iterator[tuple[DatasetRun, str, bool]], size: int
     ) -> list[tuple[DatasetRun, str, bool]]:
-        """Up to ``size`` prompts, one place ahead taken for each (at least one waited for)."""
+        """Up to ``size`` prompts, one place ahead taken for each (at least one waited for). While
+        more than two thirds of the prepared-ahead bound is still queued, places are waited for one
+        by one as the sender frees them, so that a third of the bound is prepared in one trip,
+        while the prompts left in the queue keep the sender going (short answers at a high rate
+        empty a queue quickly: a deeper refill point would leave the sender waiting for a trip)."""
         await self.ahead.acquire()
         slots, batch = 1, []
+        while slots < size and self.queue.qsize() > self.ahead.target * 2 // 3:
+            await self.ahead.acquire()
+            slots += 1
         for run, prompt_id, last in prompts:
             if run.closed:
                 if last:
                     self.preparer.done_with(run)  # no batch is being prepared now
                 continue
             batch.append((run, prompt_id, last))
-            if len(batch) >= size or not self.ahead.try_acquire():
+            if len(batch) >= size:
                 break
-            slots += 1
+            if len(batch) >= slots:
+                if not self.ahead.try_acquire():
+                    break
+                slots += 1
         for _ in range(slots - len(batch)):
             self.ahead.release()
         return batch

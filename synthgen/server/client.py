@@ -250,9 +250,13 @@ class SGLangClient:
                     check_status(response.status_code, await response.aread(), response.headers)
                 if not response.headers.get("content-type", "").startswith("text/event-stream"):
                     return replace(parse_generation(200, await response.aread()), worker=worker)  # not streaming
+                # Read to the body's end, not only to [DONE] (which the end follows at once): a response
+                # left unread closes its connection, and every request would open a new one.
+                done = False
                 async for data in sse_data(response.aiter_bytes()):
-                    if data == b"[DONE]":
-                        break
+                    done = done or data == b"[DONE]"
+                    if done:
+                        continue
                     if state.add(data) and state.final is None:
                         called = progress(state.ids)
                         if inspect.isawaitable(called):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sglang_sim import prompt_sha1
+from sglang_sim import parse_length_dist, prompt_sha1
 from simharness import Sim, start_sim, wait_until
 from tiny_tokenizers import build_all, build_tokenizer
 from tokenizers import Tokenizer
@@ -719,6 +719,8 @@ def test_scheduler_step_time_grows_with_the_batch(tokenizer_dirs):
     # Five steps of at least 0.01 + 0.01 * 1 seconds each: lower bounds only.
     assert body["meta_info"]["e2e_latency"] >= 0.1
     assert stats["busy_time"] >= 0.1 and stats["decode_steps"] == 5
+    # One sequence running: its running time (sequence-seconds) is the busy time.
+    assert 0.1 <= stats["running_time"] <= stats["busy_time"] + 0.001
 
 
 def test_scheduler_abort_in_the_waiting_queue_answers_200_with_the_waiting_queue_reason(tokenizer_dirs, background):
@@ -906,7 +908,9 @@ def test_harmony_return_is_the_stop_token_when_the_tokenizer_has_it(tokenizer_di
     assert stripped["text"] == f"analysis{REASONING}assistantfinal{ANSWER}"
 
 
-@pytest.mark.parametrize(("dist", "low", "high"), [("fixed:7", 7, 7), ("uniform:3-40", 3, 40)])
+@pytest.mark.parametrize(
+    ("dist", "low", "high"), [("fixed:7", 7, 7), ("uniform:3-40", 3, 40), ("longtail:3-40", 3, 40)]
+)
 def test_output_len_dist_sets_a_per_prompt_length_that_repeats(tokenizer_dirs, dist, low, high):
     with start_sim(tokenizer_dirs["chatml"], "--output-len-dist", dist) as sim:
         lengths = [
@@ -915,6 +919,14 @@ def test_output_len_dist_sets_a_per_prompt_length_that_repeats(tokenizer_dirs, d
         ]
     assert lengths[0] == lengths[1]
     assert all(low <= n <= high for n in lengths[0])
+
+
+def test_a_longtail_length_is_mostly_short_with_a_few_many_times_longer():
+    dist = parse_length_dist("longtail:16-640")
+    lengths = sorted(dist.length(prompt_sha1([1, i])) for i in range(10_000))
+    assert lengths[0] >= 16 and lengths[-1] == 640
+    assert 22 <= lengths[5_000] <= 29  # median 1.6 x 16
+    assert 60 <= sum(n > 21 * 16 for n in lengths) <= 140  # one in a hundred over 21 x LO
 
 
 def test_reasoning_tokens_count_through_the_think_end_with_require_reasoning(tokenizer_dirs):

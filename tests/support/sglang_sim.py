@@ -55,7 +55,8 @@ stop id, ``V`` = the seed's SHA-1 mod 4, so samples of one prompt under differen
 the same seed always gives the same answer (what a server with deterministic inference does).
 
 ``--output-len-dist`` overrides the length (EOS included) per prompt: ``fixed:N``, or
-``uniform:LO-HI`` drawn from the prompt ids' SHA-1. A shorter length cuts the styled output (then
+``uniform:LO-HI`` or ``longtail:LO-HI`` (a Pareto tail from LO, cut at HI) drawn from the prompt
+ids' SHA-1. A shorter length cuts the styled output (then
 EOS), a longer one pads it with the last token of ``"."`` before EOS. Output is truncated at
 ``max_new_tokens`` exactly as SGLang does (``finish_reason`` length), and ``text`` is decoded with
 the request's ``skip_special_tokens`` (default true), so special tags vanish from ``text`` as on a
@@ -118,12 +119,15 @@ and generating), ``by_outcome``, ``prompt_counts`` (by ``prompt_sha1``); ``mode`
 scheduler); ``http_in_flight`` / ``peak_in_flight`` (/generate requests received and not yet
 answered); ``running`` / ``peak_running`` and ``waiting`` / ``peak_waiting`` (sequences);
 ``busy_time`` (seconds with at least one running sequence; per-request engine: one generating
-request); ``first_request_at`` / ``last_finish_at`` (``time.time()`` of the first /generate
-received and the last one answered, null before); ``queue_time_total`` / ``queue_time_max``
-(seconds sequences spent in the waiting queue, retractions included; the max is per sequence);
-``retractions``; ``decode_steps``; ``token_usage``; ``tokens_generated`` (output tokens in 200
-answers); in the scheduler mode ``tokens_decoded`` (every token a decode step made, answered or
-not). ``POST /sim/reset`` zeroes them (peaks restart from the current values).
+request); ``running_time`` (scheduler mode: running sequences integrated over time, in
+sequence-seconds, so ``running_time / (max_running_requests * wall)`` is the share of the server's
+slots in use; 0 in the per-request engine); ``first_request_at`` / ``last_finish_at``
+(``time.time()`` of the first /generate received and the last one answered, null before);
+``queue_time_total`` / ``queue_time_max`` (seconds sequences spent in the waiting queue, retractions
+included; the max is per sequence); ``retractions``; ``decode_steps``; ``token_usage``;
+``tokens_generated`` (output tokens in 200 answers); in the scheduler mode ``tokens_decoded`` (every
+token a decode step made, answered or not). ``POST /sim/reset`` zeroes them (peaks restart from the
+current values).
 
 ``--request-log FILE`` appends one JSON line per /generate request: ``time``, ``prompt_sha1``
 (list), ``rid`` (as sent), ``outcome``, and for a 200 ``answers``: one
@@ -374,20 +378,43 @@ class Settings:
         return min(self.context_length - 1, self.kv_pool_tokens - 1)
 
 
-def parse_length_dist(spec: str) -> tuple[int, int] | None:
-    """``model`` -> None; ``fixed:N`` -> (N, N); ``uniform:LO-HI`` -> (LO, HI). Raises ValueError."""
+# Pareto shape of ``--output-len-dist longtail:LO-HI``: median 1.6 x LO, mean about 3 x LO before the
+# cap, one answer in a hundred over 21 x LO.
+LONGTAIL_ALPHA = 1.5
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """Output lengths (EOS included) per prompt, drawn from a hash of its ids: a prompt always gets
+    the same length. ``longtail`` is a Pareto tail from ``low`` cut at ``high``: most answers short,
+    a few many times longer, as a reasoning model's are."""
+
+    kind: str  # fixed | uniform | longtail
+    low: int
+    high: int
+
+    def length(self, key: str) -> int:
+        draw = int(key, 16)
+        if self.kind == "longtail":
+            unit = (draw % 2**53) / 2**53  # in [0, 1)
+            return min(self.high, int(self.low / (1.0 - unit) ** (1.0 / LONGTAIL_ALPHA)))
+        return self.low + draw % (self.high - self.low + 1)
+
+
+def parse_length_dist(spec: str) -> LengthDist | None:
+    """``model`` -> None; ``fixed:N``, ``uniform:LO-HI``, ``longtail:LO-HI`` -> a LengthDist. Raises ValueError."""
     if spec == "model":
         return None
     kind, _, value = spec.partition(":")
     if kind == "fixed" and value.isdigit():
         low = high = int(value)
-    elif kind == "uniform" and re.fullmatch(r"\d+-\d+", value):
+    elif kind in ("uniform", "longtail") and re.fullmatch(r"\d+-\d+", value):
         low, high = map(int, value.split("-"))
     else:
-        raise ValueError(f"expected model, fixed:N or uniform:LO-HI, got {spec!r}")
+        raise ValueError(f"expected model, fixed:N, uniform:LO-HI or longtail:LO-HI, got {spec!r}")
     if not 1 <= low <= high:
         raise ValueError(f"lengths must satisfy 1 <= LO <= HI, got {spec!r}")
-    return low, high
+    return LengthDist(kind, low, high)
 
 
 # --------------------------------------------------------------------------------------------
@@ -406,7 +433,7 @@ class FakeModel:
         tokenizer_dir: Path,
         reasoning: bool,
         style: str = "think",
-        length_dist: tuple[int, int] | None = None,
+        length_dist: LengthDist | None = None,
         reasoning_parser: str | None = None,
     ):
         self.tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
@@ -516,8 +543,7 @@ class FakeModel:
             return self._lengthened(prompt, input_ids, ids, int(marker["long"]))
         if self.length_dist is None:
             return ids
-        low, high = self.length_dist
-        length = low + int(prompt_sha1(input_ids), 16) % (high - low + 1)
+        length = self.length_dist.length(prompt_sha1(input_ids))
         body, stop = ids[:-1], ids[-1]
         if length <= len(ids):
             return body[: length - 1] + [stop]
@@ -927,6 +953,25 @@ class BusyClock:
             self.since = now
 
 
+class CountClock:
+    """Accumulates a count integrated over time (running sequences x seconds)."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.count = 0
+        self.since = time.monotonic()
+
+    def update(self, count: int, now: float) -> None:
+        self.total += self.count * max(0.0, now - self.since)
+        self.count, self.since = count, max(now, self.since)
+
+    def read(self, now: float) -> float:
+        return self.total + self.count * max(0.0, now - self.since)
+
+    def reset(self, now: float) -> None:
+        self.total, self.since = 0.0, now
+
+
 class Throughput:
     """Output tokens per second over the last THROUGHPUT_WINDOW seconds (/v1/loads gen_throughput)."""
 
@@ -1174,6 +1219,7 @@ class SimState:
                 "peak_running": self.peak_sequences,
                 "peak_waiting": 0,
                 "busy_time": self.busy_clock.read(now),
+                "running_time": 0.0,
                 "queue_time_total": 0.0,
                 "queue_time_max": 0.0,
                 "retractions": 0,
@@ -1227,6 +1273,7 @@ class Scheduler:
         self.paused = False
         self.abort_pending = False
         self.busy_clock = BusyClock()
+        self.running_clock = CountClock()
         self.throughput = Throughput()
         self._zero_stats()
 
@@ -1239,6 +1286,7 @@ class Scheduler:
         self.peak_running = len(self.running)
         self.peak_waiting = len(self.waiting)
         self.busy_clock.reset(time.monotonic())
+        self.running_clock.reset(time.monotonic())
 
     def reset_stats(self) -> None:
         with self.cond:
@@ -1312,6 +1360,7 @@ class Scheduler:
                 "peak_running": self.peak_running,
                 "peak_waiting": self.peak_waiting,
                 "busy_time": self.busy_clock.read(now),
+                "running_time": self.running_clock.read(now),
                 "queue_time_total": self.queue_time_total,
                 "queue_time_max": self.queue_time_max,
                 "retractions": self.retractions,
@@ -1476,6 +1525,7 @@ class Scheduler:
         self.peak_running = max(self.peak_running, len(self.running))
         self.peak_waiting = max(self.peak_waiting, len(self.waiting))
         self.busy_clock.update(bool(self.running), now)
+        self.running_clock.update(len(self.running), now)
 
 
 # --------------------------------------------------------------------------------------------
@@ -2249,7 +2299,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add(
         "--output-len-dist",
         default="model",
-        help="output length incl. EOS: model, fixed:N or uniform:LO-HI (default %(default)s)",
+        help="output length incl. EOS: model, fixed:N, uniform:LO-HI or longtail:LO-HI (a Pareto tail from LO "
+        "cut at HI: most answers near LO, one in a hundred over 21 x LO) (default %(default)s)",
     )
     add("--reasoning-parser", help="reported by /model_info and /server_info; enables reasoning_tokens")
     add("--tool-call-parser", help="reported by /model_info and /server_info")

@@ -613,6 +613,15 @@ def test_behind_a_router_the_api_key_goes_only_to_the_server_urls_own_origin():
     assert seen["http://router.test:30001/v1/loads"] is None  # another port is another server
 
 
+def test_a_fixed_concurrency_sends_without_waiting_for_a_first_load_poll():
+    server = ScriptedServer({"/v1/loads": body(rank(3, 0))})
+    monitor = LoadMonitor(server, InFlightLimit(48), AutoConcurrency(initial=48), steer=False)
+    assert asyncio.run(monitor.first_poll()) is None
+    assert server.asked == []  # the poll loop (run) reads the load beside the first requests
+    asyncio.run(monitor.poll_once())
+    assert server.asked == ["/v1/loads"] and monitor.limit.target == 48
+
+
 def test_a_load_endpoint_that_does_not_answer_does_not_hold_back_the_first_request(tmp_path, tokenizers):
     # /v1/loads answers only once a /generate has arrived (or, as a guard against a hang, after
     # 20 s): the run must not wait for it before sending. What happened first is recorded.

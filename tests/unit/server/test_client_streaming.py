@@ -43,13 +43,14 @@ class Body(httpx.AsyncByteStream):
     """A response body sent piece by piece; ``then`` is raised after the last piece (a cut stream)."""
 
     def __init__(self, pieces: list[bytes], then: Exception | None = None):
-        self.pieces, self.then, self.closed = pieces, then, False
+        self.pieces, self.then, self.closed, self.read_to_end = pieces, then, False, False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         for piece in self.pieces:
             yield piece
         if self.then:
             raise self.then
+        self.read_to_end = True
 
     async def aclose(self) -> None:
         self.closed = True
@@ -117,6 +118,15 @@ def test_cumulative_and_incremental_chunks_give_the_same_generation_and_progress
     assert (gen.output_ids, gen.text, gen.finish_type, gen.completion_tokens) == (IDS, TEXT, "stop", 20)
     assert seen == [IDS[:1], IDS[:5], IDS[:9], IDS[:13], IDS[:17]]  # the last chunk is the answer
     assert client.stream_interval_honoured is True
+
+
+def test_a_stream_is_read_to_the_end_of_its_body_after_done_so_its_connection_is_kept():
+    # httpcore reuses a connection only once the response's body was read to its end; one closed
+    # after [DONE] with the body's end unread costs a new connection for every request.
+    answer = streaming([*chunks([1, 20]), b": the body ends after [DONE]\n\n"])
+    gen, _, _ = run(answer)
+    assert gen.output_ids == IDS
+    assert answer.body.read_to_end
 
 
 def test_a_stream_split_anywhere_and_with_crlf_separators_reads_the_same():
