@@ -283,9 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer_dir = build_tokenizer(tmp / "tok")
         print(
             f"smg {smg.SMG_VERSION} --policy {args.policy} {args.smg_args}, {args.workers} workers; "
-            f"simulator KV {args.kv_tokens} tokens, step {args.step_time} s + {args.step_time_per_req} s/request; per worker {args.short_prompts} "
-            f"short + {args.long_prompts} long prompts, max_tokens {args.max_tokens}; load average "
-            f"{os.getloadavg()[0]:.1f}",
+            f"simulator KV {args.kv_tokens} tokens, step {args.step_time} s + {args.step_time_per_req} s/request; "
+            f"per worker {args.short_prompts} short + {args.long_prompts} long prompts, max_tokens {args.max_tokens}; "
+            f"load average {os.getloadavg()[0]:.1f}",
             flush=True,
         )
         runs = []
