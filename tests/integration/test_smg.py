@@ -1,11 +1,14 @@
 """run_inference.py behind smg 1.13 (issue 28, point 1): in front of two simulators and of the real SGLang
-server on CPU, runs complete and stay exact, rows name their worker, conversations keep to one worker
-under a sticky policy, and smg's admission sheds end no prompt as failed."""
+server on CPU, runs complete and stay exact, also with a worker crashing and restarted mid-run, rows name
+their worker, conversations keep to one worker under a sticky policy, and smg's admission sheds end no
+prompt as failed."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
-from workspace import Workspace
+from simharness import wait_until
+from workspace import Workspace, assert_model_answer
 
 from tests.integration import smg
 
@@ -61,6 +64,42 @@ def test_behind_smg_each_conversation_stays_on_one_worker_and_rows_name_it(ws: W
     assert a.stats()["generate_requests"] + b.stats()["generate_requests"] == 24
     # smg answers 404 on /v1/loads but lists its workers: the run reads their own loads (issue 28, point 7).
     assert "router workers load" in result.stderr
+
+
+def test_behind_smg_a_worker_crashing_and_restarted_mid_run_leaves_every_row_exact_and_none_failed(
+    ws: Workspace, make_sim, smg_bin, gateways
+):
+    # Each step is an event, not a time: a holds every request it gets (paused) while b answers; b exits,
+    # unanswered, as its 6th /generate arrives (a has at most 5 of the 8 in flight then, so that request
+    # comes), its requests die with it and smg moves them to a; b comes back on its port and is back in
+    # smg's rotation before a lets go, so b serves again in the same run.
+    a, b = make_sim("chatml"), make_sim("chatml", "--exit-after", "6")
+    a.pause()
+    # No circuit breaker or load-based exclusion: whether b is in the rotation is smg's health check alone.
+    options = ("--disable-circuit-breaker", "--disable-worker-overload-protection", "--health-check-interval-secs", "1")
+    gateway = gateways(smg_bin, [a.url, b.url], "--policy", "round_robin", *options)
+    ids = ws.dataset("short", "d", 30)
+    proc = ws.start("--server-url", gateway.url, "--max-tokens", "64", "--concurrency", "8", log=ws.root / "run.out")
+    try:
+        assert b.wait_exit(60) == 1, b.log_text()
+        b.restart("--fault-seed", "0")  # new options (the default seed), without --exit-after: serves for good
+        wait_until(lambda: in_rotation(gateway.url, b.url), timeout=60, interval=0.1, what="b healthy in smg again")
+        a.resume()
+        assert proc.wait(120) == 0, (ws.root / "run.out").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    rows = ws.assert_exactly_once("d", ids)
+    for row in rows:
+        assert_model_answer(row)  # exact: the fake model's answer to this very prompt
+        assert row["worker"] in (a.url, b.url)
+    assert ws.errors("d") == []
+    assert b.stats()["completed"] > 0  # the restarted b answered prompts of this run
+
+
+def in_rotation(gateway_url: str, worker_url: str) -> bool:
+    workers = httpx.get(gateway_url + "/workers", timeout=10.0, trust_env=False).json()["workers"]
+    return any(w["url"] == worker_url and w["is_healthy"] for w in workers)
 
 
 def test_smgs_admission_sheds_end_no_prompt_as_failed(ws: Workspace, make_sim, smg_bin, gateways):
