@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from synthgen.data.store import DatasetStore
 
 PARTITION = "scale"
 DATASET = "big"
+ANSWERS = 64  # distinct answers in a results file (write_results)
 
 
 @dataclass
@@ -185,21 +186,30 @@ def bench_prompts(root: Path, sim_url: str, prompts: int, baseline: int, repeat:
 
 
 def write_results(ws: Path, target_bytes: int, left: int, prompt_chars: int, answer_tokens: int) -> tuple[int, int]:
-    """A prompt file and a results file of ~``target_bytes`` answering all but ``left`` of its prompts."""
+    """A prompt file and a results file of ~``target_bytes`` answering all but ``left`` of its prompts.
+
+    The answers (text, token ids, timings) of ``ANSWERS`` rows are made once and dealt out in turn, each
+    row with its own prompt, id and hash: a row costs one ``to_json``, so 5 GB take about a minute."""
     prompt_tokens = prompt_chars // 4 + 20
     maker = RowMaker(Shape((prompt_tokens, prompt_tokens), answer_tokens, 0.75, 4.0, 163840), seed=1)
+    answers = [maker.row(k) for k in range(ANSWERS)]
     results = ws / "outputs" / DATASET / "raw_responses.jsonl"
     results.parent.mkdir(parents=True)
     rows = size = 0
     with open(results, "wb") as out:
         while size < target_bytes:
             prompt = prompt_row(rows, prompt_chars)
-            record = maker.row(rows)
-            record.messages = [*prompt["messages"], record.messages[-1]]
-            record.id, record.dataset, record.partition = str(prompt["id"]), DATASET, PARTITION
-            record.source = f"{PARTITION}/{DATASET}.jsonl"
-            record.prompt_hash = prompt_hash(prompt["messages"], None)  # type: ignore[arg-type]
-            record.settings = None
+            answer = answers[rows % ANSWERS]
+            record = replace(
+                answer,
+                id=str(prompt["id"]),
+                dataset=DATASET,
+                partition=PARTITION,
+                source=f"{PARTITION}/{DATASET}.jsonl",
+                prompt_hash=prompt_hash(prompt["messages"], None),  # type: ignore[arg-type]
+                settings=None,
+                messages=[*prompt["messages"], answer.messages[-1]],
+            )
             line = record.to_json()
             out.write(line)
             size += len(line)

@@ -358,12 +358,7 @@ def _scan(
             # A line read above is not read again (a done prompt's line is hashed below).
             parsed = parse_line(line) if record is _NOT_JSON else _parse_record(record)
         except BadLine as exc:
-            if not skip_bad_lines:
-                fix = "fix or remove the line, or pass --skip-bad-lines"
-                raise InputFileError(source.path, lineno, f"{exc}; {fix}") from None
-            index.bad_lines += 1
-            if len(index.first_bad) < 3:
-                index.first_bad.append(f"{source.path}:{lineno}: {exc}")
+            _bad_line(index, lineno, exc, skip_bad_lines)
             continue
         if parsed is None:
             continue
@@ -397,6 +392,16 @@ def _scan(
             if entry is not None and not answers(entry, digest, conversation):
                 index.changed.append(prompt_id)
     return index
+
+
+def _bad_line(index: DatasetIndex, lineno: int, problem: BadLine, skip_bad_lines: bool) -> None:
+    """A bad line stops the scan with file:line, or with --skip-bad-lines is counted (a few kept to show)."""
+    if not skip_bad_lines:
+        fix = "fix or remove the line, or pass --skip-bad-lines"
+        raise InputFileError(index.source.path, lineno, f"{problem}; {fix}") from None
+    index.bad_lines += 1
+    if len(index.first_bad) < 3:
+        index.first_bad.append(f"{index.source.path}:{lineno}: {problem}")
 
 
 def build_prompt(index: DatasetIndex, prompt_id: str, line: bytes, lineno: int) -> Prompt:
