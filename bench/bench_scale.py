@@ -96,11 +96,11 @@ def write_prompts(path: Path, count: int, chars: int = 0) -> None:
             )
 
 
-def startup(ws: Path, sim_url: str, timeout: float = 600.0) -> Startup:
-    """Launch the CLI on ``ws``; stop it once its first request reaches the simulator."""
+def startup(ws: Path, sim_url: str, cli: Path = RUN, timeout: float = 600.0) -> Startup:
+    """Launch the CLI (``cli``: a run_inference.py) on ``ws``; stop it once its first request reaches the simulator."""
     command = [
         sys.executable,
-        str(RUN),
+        str(cli),
         "--partition",
         PARTITION,
         "--prompts-dir",
@@ -151,7 +151,7 @@ def spread(values: list[float], spec: str = ".2f") -> str:
     return f"{format(values[len(values) // 2], spec)} (min {format(values[0], spec)}, max {format(values[-1], spec)})"
 
 
-def bench_prompts(root: Path, sim_url: str, prompts: int, baseline: int, repeat: int) -> None:
+def bench_prompts(root: Path, sim_url: str, prompts: int, baseline: int, repeat: int, cli: Path) -> None:
     sizes = {}
     for count in (baseline, prompts):
         ws = root / f"prompts-{count}"
@@ -160,8 +160,8 @@ def bench_prompts(root: Path, sim_url: str, prompts: int, baseline: int, repeat:
     mb = (sizes[prompts] / "prompts" / PARTITION / f"{DATASET}.jsonl").stat().st_size / 1e6
     firsts, peaks, per_prompt, cpus = [], [], [], []
     for k in range(repeat):
-        base = startup(sizes[baseline], sim_url)
-        big = startup(sizes[prompts], sim_url)
+        base = startup(sizes[baseline], sim_url, cli)
+        big = startup(sizes[prompts], sim_url, cli)
         if big.first_request_s is None:
             print(f"  run {k + 1}: no request reached the simulator")
             continue
@@ -229,7 +229,7 @@ def bench_resume(root: Path, sim_url: str, args: argparse.Namespace) -> None:
         state = DatasetStore(ws / "outputs", DATASET).scan()
         scans.append(time.perf_counter() - t)
         assert len(state.done) >= rows, (len(state.done), rows)  # earlier runs here may have added a few
-        run = startup(ws, sim_url)
+        run = startup(ws, sim_url, args.run)
         if run.first_request_s is None:
             print(f"  run {k + 1}: no request reached the simulator")
             continue
@@ -264,6 +264,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--repeat", type=int, default=3, help="runs of each measurement (default 3)")
     p.add_argument("--work-dir", type=Path, help="where to make the scratch folder (default: the system temp dir)")
+    p.add_argument(
+        "--run",
+        type=Path,
+        default=RUN,
+        help="the run_inference.py to measure, e.g. another checkout's for an A/B (default: this tree's)",
+    )
     return p
 
 
@@ -275,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer_dir = build_tokenizer(root / "tokenizer", style="chatml")
         with Simulator(tokenizer_dir, "--token-delay", "0.05") as sim:
             if args.only in (None, "prompts"):
-                bench_prompts(root, sim.url, args.prompts, args.baseline, args.repeat)
+                bench_prompts(root, sim.url, args.prompts, args.baseline, args.repeat, args.run)
             if args.only in (None, "resume"):
                 bench_resume(root, sim.url, args)
     finally:
