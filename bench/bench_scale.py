@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from synthgen.data.store import DatasetStore
 
 PARTITION = "scale"
 DATASET = "big"
+ANSWERS = 64  # distinct answers in a results file (write_results)
 
 
 @dataclass
@@ -95,11 +96,11 @@ def write_prompts(path: Path, count: int, chars: int = 0) -> None:
             )
 
 
-def startup(ws: Path, sim_url: str, timeout: float = 600.0) -> Startup:
-    """Launch the CLI on ``ws``; stop it once its first request reaches the simulator."""
+def startup(ws: Path, sim_url: str, cli: Path = RUN, timeout: float = 600.0) -> Startup:
+    """Launch the CLI (``cli``: a run_inference.py) on ``ws``; stop it once its first request reaches the simulator."""
     command = [
         sys.executable,
-        str(RUN),
+        str(cli),
         "--partition",
         PARTITION,
         "--prompts-dir",
@@ -150,7 +151,7 @@ def spread(values: list[float], spec: str = ".2f") -> str:
     return f"{format(values[len(values) // 2], spec)} (min {format(values[0], spec)}, max {format(values[-1], spec)})"
 
 
-def bench_prompts(root: Path, sim_url: str, prompts: int, baseline: int, repeat: int) -> None:
+def bench_prompts(root: Path, sim_url: str, prompts: int, baseline: int, repeat: int, cli: Path) -> None:
     sizes = {}
     for count in (baseline, prompts):
         ws = root / f"prompts-{count}"
@@ -159,8 +160,8 @@ def bench_prompts(root: Path, sim_url: str, prompts: int, baseline: int, repeat:
     mb = (sizes[prompts] / "prompts" / PARTITION / f"{DATASET}.jsonl").stat().st_size / 1e6
     firsts, peaks, per_prompt, cpus = [], [], [], []
     for k in range(repeat):
-        base = startup(sizes[baseline], sim_url)
-        big = startup(sizes[prompts], sim_url)
+        base = startup(sizes[baseline], sim_url, cli)
+        big = startup(sizes[prompts], sim_url, cli)
         if big.first_request_s is None:
             print(f"  run {k + 1}: no request reached the simulator")
             continue
@@ -185,21 +186,30 @@ def bench_prompts(root: Path, sim_url: str, prompts: int, baseline: int, repeat:
 
 
 def write_results(ws: Path, target_bytes: int, left: int, prompt_chars: int, answer_tokens: int) -> tuple[int, int]:
-    """A prompt file and a results file of ~``target_bytes`` answering all but ``left`` of its prompts."""
+    """A prompt file and a results file of ~``target_bytes`` answering all but ``left`` of its prompts.
+
+    The answers (text, token ids, timings) of ``ANSWERS`` rows are made once and dealt out in turn, each
+    row with its own prompt, id and hash: a row costs one ``to_json``, so 5 GB take about a minute."""
     prompt_tokens = prompt_chars // 4 + 20
     maker = RowMaker(Shape((prompt_tokens, prompt_tokens), answer_tokens, 0.75, 4.0, 163840), seed=1)
+    answers = [maker.row(k) for k in range(ANSWERS)]
     results = ws / "outputs" / DATASET / "raw_responses.jsonl"
     results.parent.mkdir(parents=True)
     rows = size = 0
     with open(results, "wb") as out:
         while size < target_bytes:
             prompt = prompt_row(rows, prompt_chars)
-            record = maker.row(rows)
-            record.messages = [*prompt["messages"], record.messages[-1]]
-            record.id, record.dataset, record.partition = str(prompt["id"]), DATASET, PARTITION
-            record.source = f"{PARTITION}/{DATASET}.jsonl"
-            record.prompt_hash = prompt_hash(prompt["messages"], None)  # type: ignore[arg-type]
-            record.settings = None
+            answer = answers[rows % ANSWERS]
+            record = replace(
+                answer,
+                id=str(prompt["id"]),
+                dataset=DATASET,
+                partition=PARTITION,
+                source=f"{PARTITION}/{DATASET}.jsonl",
+                prompt_hash=prompt_hash(prompt["messages"], None),  # type: ignore[arg-type]
+                settings=None,
+                messages=[*prompt["messages"], answer.messages[-1]],
+            )
             line = record.to_json()
             out.write(line)
             size += len(line)
@@ -219,7 +229,7 @@ def bench_resume(root: Path, sim_url: str, args: argparse.Namespace) -> None:
         state = DatasetStore(ws / "outputs", DATASET).scan()
         scans.append(time.perf_counter() - t)
         assert len(state.done) >= rows, (len(state.done), rows)  # earlier runs here may have added a few
-        run = startup(ws, sim_url)
+        run = startup(ws, sim_url, args.run)
         if run.first_request_s is None:
             print(f"  run {k + 1}: no request reached the simulator")
             continue
@@ -254,6 +264,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--repeat", type=int, default=3, help="runs of each measurement (default 3)")
     p.add_argument("--work-dir", type=Path, help="where to make the scratch folder (default: the system temp dir)")
+    p.add_argument(
+        "--run",
+        type=Path,
+        default=RUN,
+        help="the run_inference.py to measure, e.g. another checkout's for an A/B (default: this tree's)",
+    )
     return p
 
 
@@ -265,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer_dir = build_tokenizer(root / "tokenizer", style="chatml")
         with Simulator(tokenizer_dir, "--token-delay", "0.05") as sim:
             if args.only in (None, "prompts"):
-                bench_prompts(root, sim.url, args.prompts, args.baseline, args.repeat)
+                bench_prompts(root, sim.url, args.prompts, args.baseline, args.repeat, args.run)
             if args.only in (None, "resume"):
                 bench_resume(root, sim.url, args)
     finally:

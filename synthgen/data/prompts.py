@@ -205,12 +205,18 @@ def _plain(record: dict[str, Any]) -> list[dict[str, Any]] | None:
     return messages if user else None
 
 
-def _plain_id(line: bytes) -> str | None:
-    """The id of a plain chat line with a string id, or None: then ``parse_line`` reads it."""
+_NOT_JSON = object()  # what ``_loads`` gives for a line orjson cannot read: ``parse_line`` says why
+
+
+def _loads(line: bytes) -> Any:
     try:
-        record = orjson.loads(line)
+        return orjson.loads(line)
     except orjson.JSONDecodeError:
-        return None
+        return _NOT_JSON
+
+
+def _plain_id(record: Any) -> str | None:
+    """The id of a plain chat record (``_plain``) with a string id, or None: then ``parse_record`` reads it."""
     if type(record) is not dict:
         return None
     rid = record.get("id")
@@ -227,6 +233,11 @@ def parse_line(line: bytes) -> tuple[str, Conversation] | None:
         record = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         raise BadLine(f"not valid JSON ({exc})") from exc
+    return _parse_record(record)
+
+
+def _parse_record(record: Any) -> tuple[str, Conversation]:
+    """(id, conversation) of a line's JSON value; raises BadLine."""
     if not isinstance(record, dict):
         raise BadLine(f"expected a JSON object, got {type(record).__name__}")
     messages = _plain(record)
@@ -329,8 +340,10 @@ def _scan(
     offset = 0
     for lineno, line in _lines(source.path):
         index.lines = lineno
+        record: Any = _NOT_JSON
         if quick and type(line) is bytes and len(line) <= LONG_LINE:
-            rid = _plain_id(line)
+            record = _loads(line)
+            rid = _plain_id(record)
             if rid is not None and not (done and rid in done) and rid not in track:
                 ids.append(rid)  # the common case: the whole of the loop below for it
                 starts.append(offset)
@@ -342,14 +355,10 @@ def _scan(
         try:
             if isinstance(line, Oversize):
                 raise BadLine(f"the line has {size:,} bytes, over the {MAX_LINE >> 20} MiB a prompt line may have")
-            parsed = parse_line(line)
+            # A line read above is not read again (a done prompt's line is hashed below).
+            parsed = parse_line(line) if record is _NOT_JSON else _parse_record(record)
         except BadLine as exc:
-            if not skip_bad_lines:
-                fix = "fix or remove the line, or pass --skip-bad-lines"
-                raise InputFileError(source.path, lineno, f"{exc}; {fix}") from None
-            index.bad_lines += 1
-            if len(index.first_bad) < 3:
-                index.first_bad.append(f"{source.path}:{lineno}: {exc}")
+            _bad_line(index, lineno, exc, skip_bad_lines)
             continue
         if parsed is None:
             continue
@@ -383,6 +392,16 @@ def _scan(
             if entry is not None and not answers(entry, digest, conversation):
                 index.changed.append(prompt_id)
     return index
+
+
+def _bad_line(index: DatasetIndex, lineno: int, problem: BadLine, skip_bad_lines: bool) -> None:
+    """A bad line stops the scan with file:line, or with --skip-bad-lines is counted (a few kept to show)."""
+    if not skip_bad_lines:
+        fix = "fix or remove the line, or pass --skip-bad-lines"
+        raise InputFileError(index.source.path, lineno, f"{problem}; {fix}") from None
+    index.bad_lines += 1
+    if len(index.first_bad) < 3:
+        index.first_bad.append(f"{index.source.path}:{lineno}: {problem}")
 
 
 def build_prompt(index: DatasetIndex, prompt_id: str, line: bytes, lineno: int) -> Prompt:

@@ -24,28 +24,42 @@ from synthgen.data.openfiles import Oversize
 from synthgen.data.records import parse_line
 
 _IDS_KEY = b'_ids":['
+_IDS_HEAD = _IDS_KEY[:-1]  # what precedes the "[" of an ids array
+# "[" that open no ids array (text full of brackets) passed one by one before the key itself is searched for.
+_OTHER_BRACKETS = 32
 
 
 def without_ids(line: bytes) -> bytes:
-    """``line`` with the contents of its ``..._ids`` number arrays cut out."""
-    find = line.find
-    key = find(_IDS_KEY)
-    if key < 0:
-        return line
-    pieces = []
-    at = 0
-    while key >= 0:
-        start = key + len(_IDS_KEY)
-        end = find(b"]", start)
-        if end < 0:
-            break
-        if all(find(char, start, end) < 0 for char in (b'"', b"{", b"}", b"[")):
-            pieces.append(line[at:start])
-            at = end
-        key = find(_IDS_KEY, end)
+    """``line`` with the contents of its ``..._ids`` number arrays cut out.
+
+    The arrays are found through their "[" (a byte search, several times faster than searching for the
+    key in text); after ``_OTHER_BRACKETS`` brackets of anything else, through the key, so a text full
+    of brackets costs no more than the key's search."""
+    find, startswith = line.find, line.startswith
+    view = memoryview(line)
+    pieces: list[memoryview] = []
+    at = others = 0
+    bracket = find(b"[")
+    while bracket >= 0:
+        if bracket >= len(_IDS_HEAD) and startswith(_IDS_HEAD, bracket - len(_IDS_HEAD)):
+            start = bracket + 1
+            end = find(b"]", start)
+            if end < 0:
+                break
+            structure = find(b'"', start, end) >= 0 or find(b"{", start, end) >= 0 or find(b"}", start, end) >= 0
+            if not structure and find(b"[", start, end) < 0:
+                pieces.append(view[at:start])
+                at = end
+            bracket = find(b"[", end)
+        elif others < _OTHER_BRACKETS:
+            others += 1
+            bracket = find(b"[", bracket + 1)
+        else:
+            key = find(_IDS_KEY, bracket)
+            bracket = key + len(_IDS_HEAD) if key >= 0 else -1
     if not pieces:
         return line
-    pieces.append(line[at:])
+    pieces.append(view[at:])
     return b"".join(pieces)
 
 

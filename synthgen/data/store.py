@@ -166,7 +166,7 @@ def scan_results(results_path: Path, tense: str = "will") -> ResumeState:
                 tail = (offset, parsed)  # only the last line can lack its newline
                 break
             offset += len(line)
-            if not parsed.strip():
+            if parsed.isspace():  # a blank line (it ends with its newline); strip() would copy every row
                 continue
             _count_line(state, parsed, lineno)
     if tail is None:

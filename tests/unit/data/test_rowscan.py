@@ -14,6 +14,9 @@ ROWS = [
     {"id": "p2", "turns": [{"input_ids": [7, 8], "completion_tokens": 9}], "messages": [{"content": 'x_ids":[1]'}]},
     {"id": "p3", "nested_ids": [[1], [2]], "tool_ids": [{"a": 1}], "more_ids": ["a", "b"]},
     {"id": "p4", "content": "\\", "input_ids": [10], "regenerate": "last"},
+    # More brackets than the scan passes one by one before it searches for the key instead.
+    {"id": "p5", "content": "[x] " * 100, "input_ids": [1, 2], "tools": [[]] * 40, "output_ids": [3], "x_ids": [[4]]},
+    {"id": "p6", "a_ids": [1], "content": "[" * 33 + "_ids" + "[" * 5, "b_ids": [], "c_ids": [2, 3]},
 ]
 
 
