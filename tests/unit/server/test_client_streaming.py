@@ -8,7 +8,7 @@ import httpx
 import orjson
 import pytest
 
-from synthgen.server.client import Progress, Rejected, SGLangClient, Transient, sse_data
+from synthgen.server.client import Closer, Progress, Rejected, SGLangClient, Transient, sse_data
 
 SSE = {"content-type": "text/event-stream; charset=utf-8"}
 IDS = list(range(10, 30))  # 20 output ids
@@ -265,3 +265,40 @@ def test_a_chunk_that_does_not_add_up_is_a_bad_answer_with_the_partial():
     bad = {"text": "x", "output_ids": [1, 2], "meta_info": meta(9)}
     exc, _, _ = run(streaming([*chunks([1, 5, 20])[:2], b"data: " + orjson.dumps(bad) + b"\n\n"]))
     assert isinstance(exc, Transient) and exc.kind == "bad_response" and exc.partial == IDS[:5]
+
+
+class Parked(Body):
+    """Sends its pieces, then waits for ever: a long answer between two chunks."""
+
+    def __init__(self, pieces: list[bytes]):
+        super().__init__(pieces)
+        self.waiting = asyncio.Event()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            yield piece
+        self.waiting.set()
+        await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize("early", [False, True])
+def test_a_closed_stream_ends_the_attempt_as_an_abort_with_the_ids_it_delivered(early):
+    async def scenario():
+        body = Parked(chunks([1, 5, 20])[:2])
+        answer = lambda request: httpx.Response(200, headers=SSE, stream=body)  # noqa: E731
+        client = SGLangClient("http://x", None, 4, 60.0, transport=httpx.MockTransport(answer))
+        closer = Closer()
+        if early:  # a stop before the request went out: it is not sent
+            closer.close()
+        attempt = asyncio.create_task(client.generate({"input_ids": [1]}, lambda ids: None, 4, closer=closer))
+        if not early:
+            await body.waiting.wait()
+            closer.close()
+        with pytest.raises(Transient) as caught:
+            await attempt
+        await client.aclose()
+        return caught.value, body
+
+    exc, body = asyncio.run(scenario())
+    assert exc.kind == "abort" and exc.partial == ([] if early else IDS[:5])
+    assert body.closed != early  # the connection is closed: the server ends the request at once
