@@ -3,6 +3,8 @@ in flight: SIGTERMs (the drain shorter than an answer, as on a host where an ans
 SIGKILLs of the run, and a server crash; each scenario then reruns to the end.
 
     python -m bench.bench_waste [--prompts 60] [--concurrency 24] [--length 1000-2000] [--step-time 0.01]
+                                [--scenario "SIGKILL x2"] [--mode nothing|stop-only|default]
+                                [--no-abort-request]
 
 Three ways are compared: nothing kept (``--keep-partials off --checkpoint-tokens 0``: what the run did
 before; the requests in flight are ended, their output thrown away and generated again by the rerun);
@@ -11,14 +13,17 @@ output so far, which the rerun continues; a crash still loses it); and the defau
 streams each request and saves its output every 256 tokens, so a crash loses at most ~256 a request.
 
 Generated is the simulator's own count of every token a decode step made (``tokens_decoded``,
-scheduler mode), answered or not; kept is the sum of the rows' completion_tokens. The simulator does
-not notice a client that went away (a real server notices within ~4 s), so after a SIGKILL it
-finishes those answers for nobody: that loss is counted whole.
+scheduler mode), answered or not; kept is the sum of the rows' completion_tokens. After a SIGKILL
+the simulator, as SGLang, ends a streamed request at once and a plain one at its next check of the
+client (every 4 s): the tokens made until then for nobody are counted as thrown away. Answers are
+``[sim:long=N]`` prompts (varied words; N uniform over ``--length``), so the loop guard, on by
+default, has nothing to end.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import signal
 import subprocess
 import sys
@@ -31,12 +36,26 @@ import orjson
 from bench.simproc import RUN, Simulator, build_tokenizer, cli_env
 from tests.support.simharness import Sim, wait_until
 
+# name -> (label, the run's options)
 MODES = {
-    "before: nothing kept": ("--keep-partials", "off", "--checkpoint-tokens", "0", "--loop-guard", "off"),
-    "stop-only keeping": ("--checkpoint-tokens", "0", "--loop-guard", "off"),
-    "default (checkpoints 256)": (),
+    "nothing": ("before: nothing kept", ("--keep-partials", "off", "--checkpoint-tokens", "0", "--loop-guard", "off")),
+    "stop-only": ("stop-only keeping", ("--checkpoint-tokens", "0", "--loop-guard", "off")),
+    "default": ("default (checkpoints 256)", ()),
 }
 SCENARIOS = ("SIGTERM x3", "SIGKILL x2", "server crash")
+
+
+def prompts(count: int, length: str) -> bytes:
+    """The prompts file: each answer's length drawn from ``length`` (LO-HI, uniform, seeded), asked of the
+    simulator with ``[sim:long=N]``: varied words, as a real answer, which the loop guard leaves alone
+    (the simulator's ``--output-len-dist`` pads answers with one repeated id, which it rightly ends)."""
+    low, high = (int(n) for n in length.split("-"))
+    draw = random.Random(0)
+    lines = (
+        orjson.dumps({"id": f"q{i:04d}", "prompt": f"question {i} [sim:long={draw.randint(low, high)}]"}) + b"\n"
+        for i in range(count)
+    )
+    return b"".join(lines)
 
 
 def rows(out: Path) -> list[dict]:
@@ -54,8 +73,7 @@ class Bench:
             str(args.concurrency),
             "--step-time",
             str(args.step_time),
-            "--output-len-dist",
-            f"uniform:{args.length}",
+            *(("--no-abort-request",) if args.no_abort_request else ()),
         )
 
     def command(self, out: Path, mode: tuple[str, ...]) -> list[str]:
@@ -118,18 +136,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--length", default="1000-2000", help="answer lengths in tokens, LO-HI (uniform)")
     parser.add_argument("--step-time", type=float, default=0.01, help="seconds per decode step")
     parser.add_argument("--scenario", choices=SCENARIOS, action="append", help="default: all")
+    parser.add_argument("--mode", choices=MODES, action="append", help="default: all")
+    parser.add_argument(
+        "--no-abort-request", action="store_true", help="the server answers /abort_request 404, as smg 1.13 does"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         tokenizer = build_tokenizer(root / "tok")
         (root / "prompts" / "p").mkdir(parents=True)
-        lines = (orjson.dumps({"id": f"q{i:04d}", "prompt": f"question {i}"}) + b"\n" for i in range(args.prompts))
-        (root / "prompts" / "p" / "d.jsonl").write_bytes(b"".join(lines))
+        (root / "prompts" / "p" / "d.jsonl").write_bytes(prompts(args.prompts, args.length))
         bench = Bench(root, tokenizer, args)
-        print(f"{args.prompts} prompts, answers of {args.length} tokens, {args.concurrency} in flight")
+        refused = ", /abort_request refused (404)" if args.no_abort_request else ""
+        print(f"{args.prompts} prompts, answers of {args.length} tokens, {args.concurrency} in flight{refused}")
         print(f"{'scenario':<14} {'mode':<28} {'generated':>10} {'kept':>10} {'thrown away':>12} {'wall':>7}")
         for name in args.scenario or SCENARIOS:
-            for label, mode in MODES.items():
+            for label, mode in (MODES[m] for m in args.mode or MODES):
                 started = time.monotonic()
                 generated, kept = bench.scenario(name, mode)
                 waste = 1 - kept / generated if generated else 0.0
