@@ -82,7 +82,7 @@ class Requests:
         self.partials = Continuation(client, cfg, stopping, self.sampling, self.server, self.decode)
         self.live: dict[str, WorkItem] = {}  # rid -> the request in flight
         self.streams: dict[str, Closer] = {}  # rid -> how to end it without /abort_request, if streamed
-        self.closed_streams = 0  # streams a stop closed because the server refused /abort_request
+        self.said_closing = False  # the note that streams are closed instead of aborted was said
         # Streamed (coarse chunks) for checkpoints and the loop guard; off again if a gateway drops the interval.
         self.streaming = bool(cfg.loop_guard or (cfg.checkpoint_tokens and self.keeps_partials))
         self.interval = cfg.checkpoint_tokens or DEFAULT_STREAM_INTERVAL
@@ -101,7 +101,8 @@ class Requests:
         """End every request in flight through the server's /abort_request; how many were ended.
         Their pending answers come back (200, abort, output so far) and are kept by ``request``.
         Where the server refuses (smg 1.13 answers 404), a streamed request's stream is closed
-        instead: the ids it delivered are kept the same way, and the server, seeing its client
+        instead, after its next chunk (at once when called again: the drain ran out, or a second
+        signal): the ids it delivered are kept the same way, and the server, seeing its client
         gone, ends the request (sglang_api.md §10); an unstreamed one is left to the drain."""
         rids = list(self.live)
         accepted = await asyncio.gather(*(self.client.abort(rid) for rid in rids))
@@ -109,12 +110,13 @@ class Requests:
         closing = [self.streams[rid] for rid in refused if rid in self.streams]
         for closer in closing:
             closer.close()
-        if closing and not self.closed_streams:
+        if closing and not self.said_closing:
+            self.said_closing = True
             self.say(
                 "note: the server refused /abort_request (a gateway such as smg does not pass it on): streamed "
-                "requests are ended by closing their streams, their output so far kept"
+                "requests are ended by closing their streams after their next chunk, their output so far kept "
+                "(at once at the drain timeout or a second signal)"
             )
-        self.closed_streams += len(closing)
         return sum(accepted) + len(closing)
 
     # ------------------------------------------------------------------ one prompt

@@ -214,7 +214,7 @@ class SGLangClient:
     ) -> Generation:
         """One /generate. With ``progress``, the answer streams at ``stream_interval`` tokens a
         chunk and ``progress(ids_so_far)`` follows each chunk; a stream cut short raises Transient
-        with the ids it delivered as ``partial`` (``closer.close()`` cuts it: kind ``abort``). The
+        with the ids it delivered as ``partial`` (``closer.close()`` ends it: kind ``abort``). The
         answer's ``worker`` (and a failure's) names the replica that served it; a gateway's shed
         raises Transient with ``shed`` set."""
         worker = None
@@ -244,7 +244,7 @@ class SGLangClient:
         params = {**(payload.get("sampling_params") or {}), "stream_interval": interval}
         body = orjson.dumps({**payload, "sampling_params": params, "stream": True})
         state = StreamState(interval)
-        reading = self._read_stream(body, request_headers(routing_key), state, progress)
+        reading = self._read_stream(body, request_headers(routing_key), state, progress, closer)
         try:
             plain = await (reading if closer is None else closer.read(reading, state))
         except httpx.HTTPError as exc:
@@ -262,7 +262,7 @@ class SGLangClient:
             raise
 
     async def _read_stream(
-        self, body: bytes, headers: dict[str, str], state: StreamState, progress: Progress
+        self, body: bytes, headers: dict[str, str], state: StreamState, progress: Progress, closer: Closer | None
     ) -> Generation | None:
         """One streamed answer read into ``state``; None, or the answer of a server that did not stream."""
         async with self.http.stream("POST", "/generate", content=body, headers=headers) as response:
@@ -278,6 +278,8 @@ class SGLangClient:
                     called = progress(state.ids)
                     if inspect.isawaitable(called):
                         await called
+                    if closer is not None:
+                        closer.after_chunk(state)
         return None
 
     def _note_interval(self, honoured: bool | None) -> None:

@@ -164,20 +164,32 @@ class Closer:
     """Ends one streamed /generate from the client's side, keeping the ids it delivered: a stop's
     way where the server cannot be asked to abort by rid (smg 1.13 answers /abort_request 404,
     sglang_api.md §11). Closing the stream is a client disconnect, which SGLang answers by aborting
-    the request at once (§10): the server stops generating for nobody and frees the slot."""
+    the request at once (§10): the server stops generating for nobody and frees the slot.
+
+    The first ``close`` ends the stream right after its next chunk, whose ids are kept (the tokens
+    since the last chunk are not lost); a second ends it at once, losing those."""
 
     def __init__(self) -> None:
-        self.closed = False
+        self.closing = False  # end after the next chunk
+        self.closed = False  # ended now
         self._reading: asyncio.Future[Any] | None = None
 
     def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            return
         self.closed = True
         if self._reading is not None:
             self._reading.cancel()
 
+    def after_chunk(self, state: StreamState) -> None:
+        """Called after each chunk that brought ids (not the last): raises once ``close`` was called."""
+        if self.closing:
+            raise state.failure("abort", "the run closed the stream after a chunk (the server took no /abort_request)")
+
     async def read(self, reading: Awaitable[T], state: StreamState) -> T:
-        """What ``reading`` (one stream read into ``state``) returns; once ``close`` is called, the
-        read is cancelled (its connection closed) and Transient ``abort`` raised with the ids so far."""
+        """What ``reading`` (one stream read into ``state``) returns; once ``close`` is called twice,
+        the read is cancelled (its connection closed) and Transient ``abort`` raised with the ids so far."""
         task = asyncio.ensure_future(reading)
         self._reading = task
         if self.closed:
@@ -188,5 +200,5 @@ class Closer:
             self._reading = None
             task.cancel()  # done: nothing; our caller cancelled: the read goes too
         if task.cancelled():
-            raise state.failure("abort", "the stream was closed by the run (the server took no /abort_request)")
+            raise state.failure("abort", "the run closed the stream (the server took no /abort_request)")
         return task.result()

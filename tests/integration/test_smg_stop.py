@@ -1,6 +1,7 @@
 """A stop behind smg 1.13, which answers /abort_request 404 (sglang_api.md §11): the run closes the
-streams in flight itself, keeps the ids they delivered, smg passes the disconnect on so the worker ends
-the requests, and the rerun continues them token-exact. Waits are on files and the simulator's state."""
+streams in flight itself (at once on a second signal), keeps the ids they delivered, smg passes the
+disconnect on so the worker ends the requests, and the rerun continues them token-exact. Waits are on
+files and the simulator's state."""
 
 from __future__ import annotations
 
@@ -41,14 +42,15 @@ def test_behind_smg_a_stop_closes_the_streams_and_the_rerun_continues_them(ws: W
         proc = ws.start("--server-url", gateway.url, *COMMON, "--drain-timeout", "600")
         try:
             wait_until(lambda: len(kept(ws)) == 4, timeout=120, what="4 requests checkpointed")
-            sim.pause()  # nothing finishes from here on: a stop that waited for a drain would wait its 600 s
+            sim.pause()  # no chunk comes: the first SIGTERM's end-after-the-next-chunk waits
             proc.send_signal(signal.SIGTERM)
+            log = ws.root / "nohup.out"
+            wait_until(lambda: "server refused /abort_request" in log.read_text(), timeout=120, what="the note")
+            proc.send_signal(signal.SIGTERM)  # the second closes the streams at once
             assert proc.wait(timeout=120) == 143
         finally:
             if proc.poll() is None:
                 proc.kill()
-        out = (ws.root / "nohup.out").read_text()
-        assert "note: the server refused /abort_request" in out, out
         wait_until(lambda: sim.stats()["running"] == 0, timeout=60, what="smg passed the disconnects on")
         partials = kept(ws)
         assert len(partials) == 4 and all(16 <= len(p) < 120 for p in partials.values()), partials

@@ -281,18 +281,41 @@ class Parked(Body):
         await asyncio.Event().wait()
 
 
+def test_a_stream_closed_once_ends_after_its_next_chunk_keeping_its_ids():
+    closer = Closer()
+
+    def stop_at(ids: list[int]) -> None:
+        if len(ids) >= 5:
+            closer.close()
+
+    async def scenario():
+        client = SGLangClient("http://x", None, 4, 60.0, transport=httpx.MockTransport(answer))
+        try:
+            await client.generate({"input_ids": [1]}, stop_at, 4, closer=closer)
+        except Transient as exc:
+            return exc
+        finally:
+            await client.aclose()
+
+    answer = streaming(chunks([1, 5, 9, 20]))
+    exc = asyncio.run(scenario())
+    assert exc.kind == "abort" and exc.partial == IDS[:5] and answer.body.closed
+
+
 @pytest.mark.parametrize("early", [False, True])
-def test_a_closed_stream_ends_the_attempt_as_an_abort_with_the_ids_it_delivered(early):
+def test_a_stream_closed_twice_ends_at_once_as_an_abort_with_the_ids_it_delivered(early):
     async def scenario():
         body = Parked(chunks([1, 5, 20])[:2])
         answer = lambda request: httpx.Response(200, headers=SSE, stream=body)  # noqa: E731
         client = SGLangClient("http://x", None, 4, 60.0, transport=httpx.MockTransport(answer))
         closer = Closer()
-        if early:  # a stop before the request went out: it is not sent
+        if early:  # before the request went out: it is not sent
+            closer.close()
             closer.close()
         attempt = asyncio.create_task(client.generate({"input_ids": [1]}, lambda ids: None, 4, closer=closer))
         if not early:
             await body.waiting.wait()
+            closer.close()  # no chunk comes: the stream stays open
             closer.close()
         with pytest.raises(Transient) as caught:
             await attempt
@@ -301,4 +324,4 @@ def test_a_closed_stream_ends_the_attempt_as_an_abort_with_the_ids_it_delivered(
 
     exc, body = asyncio.run(scenario())
     assert exc.kind == "abort" and exc.partial == ([] if early else IDS[:5])
-    assert body.closed != early  # the connection is closed: the server ends the request at once
+    assert body.closed is not early  # the connection is closed: the server ends the request at once
