@@ -6,7 +6,7 @@ what was sent), the retries, and partial outputs.
                              server answers each with HTTP 200, finish_reason abort and the output so
                              far, which is kept (data/partials.py) instead of being thrown away; where
                              the server refuses it (smg: 404), a streamed request's stream is closed
-                             instead and the ids it delivered are kept
+                             instead, after its next chunk, and the ids it delivered are kept
 
 A request ended before it finished (by our stop, or by the server) is continued, not restarted: the
 next attempt (or the next run) sends the prompt ids plus the partial output ids with what is left of
@@ -98,7 +98,7 @@ class Requests:
 
     # ------------------------------------------------------------------ a stop
     async def abort_all(self) -> int:
-        """End every request in flight through the server's /abort_request; how many were ended.
+        """End every request in flight through the server's /abort_request; how many it ends.
         Their pending answers come back (200, abort, output so far) and are kept by ``request``.
         Where the server refuses (smg 1.13 answers 404), a streamed request's stream is closed
         instead, after its next chunk (at once when called again: the drain ran out, or a second
