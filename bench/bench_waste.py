@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> None:
                 waste = 1 - kept / generated if generated else 0.0
                 wall = time.monotonic() - started
                 line = f"{name:<14} {label:<28} {generated:>10,} {kept:>10,} {waste:>12.1%}"
-                print(f"{line} {stop or float('nan'):>7.1f} {wall:>6.0f}s", flush=True)
+                stopped = f"{stop:7.1f}" if stop else f"{'-':>7}"
+                print(f"{line} {stopped} {wall:>6.0f}s", flush=True)
 
 
 if __name__ == "__main__":
