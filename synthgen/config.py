@@ -53,7 +53,10 @@ class RunConfig:
     sampling_mix: SamplingMix | None = None  # --sampling-mix: weighted recipes (synthgen.data.mix)
 
     # --- server --------------------------------------------------------------------------------
-    server_url: str = "http://127.0.0.1:30000"
+    server_url: str = "http://127.0.0.1:30000"  # the first of server_urls
+    # --server-url more than once: several servers without a gateway (run/serverset.py); () means server_url.
+    # Where the rows are made, not what makes them: settings.jsonl records neither.
+    server_urls: tuple[str, ...] = ()
     api_key: str | None = field(default=None, repr=False)  # never printed
 
     # --- launching the server (synthgen.launch.supervisor) ----------------------------------------------
@@ -164,29 +167,29 @@ class RunConfig:
             raise UsageError(f"--sampling-params: {', '.join(sorted(reserved))} is set by the run; leave it out")
         if not self.think_start or not self.think_end:
             raise UsageError("--think-start and --think-end must not be empty")
-        api_key = self._check_server()
-        return replace(self, api_key=api_key, **self._check_launch())
+        urls = self.server_urls if len(self.server_urls) > 1 else (self.server_url,)
+        api_key = self._check_server(urls)
+        return replace(self, server_url=urls[0], server_urls=urls, api_key=api_key, **self._check_launch())
 
     @property
     def display_url(self) -> str:
-        """The server URL as every message prints it: a credential in it (user part, key in the query) is ***."""
-        return redact(self.server_url)
+        """The server URL as every message prints it: a credential in it (user part, key in the query) is ***;
+        several servers' URLs joined by commas."""
+        return ", ".join(redact(url) for url in (self.server_urls if len(self.server_urls) > 1 else (self.server_url,)))
 
-    def _check_server(self) -> str | None:
-        """The API key as it is sent (stripped), once the URL and the key are checked."""
-        shown = self.display_url
-        if not self.server_url.startswith(("http://", "https://")):
-            raise UsageError(f"--server-url must start with http:// or https://, got {shown!r}")
-        try:
-            url = httpx.URL(self.server_url)
-        except httpx.InvalidURL as exc:
+    def _check_server(self, urls: tuple[str, ...]) -> str | None:
+        """The API key as it is sent (stripped), once the URLs and the key are checked."""
+        for one in urls:
+            check_url(one)
+        seen: set[str] = set()
+        for one in urls:
+            if one.rstrip("/") in seen:
+                raise UsageError(f"--server-url {redact(one)!r} is given twice; give each server once")
+            seen.add(one.rstrip("/"))
+        if len(urls) > 1 and self.launch_server is not None:
             raise UsageError(
-                f"--server-url {shown!r} is not a valid URL ({exc}); e.g. http://127.0.0.1:30000"
-            ) from None
-        if not url.host:
-            raise UsageError(f"--server-url {shown!r} has no host; e.g. http://127.0.0.1:30000")
-        if url.port is not None and not 1 <= url.port <= 65535:
-            raise UsageError(f"--server-url {shown!r}: port {url.port} is not between 1 and 65535")
+                "--launch-server starts one server: give one --server-url with it, or start the servers yourself"
+            )
         api_key = self.api_key
         if api_key is not None:
             # A key from a file or $(cat key) ends with a newline the server would not recognise.
@@ -238,6 +241,21 @@ class RunConfig:
         """The user-chosen sampling keys, by SGLang's names; max_new_tokens is set per request."""
         chosen = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
         return self.extra_sampling | {k: v for k, v in chosen.items() if v is not None}
+
+
+def check_url(server_url: str) -> None:
+    """One --server-url checked: UsageError naming the fix."""
+    shown = redact(server_url)
+    if not server_url.startswith(("http://", "https://")):
+        raise UsageError(f"--server-url must start with http:// or https://, got {shown!r}")
+    try:
+        url = httpx.URL(server_url)
+    except httpx.InvalidURL as exc:
+        raise UsageError(f"--server-url {shown!r} is not a valid URL ({exc}); e.g. http://127.0.0.1:30000") from None
+    if not url.host:
+        raise UsageError(f"--server-url {shown!r} has no host; e.g. http://127.0.0.1:30000")
+    if url.port is not None and not 1 <= url.port <= 65535:
+        raise UsageError(f"--server-url {shown!r}: port {url.port} is not between 1 and 65535")
 
 
 def default_of(name: str) -> Any:

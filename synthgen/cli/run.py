@@ -49,6 +49,9 @@ examples:
   nohup python run_inference.py --partition long --budget budget.json \\
         --log-file outputs/long.log > outputs/long.nohup 2>&1 &
 
+  # one SGLang server per GPU group, no gateway: requests spread by load, a conversation on one server
+  python run_inference.py --partition all --server-url http://gpu0:30000 --server-url http://gpu1:30000
+
   # multi-turn chats: every assistant turn written by the model, on its own earlier replies
   python run_inference.py --partition short --dataset chats --regenerate all
 
@@ -152,7 +155,13 @@ def _how_many(g: argparse._ArgumentGroup) -> None:
 
 
 def _server(g: argparse._ArgumentGroup) -> None:
-    g.add_argument("--server-url", default=default_of("server_url"), metavar="URL", help="default: %(default)s")
+    g.add_argument(
+        "--server-url",
+        action="append",
+        metavar="URL",
+        help=f"default: {default_of('server_url')}; give it again for several servers without a gateway "
+        "(requests go to the least loaded, a conversation stays on one)",
+    )
     g.add_argument("--api-key", default=None, metavar="KEY", help="default: $SGLANG_API_KEY; never printed")
     g.add_argument(
         "--launch-server",
@@ -357,7 +366,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         seed=args.seed,
         samples_per_prompt=args.samples_per_prompt,
         sampling_mix=load_mix(args.sampling_mix) if args.sampling_mix is not None else None,
-        server_url=args.server_url,
+        server_url=(args.server_url or [default_of("server_url")])[0],
+        server_urls=tuple(args.server_url or ()),
         api_key=args.api_key if args.api_key is not None else os.environ.get("SGLANG_API_KEY") or None,
         launch_server=args.launch_server,
         server_log=args.server_log,

@@ -73,7 +73,7 @@ class Fleet:
         if sick:
             raise ServerError(
                 f"{self.health.describe(worker)}: it is sick, the run stops rather than write garbage; take it out "
-                "of the gateway (or restart it) and rerun to resume"
+                "of the gateway or the --server-url list (or restart it) and rerun to resume"
             )
         if worker not in self._told:
             self._told.add(worker)

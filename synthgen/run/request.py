@@ -35,6 +35,7 @@ from synthgen.errors import ServerError
 from synthgen.run.continuation import Continuation, LoopFound
 from synthgen.run.dataset_run import WorkItem
 from synthgen.run.fleet import Fleet
+from synthgen.run.serverset import ServerOut
 from synthgen.server.client import (
     DEFAULT_STREAM_INTERVAL,
     Closer,
@@ -164,7 +165,8 @@ class Requests:
                     partials.keep(item, exc.partial)
                 if self.stopping.is_set() and exc.kind == "abort":
                     return None  # our own stop ended it: the prompt stays pending
-                if exc.outage and await health.suspect(exc.message):
+                # ServerOut: one of several servers went out under it; it goes to another (run/serverset.py).
+                if exc.outage and (isinstance(exc, ServerOut) or await health.suspect(exc.message)):
                     # The server was down: usually this says nothing about the prompt, but a
                     # prompt that keeps being in flight when the server dies may be killing it.
                     outages += 1

@@ -44,6 +44,7 @@ from synthgen.run.prepare import Preparer, Skip, first_request_report
 from synthgen.run.producer import Producer, record_skip
 from synthgen.run.progress import Progress, end_of_run, export_command, summary_table
 from synthgen.run.request import Requests
+from synthgen.run.serverset import ServerSet, make_client
 from synthgen.run.stopping import RunStop
 from synthgen.server.client import SGLangClient, behind_router
 from synthgen.server.discovery import ServerContext, ServerHealth, changed_identity, discover
@@ -115,13 +116,7 @@ class Runner:
     # ------------------------------------------------------------------ top level
     async def run(self) -> int:
         cfg = self.config
-        client = self.client or SGLangClient(
-            cfg.server_url,
-            cfg.api_key,
-            cfg.concurrency or cfg.max_concurrency,
-            cfg.request_timeout,
-            cfg.connect_timeout,
-        )
+        client = self.client or make_client(cfg, self.progress.message)
         signals.hold(self.stop.on_signal)
         try:
             if cfg.dry_run:
@@ -194,6 +189,8 @@ class Runner:
         summary = summary_table([run.counts for run in self.runs], time.monotonic() - self.progress.started)
         summary += "\n" + "\n".join([self.pool.monitor.summary_line(), run_tokens(self.runs).line()])
         summary += "".join("\n" + line for line in self.pool.fleet.summary_lines())
+        if isinstance(client, ServerSet):
+            summary += "".join("\n" + line for line in client.summary_lines())
         if startup >= 1.0 or cfg.launch_server is not None:
             summary += f"\nnot in these figures: {fmt_duration(startup)} before the first request (server start-up)"
         self.progress.print_block(summary)
@@ -459,7 +456,8 @@ class Pool:
     def status_text(self) -> str:
         """The load monitor's part of the status line, and how much of what was generated is kept."""
         kept = run_tokens(self.runs).status()
-        return "; ".join(part for part in (self.monitor.status_text(), kept, self.fleet.status_text()) if part)
+        servers = self.client.status_text() if isinstance(self.client, ServerSet) else ""
+        return "; ".join(part for part in (self.monitor.status_text(), kept, self.fleet.status_text(), servers) if part)
 
     # ------------------------------------------------------------------ one prompt
     async def process(self, item: WorkItem) -> None:

@@ -64,6 +64,8 @@ async def discover(client: SGLangClient, cfg: RunConfig) -> ServerContext:
     ctx = ServerContext()
     try:
         info = await client.model_info()
+    except ServersDisagree:
+        raise
     except ServerError as exc:
         if cfg.dry_run and not cfg.tokenizer:
             hint = "a dry run without a server needs --tokenizer PATH (and --max-seq-len N)"
@@ -121,6 +123,11 @@ def identity(info: dict[str, Any]) -> tuple[object, ...]:
 
 class ServerGone(ServerError):
     pass
+
+
+class ServersDisagree(ServerError):
+    """Servers given together (``--server-url`` more than once) serve different models, or differ in what
+    decides a row (context, parsers): one run writes rows of one model."""
 
 
 class ServerChanged(ServerError):

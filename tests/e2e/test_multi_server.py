@@ -1,0 +1,92 @@
+"""Issue 28 point 8 through the CLI: ``--server-url`` given twice, two simulators and no gateway. Requests
+spread over both, a conversation stays on one, a server killed mid-run is taken out and put back, a server
+answering garbage is named, servers serving different models are refused at start."""
+
+from __future__ import annotations
+
+from simharness import wait_until
+
+COMMON = ("--max-tokens", "32", "--status-interval", "0.2")
+
+
+def chat(rid: str, *turns: str) -> dict:
+    return {
+        "id": rid,
+        "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)],
+    }
+
+
+def servers(*sims) -> list[str]:
+    return [arg for sim in sims for arg in ("--server-url", sim.url)]
+
+
+def test_requests_spread_over_both_servers_and_each_conversation_stays_on_one(ws, make_sim):
+    a, b = make_sim("chatml"), make_sim("chatml")
+    # 16 conversations of 2 turns: both servers get some (all on one has odds 2 in 65,536).
+    ws.dataset("short", "mt", [chat(f"c{i}", f"q{i}", "old", f"r{i}") for i in range(16)])
+    result = ws.run(*servers(a, b), "--regenerate", "all", "--concurrency", "4", *COMMON)
+    assert result.returncode == 0, result.stderr
+    rows = ws.assert_exactly_once("mt", [f"c{i}" for i in range(16)])
+    for row in rows:
+        assert {turn["worker"] for turn in row["turns"]} == {row["worker"]}, row["id"]
+    assert {row["worker"] for row in rows} == {a.url, b.url}
+    # Every turn went where its conversation is: the servers' own counts add up to the turns.
+    assert a.stats()["generate_requests"] + b.stats()["generate_requests"] == 32
+    assert f"synthgen: {a.url}, {b.url}, partition all" in result.stderr
+    assert "by server:" in result.stderr and f"  {b.url}: " in result.stderr
+    assert "servers 2/2 in" in result.stderr
+    # The URLs are where rows are made, not what makes them: a rerun on one of the servers goes on.
+    ws.dataset("short", "mt", [chat(f"c{i}", f"q{i}", "old", f"r{i}") for i in range(18)])
+    again = ws.run("--server-url", b.url, "--regenerate", "all", *COMMON)
+    assert again.returncode == 0, again.stderr
+    assert len(ws.assert_exactly_once("mt", [f"c{i}" for i in range(18)])) == 18
+
+
+def test_a_server_killed_mid_run_is_taken_out_and_back_in_and_every_row_is_written_once(ws, make_sim):
+    a, b = make_sim("chatml"), make_sim("chatml", "--exit-after", "5")
+    ids = ws.dataset("short", "d", 30)
+    # a holds what it gets until b has died and come back: b takes requests while a is busier, so its 5th
+    # arrives (it dies on it) before a holds all 4; the order of events is fixed, no timing decides it.
+    a.pause()
+    log = ws.root / "run.log"
+    proc = ws.start(*servers(a, b), "--concurrency", "4", "--max-attempts", "1", *COMMON, log=log)
+    try:
+        assert b.wait_exit(60) == 1
+        b.restart("--fault-seed", "1")  # the same server again, without --exit-after
+        wait_until(lambda: "is back after" in log.read_text(), timeout=60, what="b back in")
+        a.resume()
+        assert proc.wait(120) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert f"server {b.url} is out" in text and f"server {b.url} is back after" in text
+    rows = ws.assert_exactly_once("d", ids)
+    assert ws.errors("d") == []
+    assert all(row["attempts"] == 1 for row in rows)  # the move to a is no attempt (--max-attempts 1)
+    assert {row["worker"] for row in rows} == {a.url, b.url}
+    assert b.stats()["generate_requests"] >= 1  # the restarted b took requests again
+    assert "requests in flight on it sent again elsewhere" in text
+
+
+def test_a_server_answering_garbage_is_named_and_stops_the_run_with_exit_3(ws, make_sim):
+    a, b = make_sim("chatml"), make_sim("chatml")
+    ws.dataset("short", "d", 40)
+    b.configure(garbage_after=0)
+    result = ws.run(*servers(a, b), "--concurrency", "1", "--max-attempts", "5", "--retry-backoff", "0.01", *COMMON)
+    assert result.returncode == 3, result.stderr
+    assert f"worker {b.url} answered garbage" in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert b.url in last and "it is sick" in last, last
+    rows = ws.results("d")
+    assert rows and {row["worker"] for row in rows} == {a.url}
+
+
+def test_servers_serving_different_models_are_refused_at_start_naming_both(ws, make_sim):
+    a, b = make_sim("chatml"), make_sim("chatml", "--served-model-name", "other-model")
+    ws.dataset("short", "d", 2)
+    result = ws.run(*servers(a, b), *COMMON)
+    assert result.returncode == 3, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert "the servers differ in the model they serve" in last and a.url in last and b.url in last, last
+    assert a.stats()["generate_requests"] == b.stats()["generate_requests"] == 0
