@@ -4,7 +4,9 @@ what was sent), the retries, and partial outputs.
     Requests.request(item)   attempts until a parsed turn, a recorded failure, or a stop
     Requests.abort_all()     a stop: every request in flight is ended through /abort_request; the
                              server answers each with HTTP 200, finish_reason abort and the output so
-                             far, which is kept (data/partials.py) instead of being thrown away
+                             far, which is kept (data/partials.py) instead of being thrown away; where
+                             the server refuses it (smg: 404), a streamed request's stream is closed
+                             instead, after its next chunk, and the ids it delivered are kept
 
 A request ended before it finished (by our stop, or by the server) is continued, not restarted: the
 next attempt (or the next run) sends the prompt ids plus the partial output ids with what is left of
@@ -36,6 +38,7 @@ from synthgen.run.fleet import Fleet
 from synthgen.run.serverset import ServerOut
 from synthgen.server.client import (
     DEFAULT_STREAM_INTERVAL,
+    Closer,
     Generation,
     NoStreamIds,
     Rejected,
@@ -79,6 +82,8 @@ class Requests:
         # Partial outputs: kept, continued, checkpointed, extended, ended by the loop guard (run/continuation.py).
         self.partials = Continuation(client, cfg, stopping, self.sampling, self.server, self.decode)
         self.live: dict[str, WorkItem] = {}  # rid -> the request in flight
+        self.streams: dict[str, Closer] = {}  # rid -> how to end it without /abort_request, if streamed
+        self.said_closing = False  # the note that streams are closed instead of aborted was said
         # Streamed (coarse chunks) for checkpoints and the loop guard; off again if a gateway drops the interval.
         self.streaming = bool(cfg.loop_guard or (cfg.checkpoint_tokens and self.keeps_partials))
         self.interval = cfg.checkpoint_tokens or DEFAULT_STREAM_INTERVAL
@@ -94,11 +99,26 @@ class Requests:
 
     # ------------------------------------------------------------------ a stop
     async def abort_all(self) -> int:
-        """End every request in flight through the server's /abort_request; how many it accepted.
-        Their pending answers come back (200, abort, output so far) and are kept by ``request``."""
+        """End every request in flight through the server's /abort_request; how many it ends.
+        Their pending answers come back (200, abort, output so far) and are kept by ``request``.
+        Where the server refuses (smg 1.13 answers 404), a streamed request's stream is closed
+        instead, after its next chunk (at once when called again: the drain ran out, or a second
+        signal): the ids it delivered are kept the same way, and the server, seeing its client
+        gone, ends the request (sglang_api.md §10); an unstreamed one is left to the drain."""
         rids = list(self.live)
         accepted = await asyncio.gather(*(self.client.abort(rid) for rid in rids))
-        return sum(accepted)
+        refused = [rid for rid, ok in zip(rids, accepted, strict=True) if not ok]
+        closing = [self.streams[rid] for rid in refused if rid in self.streams]
+        for closer in closing:
+            closer.close()
+        if closing and not self.said_closing:
+            self.said_closing = True
+            self.say(
+                "note: the server refused /abort_request (a gateway such as smg does not pass it on): streamed "
+                "requests are ended by closing their streams after their next chunk, their output so far kept "
+                "(at once at the drain timeout or a second signal)"
+            )
+        return sum(accepted) + len(closing)
 
     # ------------------------------------------------------------------ one prompt
     async def request(self, item: WorkItem) -> Turn | None:
@@ -164,6 +184,7 @@ class Requests:
                 return None
             finally:
                 self.live.pop(rid, None)
+                self.streams.pop(rid, None)
 
     def _server_died(self, item: WorkItem, outages: int, exc: Transient, attempts: int) -> None:
         message = f"the server went down {outages} times while this prompt was in flight (last: {exc.message})"
@@ -210,8 +231,10 @@ class Requests:
         key = self._routing_key(item)
         if not self.streaming:
             return await self.client.generate(payload, routing_key=key)
+        closer = self.streams[payload["rid"]] = Closer()  # dropped with the rid from ``live``
         try:
-            return await self.client.generate(payload, self.partials.watch(item), self.interval, routing_key=key)
+            watch = self.partials.watch(item)
+            return await self.client.generate(payload, watch, self.interval, routing_key=key, closer=closer)
         except NoStreamIds:
             if self.streaming:
                 self.streaming = False

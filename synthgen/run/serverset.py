@@ -31,7 +31,7 @@ from synthgen.data.failures import CONNECTION
 from synthgen.errors import AuthError, ServerError
 from synthgen.run.concurrency import LOADS_PATH, parse_loads
 from synthgen.run.servers import Slot, choose, disagreement, probe_delay, status_text, summary_lines
-from synthgen.server.client import DEFAULT_STREAM_INTERVAL, Generation, Progress, SGLangClient, Transient
+from synthgen.server.client import DEFAULT_STREAM_INTERVAL, Closer, Generation, Progress, SGLangClient, Transient
 from synthgen.server.discovery import ServersDisagree, identity
 
 # A load poll of a server that hangs must not hold up the others' (nor the monitor).
@@ -91,6 +91,7 @@ class ServerSet(SGLangClient):
         progress: Progress | None = None,
         stream_interval: int = DEFAULT_STREAM_INTERVAL,
         routing_key: str | None = None,
+        closer: Closer | None = None,
     ) -> Generation:
         index = choose(self.slots, routing_key)
         if index is None:
@@ -102,7 +103,7 @@ class ServerSet(SGLangClient):
         if isinstance(rid, str):
             self._rids[rid] = index
         try:
-            generation = await client.generate(payload, progress, stream_interval, routing_key)
+            generation = await client.generate(payload, progress, stream_interval, routing_key, closer)
         except Transient as exc:
             if exc.outage and exc.shed is None and await self._failed(index, exc.message):
                 moved = self._moved(index, exc)

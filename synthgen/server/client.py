@@ -32,12 +32,13 @@ from synthgen.server.answers import (
     parse_generation,
 )
 from synthgen.server.gateway import request_headers, worker_of
-from synthgen.server.streaming import DEFAULT_STREAM_INTERVAL, Progress, StreamState, sse_data
+from synthgen.server.streaming import DEFAULT_STREAM_INTERVAL, Closer, Progress, StreamState, sse_data
 
 # Also imported from here by the run, the launch and the tests (they lived here before answers.py and
 # streaming.py), beside what this module defines.
 __all__ = [
     "DEFAULT_STREAM_INTERVAL",
+    "Closer",
     "Generation",
     "NoStreamIds",
     "Progress",
@@ -209,15 +210,17 @@ class SGLangClient:
         progress: Progress | None = None,
         stream_interval: int = DEFAULT_STREAM_INTERVAL,
         routing_key: str | None = None,
+        closer: Closer | None = None,
     ) -> Generation:
         """One /generate. With ``progress``, the answer streams at ``stream_interval`` tokens a
         chunk and ``progress(ids_so_far)`` follows each chunk; a stream cut short raises Transient
-        with the ids it delivered as ``partial``. The answer's ``worker`` (and a failure's) names the
-        replica that served it; a gateway's shed raises Transient with ``shed`` set."""
+        with the ids it delivered as ``partial`` (``closer.close()`` ends it: kind ``abort``). The
+        answer's ``worker`` (and a failure's) names the replica that served it; a gateway's shed
+        raises Transient with ``shed`` set."""
         worker = None
         try:
             if progress is not None:
-                return await self._generate_streamed(payload, progress, stream_interval, routing_key)
+                return await self._generate_streamed(payload, progress, stream_interval, routing_key, closer)
             try:
                 response = await self.http.post(
                     "/generate", content=orjson.dumps(payload), headers=request_headers(routing_key)
@@ -236,42 +239,52 @@ class SGLangClient:
         return worker
 
     async def _generate_streamed(
-        self, payload: dict[str, Any], progress: Progress, interval: int, routing_key: str | None
+        self, payload: dict[str, Any], progress: Progress, interval: int, routing_key: str | None, closer: Closer | None
     ) -> Generation:
-        headers = request_headers(routing_key)
         params = {**(payload.get("sampling_params") or {}), "stream_interval": interval}
         body = orjson.dumps({**payload, "sampling_params": params, "stream": True})
         state = StreamState(interval)
-        worker = None
+        reading = self._read_stream(body, request_headers(routing_key), state, progress, closer)
         try:
-            async with self.http.stream("POST", "/generate", content=body, headers=headers) as response:
-                worker = self._worker_of(response.headers)
-                if response.status_code != 200:
-                    check_status(response.status_code, await response.aread(), response.headers)
-                if not response.headers.get("content-type", "").startswith("text/event-stream"):
-                    return replace(parse_generation(200, await response.aread()), worker=worker)  # not streaming
-                # Read to the body's end, not only to [DONE] (which the end follows at once): a response
-                # left unread closes its connection, and every request would open a new one.
-                done = False
-                async for data in sse_data(response.aiter_bytes()):
-                    done = done or data == b"[DONE]"
-                    if done:
-                        continue
-                    if state.add(data) and state.final is None:
-                        called = progress(state.ids)
-                        if inspect.isawaitable(called):
-                            await called
+            plain = await (reading if closer is None else closer.read(reading, state))
         except httpx.HTTPError as exc:
             raise transport_failure(exc, state.ids) from exc
         except RequestFailure as exc:
-            exc.worker = worker
+            exc.worker = state.worker
             raise
+        if plain is not None:
+            return plain
         self._note_interval(state.interval_honoured)
         try:
-            return replace(state.result(), worker=worker)
+            return replace(state.result(), worker=state.worker)
         except RequestFailure as exc:
-            exc.worker = worker
+            exc.worker = state.worker
             raise
+
+    async def _read_stream(
+        self, body: bytes, headers: dict[str, str], state: StreamState, progress: Progress, closer: Closer | None
+    ) -> Generation | None:
+        """One streamed answer read into ``state``; None, or the answer of a server that did not stream."""
+        async with self.http.stream("POST", "/generate", content=body, headers=headers) as response:
+            state.worker = self._worker_of(response.headers)
+            if response.status_code != 200:
+                check_status(response.status_code, await response.aread(), response.headers)
+            if not response.headers.get("content-type", "").startswith("text/event-stream"):
+                return replace(parse_generation(200, await response.aread()), worker=state.worker)
+            # Read to the body's end, not only to [DONE] (which the end follows at once): a response
+            # left unread closes its connection, and every request would open a new one.
+            done = False
+            async for data in sse_data(response.aiter_bytes()):
+                done = done or data == b"[DONE]"
+                if done:
+                    continue
+                if state.add(data) and state.final is None:
+                    called = progress(state.ids)
+                    if inspect.isawaitable(called):
+                        await called
+                    if closer is not None:
+                        closer.after_chunk(state)
+        return None
 
     def _note_interval(self, honoured: bool | None) -> None:
         """Once a stream shows the server ignoring ``stream_interval`` (a gateway that drops the

@@ -1,14 +1,15 @@
-"""Streaming one /generate: the ``data:`` of SSE chunks, and what the chunks delivered so far
-(sglang_api.md §10). Chunks are cumulative by default, deltas under the server's
-``--incremental-streaming-output``; both are told apart by ``meta_info.completion_tokens``, which
-counts every id so far in either mode.
+"""Streaming one /generate: the ``data:`` of SSE chunks, what the chunks delivered so far
+(sglang_api.md §10), and ending a stream from the client's side. Chunks are cumulative by default,
+deltas under the server's ``--incremental-streaming-output``; both are told apart by
+``meta_info.completion_tokens``, which counts every id so far in either mode.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -29,6 +30,7 @@ from synthgen.server.answers import (
 Progress = Callable[[list[int]], None | Awaitable[None]]
 DEFAULT_STREAM_INTERVAL = 256
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
+T = TypeVar("T")
 
 
 async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -70,6 +72,7 @@ class StreamState:
         self.middle_chunks = 0  # chunks after the first with new ids, before the last
         self.short_chunks = 0  # ... of which brought fewer than ``interval`` new ids
         self.final: dict[str, Any] | None = None  # the last chunk's meta_info
+        self.worker: str | None = None  # the replica that answered (a gateway names it)
 
     @property
     def interval_honoured(self) -> bool | None:
@@ -155,3 +158,47 @@ class StreamState:
         if text is None:
             raise self.failure(BAD_RESPONSE.name, "the stream's chunks carry no text")
         return generation_from({"text": text, "output_ids": self.ids}, self.final, 200)
+
+
+class Closer:
+    """Ends one streamed /generate from the client's side, keeping the ids it delivered: a stop's
+    way where the server cannot be asked to abort by rid (smg 1.13 answers /abort_request 404,
+    sglang_api.md §11). Closing the stream is a client disconnect, which SGLang answers by aborting
+    the request at once (§10): the server stops generating for nobody and frees the slot.
+
+    The first ``close`` ends the stream right after its next chunk, whose ids are kept (the tokens
+    since the last chunk are not lost); a second ends it at once, losing those."""
+
+    def __init__(self) -> None:
+        self.closing = False  # end after the next chunk
+        self.closed = False  # ended now
+        self._reading: asyncio.Future[Any] | None = None
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            return
+        self.closed = True
+        if self._reading is not None:
+            self._reading.cancel()
+
+    def after_chunk(self, state: StreamState) -> None:
+        """Called after each chunk that brought ids (not the last): raises once ``close`` was called."""
+        if self.closing:
+            raise state.failure("abort", "the run closed the stream after a chunk (the server took no /abort_request)")
+
+    async def read(self, reading: Awaitable[T], state: StreamState) -> T:
+        """What ``reading`` (one stream read into ``state``) returns; once ``close`` is called twice,
+        the read is cancelled (its connection closed) and Transient ``abort`` raised with the ids so far."""
+        task = asyncio.ensure_future(reading)
+        self._reading = task
+        if self.closed:
+            task.cancel()
+        try:
+            await asyncio.wait({task})
+        finally:
+            self._reading = None
+            task.cancel()  # done: nothing; our caller cancelled: the read goes too
+        if task.cancelled():
+            raise state.failure("abort", "the run closed the stream (the server took no /abort_request)")
+        return task.result()

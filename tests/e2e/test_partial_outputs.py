@@ -10,6 +10,8 @@ import orjson
 from simharness import wait_until
 from workspace import assert_model_answer
 
+from synthgen.data.partials import PartialOutputs, merged
+
 # Scheduler mode: one decode step gives every running request one token.
 SIM = ("--max-total-tokens", "60000", "--step-time", "0.002", "--output-len-dist", "fixed:120")
 COMMON = ("--max-tokens", "400", "--concurrency", "4", "--status-interval", "0.5")
@@ -130,3 +132,40 @@ def test_the_loop_guard_ends_a_looping_answer_and_keeps_it_as_a_repetition_row(w
     assert 768 <= looped["completion_tokens"] < 2000  # ended well before --max-tokens
     assert looped["output_ids"][detail["start"] :][: detail["pattern_size"]] == detail["pattern"]
     assert f"{looped['completion_tokens']:,} loops" in result.stderr
+
+
+def test_where_abort_request_is_refused_a_stop_ends_each_stream_after_its_next_chunk(ws, make_sim):
+    # smg 1.13 answers /abort_request 404; the simulator does too with --no-abort-request.
+    sim = make_sim("chatml", *SIM[:-1], "fixed:600", "--no-abort-request")
+    ids = ws.dataset("short", "d", 6)
+    args = ("--max-tokens", "1000", "--concurrency", "4", "--status-interval", "0.5", "--checkpoint-tokens", "16")
+    proc = ws.start("--server-url", sim.url, *args, "--drain-timeout", "600")
+    try:
+        wait_until(lambda: len(checkpointed(ws)) == 4, timeout=120, what="4 requests checkpointed")
+        sim.pause()  # no chunk comes until the stop is under way
+        proc.send_signal(signal.SIGTERM)
+        log = ws.root / "nohup.out"
+        wait_until(lambda: "note: the server refused /abort_request" in log.read_text(), timeout=120, what="the note")
+        sim.resume()
+        assert proc.wait(timeout=120) == 143  # not the 600 s drain: each stream ended at its next chunk
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # The server saw its clients go and ended the requests: the slots are free.
+    wait_until(lambda: sim.stats()["running"] == 0, timeout=60, what="the closed requests ended")
+    kept = checkpointed(ws)
+    # Each ended right after a chunk (1, 17, 33, ... ids), its last id to be sampled again.
+    assert len(kept) == 4 and all(len(p) % 16 == 0 and 16 <= len(p) < 600 for p in kept.values()), kept
+    rerun = ws.run("--server-url", sim.url, *args)
+    assert rerun.returncode == 0, rerun.stderr
+    rows = {r["id"]: r for r in ws.assert_exactly_once("d", ids)}
+    for key, partial in kept.items():
+        assert rows[key]["segments"] == [len(partial), 600 - len(partial)]
+        params = {"max_new_tokens": 1000, "skip_special_tokens": False}
+        whole = sim.client.post("/generate", json={"input_ids": rows[key]["input_ids"], "sampling_params": params})
+        assert rows[key]["output_ids"] == whole.json()["output_ids"]
+
+
+def checkpointed(ws) -> dict[str, list[int]]:
+    """The partial outputs on disk by id, as a run reads them (a checkpoint line extends, a stop's replaces)."""
+    return {key: p.output_ids for key, p in merged(PartialOutputs(ws.outputs / "d").load()).items()}

@@ -74,8 +74,9 @@ that SGLang makes after the stream began (input too long, duplicate rid, ...) is
 ``POST /abort_request`` with the rid of a request in flight ends it and every request whose rid
 starts with that rid (an unknown rid is ignored, as 0.5.23's tokenizer manager does; ``abort_all``
 ends all): a plain request answers 200 with ``finish_reason`` abort and the output so far, a
-streamed one sends that as its last chunk. A client that disconnects aborts its request (outcome
-``disconnected``): streamed at once, plain at the next check (``--disconnect-check``, 4 s as SGLang).
+streamed one sends that as its last chunk (``--no-abort-request``: 404, as behind smg 1.13). A
+client that disconnects aborts its request (outcome ``disconnected``): streamed at once, plain at
+the next check (``--disconnect-check``, 4 s as SGLang).
 The model is stateless and greedy: input ids that are a prompt followed by the start of its
 output continue that output (see ``FakeModel.complete``), as a continuation on a real server does
 under greedy sampling.
@@ -364,6 +365,7 @@ class Settings:
     tool_call_parser: str | None = None
     weight_version: str = "default"
     v1_loads: bool = True
+    abort_request: bool = True  # False: POST /abort_request answers 404, as behind smg 1.13
     exit_after: int | None = None
     stream_interval: int = 1
     incremental_streaming_output: bool = False
@@ -2006,6 +2008,8 @@ class SimHandler(BaseHTTPRequestHandler):
         )
 
     def abort_request(self, raw):
+        if not self.server.settings.abort_request:
+            raise HttpError(404, {"detail": "Not Found"})
         body = self._json(raw)
         self.server.state.abort(body.get("rid") or "", bool(body.get("abort_all")))
         return 200, None
@@ -2306,6 +2310,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--tool-call-parser", help="reported by /model_info and /server_info")
     add("--weight-version", default="default", help="meta_info and /model_info weight_version (default %(default)s)")
     add("--no-v1-loads", action="store_true", help="answer GET /v1/loads with 404, as an older server")
+    add("--no-abort-request", action="store_true", help="answer POST /abort_request with 404, as smg 1.13 does")
     add("--exit-after", type=int, help="exit with code 1, unanswered, when the N-th /generate request arrives")
     add("--malformed", choices=MALFORMED_KINDS, help="break every 200 /generate answer this way")
     add("--no-workers", action="store_true", help="answer /generate with sglang-router's 503 'No available workers'")
@@ -2394,6 +2399,7 @@ def build_settings(args: argparse.Namespace, tokenizer: Tokenizer) -> Settings:
         tool_call_parser=args.tool_call_parser,
         weight_version=args.weight_version,
         v1_loads=not args.no_v1_loads,
+        abort_request=not args.no_abort_request,
         exit_after=args.exit_after,
         stream_interval=args.stream_interval,
         incremental_streaming_output=args.incremental_streaming_output,

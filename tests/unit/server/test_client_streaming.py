@@ -8,7 +8,7 @@ import httpx
 import orjson
 import pytest
 
-from synthgen.server.client import Progress, Rejected, SGLangClient, Transient, sse_data
+from synthgen.server.client import Closer, Progress, Rejected, SGLangClient, Transient, sse_data
 
 SSE = {"content-type": "text/event-stream; charset=utf-8"}
 IDS = list(range(10, 30))  # 20 output ids
@@ -275,3 +275,63 @@ def test_a_chunk_that_does_not_add_up_is_a_bad_answer_with_the_partial():
     bad = {"text": "x", "output_ids": [1, 2], "meta_info": meta(9)}
     exc, _, _ = run(streaming([*chunks([1, 5, 20])[:2], b"data: " + orjson.dumps(bad) + b"\n\n"]))
     assert isinstance(exc, Transient) and exc.kind == "bad_response" and exc.partial == IDS[:5]
+
+
+class Parked(Body):
+    """Sends its pieces, then waits for ever: a long answer between two chunks."""
+
+    def __init__(self, pieces: list[bytes]):
+        super().__init__(pieces)
+        self.waiting = asyncio.Event()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            yield piece
+        self.waiting.set()
+        await asyncio.Event().wait()
+
+
+def test_a_stream_closed_once_ends_after_its_next_chunk_keeping_its_ids():
+    closer = Closer()
+
+    def stop_at(ids: list[int]) -> None:
+        if len(ids) >= 5:
+            closer.close()
+
+    async def scenario():
+        client = SGLangClient("http://x", None, 4, 60.0, transport=httpx.MockTransport(answer))
+        try:
+            await client.generate({"input_ids": [1]}, stop_at, 4, closer=closer)
+        except Transient as exc:
+            return exc
+        finally:
+            await client.aclose()
+
+    answer = streaming(chunks([1, 5, 9, 20]))
+    exc = asyncio.run(scenario())
+    assert exc.kind == "abort" and exc.partial == IDS[:5] and answer.body.closed
+
+
+@pytest.mark.parametrize("early", [False, True])
+def test_a_stream_closed_twice_ends_at_once_as_an_abort_with_the_ids_it_delivered(early):
+    async def scenario():
+        body = Parked(chunks([1, 5, 20])[:2])
+        answer = lambda request: httpx.Response(200, headers=SSE, stream=body)  # noqa: E731
+        client = SGLangClient("http://x", None, 4, 60.0, transport=httpx.MockTransport(answer))
+        closer = Closer()
+        if early:  # before the request went out: it is not sent
+            closer.close()
+            closer.close()
+        attempt = asyncio.create_task(client.generate({"input_ids": [1]}, lambda ids: None, 4, closer=closer))
+        if not early:
+            await body.waiting.wait()
+            closer.close()  # no chunk comes: the stream stays open
+            closer.close()
+        with pytest.raises(Transient) as caught:
+            await attempt
+        await client.aclose()
+        return caught.value, body
+
+    exc, body = asyncio.run(scenario())
+    assert exc.kind == "abort" and exc.partial == ([] if early else IDS[:5])
+    assert body.closed is not early  # the connection is closed: the server ends the request at once
