@@ -5,6 +5,8 @@
     real_server      ONE real server shared by every test (started once per session)
     real_router      sglang-router in front of two servers, (router, a, b): a is `real_server`,
                      b a second shared server; started once per session
+    real_parser_server  a shared server started with PARSER_ARGS (--reasoning-parser qwen3
+                     --tool-call-parser qwen25); started once per session
     real_tokenizer   session: the tiny model's tokenizer, to compute what the runner must send
     real_procs       function: dedicated servers and routers, stopped after the test
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -33,6 +36,8 @@ from tests.integration import realserver
 HERE = Path(__file__).resolve().parent
 SKIP_ENV = "SYNTHGEN_SKIP_REAL"
 GENERATE_LINE = b'"POST /generate HTTP/1.1"'  # uvicorn's access line, one per answered request
+# real_parser_server's flags: test_real_conversations.py checks what /server_info reports for them.
+PARSER_ARGS = ("--reasoning-parser", "qwen3", "--tool-call-parser", "qwen25")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -45,9 +50,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 class Proc:
-    """A server or router started by realserver: its URL, port, pid and log file."""
+    """A server or router started by realserver: its URL, port, pid and log file (and, for a
+    server, the extra flags it was started with, which a restart gives it again)."""
 
-    def __init__(self, info: dict):
+    def __init__(self, info: dict, extra_args: Sequence[str] = ()):
+        self.extra_args = tuple(extra_args)
         self.pid: int = info["pid"]
         self.port: int = info["port"]
         self.url: str = info["url"]
@@ -72,7 +79,7 @@ class Proc:
 
 def _started(start, *args, **kwargs) -> Proc:
     try:
-        return Proc(start(*args, **kwargs))
+        return Proc(start(*args, **kwargs), kwargs.get("extra_args", ()))
     except realserver.RealServerError as exc:
         failure = str(exc)
     pytest.fail(f"could not start the real server: {failure}", pytrace=False)  # outside `except`: no chained traceback
@@ -114,8 +121,8 @@ class RealProcs:
     def __init__(self):
         self.procs: list[Proc] = []
 
-    def server(self, port: int = 0) -> Proc:
-        proc = _started(realserver.start_server, port=port)
+    def server(self, port: int = 0, extra_args: Sequence[str] = ()) -> Proc:
+        proc = _started(realserver.start_server, port=port, extra_args=extra_args)
         self.procs.append(proc)
         return proc
 
@@ -148,7 +155,7 @@ class RealProcs:
         for the new process: same URL and log file, so whoever shares it keeps working."""
         if proc.running:
             self.stop(proc)
-        again = _started(realserver.start_server, port=proc.port)
+        again = _started(realserver.start_server, port=proc.port, extra_args=proc.extra_args)
         proc.pid, proc.running = again.pid, True
         return proc
 
@@ -200,3 +207,14 @@ def real_server(real_shared, _shared_server) -> Proc:
 def real_router(real_shared, _shared_router) -> tuple[Proc, Proc, Proc]:
     _running(real_shared, *_shared_router[1:])
     return _shared_router
+
+
+@pytest.fixture(scope="session")
+def _shared_parser_server(real_shared) -> Proc:
+    return real_shared.server(extra_args=PARSER_ARGS)
+
+
+@pytest.fixture
+def real_parser_server(real_shared, _shared_parser_server) -> Proc:
+    _running(real_shared, _shared_parser_server)
+    return _shared_parser_server

@@ -2,7 +2,7 @@
 one of which is killed mid-run and restarted on its port: nothing is lost, nothing duplicated,
 no prompt marked failed (the session's shared router: the restarted worker stays in it for the tests
 after). And what the client's health check sees behind the router: /health stays 200 with every
-worker down, healthy() does not (a router and worker of its own: its worker stays down)."""
+worker down, healthy() does not (a router of its own, whose one worker it kills)."""
 
 from __future__ import annotations
 
@@ -68,8 +68,10 @@ def test_a_worker_killed_and_restarted_mid_run_loses_nothing_and_fails_nothing(w
     assert b2.get("/health").status_code == 200
 
 
-def test_behind_the_router_health_follows_the_workers_not_the_routers_own_health(real_procs):
-    (worker,) = real_procs.servers(1)
+def test_behind_the_router_health_follows_the_workers_not_the_routers_own_health(real_procs, real_parser_server):
+    # Its worker stays down: the shared parser server, which nothing needs after test_real_conversations.py
+    # (its flags do not matter here; a later test that asks for it gets it started again).
+    worker = real_parser_server
     router = real_procs.router([worker])
     assert healthy(router.url) == (True, True)
     assert healthy(worker.url) == (True, False)
