@@ -1,14 +1,22 @@
 """Fixtures for the tests against the real SGLang server and sglang-router (see realserver.py).
 
     real_setup       session: install SGLang + the tiny model once (seconds when already done)
-    real_server      session: ONE real server shared by every test that leaves it running
+    real_shared      session: the RealProcs that owns the shared servers and router below
+    real_server      ONE real server shared by every test (started once per session)
+    real_router      sglang-router in front of two servers, (router, a, b): a is `real_server`,
+                     b a second shared server; started once per session
+    real_parser_server  a shared server started with PARSER_ARGS (--reasoning-parser qwen3
+                     --tool-call-parser qwen25); started once per session
     real_tokenizer   session: the tiny model's tokenizer, to compute what the runner must send
     real_procs       function: dedicated servers and routers, stopped after the test
-    real_router      module: sglang-router in front of two dedicated servers, (router, a, b)
 
 Each server start costs about 25 s of this machine's two cores and 2 GB of memory, so tests
-share `real_server` unless they must stop a server. A setup that cannot be done (no network on
-a fresh machine) fails these tests with the reason; SYNTHGEN_SKIP_REAL=1 skips them instead.
+share `real_server` and `real_router`, even a test that stops or kills a shared server: it
+starts it again on its port with `real_shared.restart(proc)`, which keeps the Proc (and so
+its URL and log) for the tests after it; a shared server found stopped is restarted before
+the next test that asks for it. Only a test whose server must stay down starts its own. A
+setup that cannot be done (no network on a fresh machine) fails these tests with the reason;
+SYNTHGEN_SKIP_REAL=1 skips them instead.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,6 +36,8 @@ from tests.integration import realserver
 HERE = Path(__file__).resolve().parent
 SKIP_ENV = "SYNTHGEN_SKIP_REAL"
 GENERATE_LINE = b'"POST /generate HTTP/1.1"'  # uvicorn's access line, one per answered request
+# real_parser_server's flags: test_real_conversations.py checks what /server_info reports for them.
+PARSER_ARGS = ("--reasoning-parser", "qwen3", "--tool-call-parser", "qwen25")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -39,9 +50,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 class Proc:
-    """A server or router started by realserver: its URL, port, pid and log file."""
+    """A server or router started by realserver: its URL, port, pid and log file (and, for a
+    server, the extra flags it was started with, which a restart gives it again)."""
 
-    def __init__(self, info: dict):
+    def __init__(self, info: dict, extra_args: Sequence[str] = ()):
+        self.extra_args = tuple(extra_args)
         self.pid: int = info["pid"]
         self.port: int = info["port"]
         self.url: str = info["url"]
@@ -66,7 +79,7 @@ class Proc:
 
 def _started(start, *args, **kwargs) -> Proc:
     try:
-        return Proc(start(*args, **kwargs))
+        return Proc(start(*args, **kwargs), kwargs.get("extra_args", ()))
     except realserver.RealServerError as exc:
         failure = str(exc)
     pytest.fail(f"could not start the real server: {failure}", pytrace=False)  # outside `except`: no chained traceback
@@ -96,13 +109,6 @@ def real_setup(request) -> None:
 
 
 @pytest.fixture(scope="session")
-def real_server(real_setup):
-    server = _started(realserver.start_server)
-    yield server
-    realserver.stop(server.pid)
-
-
-@pytest.fixture(scope="session")
 def real_tokenizer(real_setup):
     from transformers import AutoTokenizer
 
@@ -115,8 +121,8 @@ class RealProcs:
     def __init__(self):
         self.procs: list[Proc] = []
 
-    def server(self, port: int = 0) -> Proc:
-        proc = _started(realserver.start_server, port=port)
+    def server(self, port: int = 0, extra_args: Sequence[str] = ()) -> Proc:
+        proc = _started(realserver.start_server, port=port, extra_args=extra_args)
         self.procs.append(proc)
         return proc
 
@@ -144,6 +150,15 @@ class RealProcs:
         proc.running = False
         realserver.stop(proc.pid)
 
+    def restart(self, proc: Proc) -> Proc:
+        """Start a server again on `proc`'s port (stopping it first if it runs). `proc` then stands
+        for the new process: same URL and log file, so whoever shares it keeps working."""
+        if proc.running:
+            self.stop(proc)
+        again = _started(realserver.start_server, port=proc.port, extra_args=proc.extra_args)
+        proc.pid, proc.running = again.pid, True
+        return proc
+
     def close(self) -> None:
         # In parallel: SGLang drains for about 5 s after SIGTERM.
         running = [proc for proc in self.procs if proc.running]
@@ -158,11 +173,48 @@ def real_procs(real_setup):
     procs.close()
 
 
-@pytest.fixture(scope="module")
-def real_router(real_setup):
+@pytest.fixture(scope="session")
+def real_shared(real_setup):
     procs = RealProcs()
-    try:
-        a, b = procs.servers(2)
-        yield procs.router([a, b]), a, b
-    finally:
-        procs.close()
+    yield procs
+    procs.close()
+
+
+@pytest.fixture(scope="session")
+def _shared_server(real_shared) -> Proc:
+    return real_shared.server()
+
+
+@pytest.fixture(scope="session")
+def _shared_router(real_shared, _shared_server) -> tuple[Proc, Proc, Proc]:
+    b = real_shared.server()
+    return real_shared.router([_shared_server, b]), _shared_server, b
+
+
+def _running(shared: RealProcs, *servers: Proc) -> None:
+    for server in servers:
+        if not server.running:  # stopped by an earlier test that did not (or could not) restart it
+            shared.restart(server)
+
+
+@pytest.fixture
+def real_server(real_shared, _shared_server) -> Proc:
+    _running(real_shared, _shared_server)
+    return _shared_server
+
+
+@pytest.fixture
+def real_router(real_shared, _shared_router) -> tuple[Proc, Proc, Proc]:
+    _running(real_shared, *_shared_router[1:])
+    return _shared_router
+
+
+@pytest.fixture(scope="session")
+def _shared_parser_server(real_shared) -> Proc:
+    return real_shared.server(extra_args=PARSER_ARGS)
+
+
+@pytest.fixture
+def real_parser_server(real_shared, _shared_parser_server) -> Proc:
+    _running(real_shared, _shared_parser_server)
+    return _shared_parser_server

@@ -1,7 +1,9 @@
 """Load exported files with SpecForge's own data code; run by the demo venv's python (torch, specforge).
 
-    python specforge_load.py REQUEST.json   ->  one JSON line per input file on stdout
+    python specforge_load.py < REQUESTS   ->  per request: one JSON line per input file, then "done"
 
+One process serves every request it reads (one JSON object a line on stdin), so torch, SpecForge and
+speculators are imported once for a whole test module rather than once per load.
 REQUEST: {"tokenizer": DIR, "template": NAME, "files": [FILE, ...], "route": bool, "speculators": bool}.
 Each file is loaded the way SpecForge's online training loads ``data.prompts_path`` / ``data.train_data_path``
 (specforge.data.prompt_builder.prepare_prompt_tasks: pre-tokenized rows as they are, conversation rows
@@ -24,8 +26,10 @@ from transformers import AutoTokenizer
 warnings.simplefilter("ignore")
 
 
-def main() -> None:
-    request = json.loads(open(sys.argv[1]).read())
+DONE = "done"
+
+
+def load(request: dict) -> None:
     tokenizer = AutoTokenizer.from_pretrained(request["tokenizer"])
     route = None
     if request.get("route"):
@@ -61,6 +65,12 @@ def main() -> None:
                 {"input_ids": r["input_ids"].tolist(), "loss_mask": r["loss_mask"].tolist()} for r in built
             ]
         print(json.dumps(out), flush=True)
+
+
+def main() -> None:
+    for line in sys.stdin:
+        load(json.loads(line))
+        print(DONE, flush=True)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import json
 import random
 import re
 import subprocess
+from typing import Any
 
 import pytest
 from parser_samples import (
@@ -40,6 +41,7 @@ pytestmark = pytest.mark.real_sglang
 
 SGLANG_PYTHON = DemoPaths.default().python  # the real server's venv (honours $SYNTHGEN_CACHE)
 
+# One process for both jobs (this one and the iquest_q1 one below): importing sglang is most of its time.
 SGLANG_SIDE = r"""
 import json, sys
 from sglang.srt.entrypoints.openai.protocol import Tool
@@ -48,39 +50,39 @@ from sglang.srt.function_call.parser_names import TOOL_CALL_PARSER_NAMES
 from sglang.srt.parser.reasoning_parser import BaseReasoningFormatDetector, ReasoningParser
 from sglang.srt.parser.reasoning_parser_names import REASONING_PARSER_NAMES
 
-job = json.load(sys.stdin)
-toolsets = {name: [Tool(**tool) for tool in tools] for name, tools in job["toolsets"].items()}
-results = []
-for row in job["rows"]:
-    text, reasoning = row["text"], ""
-    if row["reasoning_parser"]:
-        parser = ReasoningParser(row["reasoning_parser"], stream_reasoning=False, force_reasoning=row["opened"],
-                                 tool_call_parser_active=bool(row["tool_parser"]))
-        reasoning, text = parser.parse_non_stream(text)
-    else:  # our plain rule is SGLang's base detector with the <think> tags
-        split = BaseReasoningFormatDetector("<think>", "</think>", force_reasoning=row["opened"]).detect_and_parse(text)
-        reasoning, text = split.reasoning_text, split.normal_text
-    text = text or ""
-    calls = []
-    if row["tool_parser"]:
-        tool_parser = FunctionCallParser(toolsets[row["toolset"]], row["tool_parser"])
-        if tool_parser.has_tool_call(text):  # serving_chat._process_tool_calls
-            try:
-                parsed, items = tool_parser.parse_non_stream(text)
-            except Exception:
-                parsed, items = text, []
-            text = parsed
-            for item in items:
-                if row["tool_parser"] == "kimi_k2":
-                    call_id = f"functions.{item.name}:{row['history'] + item.tool_index}"
-                elif row["tool_parser"] == "kimi_k3":
-                    call_id = f"{item.name}:{row['history'] + item.tool_index}"
-                else:
-                    call_id = "call_<uuid>"
-                calls.append([call_id, item.name, item.parameters])
-    results.append({"reasoning": reasoning or "", "content": text or "", "calls": calls})
-print(json.dumps({"results": results, "reasoning_names": REASONING_PARSER_NAMES,
-                  "tool_names": TOOL_CALL_PARSER_NAMES}))
+def parsers(job):
+    toolsets = {name: [Tool(**tool) for tool in tools] for name, tools in job["toolsets"].items()}
+    results = []
+    for row in job["rows"]:
+        text, reasoning = row["text"], ""
+        if row["reasoning_parser"]:
+            parser = ReasoningParser(row["reasoning_parser"], stream_reasoning=False, force_reasoning=row["opened"],
+                                     tool_call_parser_active=bool(row["tool_parser"]))
+            reasoning, text = parser.parse_non_stream(text)
+        else:  # our plain rule is SGLang's base detector with the <think> tags
+            detector = BaseReasoningFormatDetector("<think>", "</think>", force_reasoning=row["opened"])
+            split = detector.detect_and_parse(text)
+            reasoning, text = split.reasoning_text, split.normal_text
+        text = text or ""
+        calls = []
+        if row["tool_parser"]:
+            tool_parser = FunctionCallParser(toolsets[row["toolset"]], row["tool_parser"])
+            if tool_parser.has_tool_call(text):  # serving_chat._process_tool_calls
+                try:
+                    parsed, items = tool_parser.parse_non_stream(text)
+                except Exception:
+                    parsed, items = text, []
+                text = parsed
+                for item in items:
+                    if row["tool_parser"] == "kimi_k2":
+                        call_id = f"functions.{item.name}:{row['history'] + item.tool_index}"
+                    elif row["tool_parser"] == "kimi_k3":
+                        call_id = f"{item.name}:{row['history'] + item.tool_index}"
+                    else:
+                        call_id = "call_<uuid>"
+                    calls.append([call_id, item.name, item.parameters])
+        results.append({"reasoning": reasoning or "", "content": text or "", "calls": calls})
+    return {"results": results, "reasoning_names": REASONING_PARSER_NAMES, "tool_names": TOOL_CALL_PARSER_NAMES}
 """
 
 HARMONY_PIECES = [
@@ -209,16 +211,24 @@ def _rows() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def sglang_answers(real_setup) -> tuple[list[dict], dict]:
+def sglang_side(real_setup) -> dict[str, tuple[list[dict], Any]]:
+    """Both jobs' rows and SGLang's answers to them, by job: {"parsers": (rows, answer), "iquest": ...}."""
     # real_setup installs the real server on first use (or fails/skips as the other real tests do).
-    rows = _rows()
-    job = json.dumps({"rows": rows, "toolsets": TOOLSETS})
+    rows = {"parsers": _rows(), "iquest": _iquest_rows()}
+    job = json.dumps(
+        {"parsers": {"rows": rows["parsers"], "toolsets": TOOLSETS}, "iquest": {"rows": rows["iquest"], "tools": TOOLS}}
+    )
     done = subprocess.run(
-        [str(SGLANG_PYTHON), "-c", SGLANG_SIDE], input=job, capture_output=True, text=True, timeout=600
+        [str(SGLANG_PYTHON), "-c", BOTH_SIDES], input=job, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    answer = json.loads(done.stdout.strip().splitlines()[-1])
-    return rows, answer
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    return {name: (rows[name], answers[name]) for name in rows}
+
+
+@pytest.fixture(scope="module")
+def sglang_answers(sglang_side) -> tuple[list[dict], dict]:
+    return sglang_side["parsers"]
 
 
 def _ours(row: dict) -> dict:
@@ -264,32 +274,38 @@ def test_every_name_sglang_accepts_is_reproduced_or_listed_as_left_out(sglang_an
 # serving_chat passes the request to ReasoningParser, whose chat_template_kwargs decide for iquest_q1 whether
 # the output starts in reasoning (IQuestQ1ReasoningDetector.thinking_enabled), whatever force_reasoning says.
 KWARGS_SIDE = r"""
-import json, sys
-from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, Tool
-from sglang.srt.function_call.function_call_parser import FunctionCallParser
-from sglang.srt.parser.reasoning_parser import ReasoningParser
+from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
 
-job = json.load(sys.stdin)
-tools = [Tool(**tool) for tool in job["tools"]]
-results = []
-for row in job["rows"]:
-    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}],
-                                    chat_template_kwargs=row["kwargs"])
-    parser = ReasoningParser("iquest_q1", stream_reasoning=False, force_reasoning=row["opened"], request=request,
-                             tool_call_parser_active=row["tools"])
-    reasoning, text = parser.parse_non_stream(row["text"])
-    text, calls = text or "", []
-    if row["tools"]:
-        tool_parser = FunctionCallParser(tools, "iquest_q1")
-        if tool_parser.has_tool_call(text):
-            try:
-                text, items = tool_parser.parse_non_stream(text)
-            except Exception:
-                items = []
-            calls = [[item.name, item.parameters] for item in items]
-    results.append({"reasoning": reasoning or "", "content": text or "", "calls": calls})
-print(json.dumps(results))
+def iquest(job):
+    tools = [Tool(**tool) for tool in job["tools"]]
+    results = []
+    for row in job["rows"]:
+        request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}],
+                                        chat_template_kwargs=row["kwargs"])
+        parser = ReasoningParser("iquest_q1", stream_reasoning=False, force_reasoning=row["opened"], request=request,
+                                 tool_call_parser_active=row["tools"])
+        reasoning, text = parser.parse_non_stream(row["text"])
+        text, calls = text or "", []
+        if row["tools"]:
+            tool_parser = FunctionCallParser(tools, "iquest_q1")
+            if tool_parser.has_tool_call(text):
+                try:
+                    text, items = tool_parser.parse_non_stream(text)
+                except Exception:
+                    items = []
+                calls = [[item.name, item.parameters] for item in items]
+        results.append({"reasoning": reasoning or "", "content": text or "", "calls": calls})
+    return results
 """
+# The one process: {"parsers": job, "iquest": job} on stdin, {"parsers": answer, "iquest": answer} on stdout.
+BOTH_SIDES = (
+    SGLANG_SIDE
+    + KWARGS_SIDE
+    + r"""
+jobs = json.load(sys.stdin)
+print(json.dumps({"parsers": parsers(jobs["parsers"]), "iquest": iquest(jobs["iquest"])}))
+"""
+)
 THINKING_FLAGS = [
     None,
     {},
@@ -301,21 +317,19 @@ THINKING_FLAGS = [
 ]
 
 
-def test_iquest_q1_follows_the_requests_thinking_flags_as_sglangs_serving_does(real_setup):
+def _iquest_rows() -> list[dict]:
     texts = [*REASONING_TEXTS, *TOOL_TEXTS[:12], "The user asks for 17 × 23.</think>\n\n391."]
-    rows = [
+    return [
         {"text": text, "kwargs": kwargs, "opened": opened, "tools": tools}
         for text in texts
         for kwargs in THINKING_FLAGS
         for opened in (False, True)
         for tools in (False, True)
     ]
-    job = json.dumps({"rows": rows, "tools": TOOLS})
-    done = subprocess.run(
-        [str(SGLANG_PYTHON), "-c", KWARGS_SIDE], input=job, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_iquest_q1_follows_the_requests_thinking_flags_as_sglangs_serving_does(sglang_side):
+    rows, theirs = sglang_side["iquest"]
     mismatches = []
     for row, their in zip(rows, theirs, strict=True):
         parser = OutputParser("iquest_q1", "iquest_q1" if row["tools"] else None, chat_template_kwargs=row["kwargs"])

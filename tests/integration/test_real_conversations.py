@@ -1,9 +1,9 @@
 """--regenerate all and the tokens export against the real SGLang 0.5.23 server on CPU.
 
-One server of its own, started with ``--reasoning-parser qwen3 --tool-call-parser qwen25`` so the test
-also shows what /server_info reports for them. The tiny model's greedy answer to any prompt is the same
-29 tokens (<think>...</think>, an answer, its EOS; synthgen/demo/model.py): with --max-tokens 64
-every turn ends with its EOS, with 12 every answer is cut.
+A shared server started with ``--reasoning-parser qwen3 --tool-call-parser qwen25`` (``real_parser_server``),
+so the test also shows what /server_info reports for them. The tiny model's greedy answer to any prompt is the
+same 29 tokens (<think>...</think>, an answer, its EOS; synthgen/demo/model.py): with --max-tokens 64 every
+turn ends with its EOS, with 12 every answer is cut.
 """
 
 from __future__ import annotations
@@ -17,19 +17,10 @@ from simharness import wait_until
 from workspace import Workspace
 
 from tests.integration import realserver
-from tests.integration.conftest import _started
 
 pytestmark = pytest.mark.real_sglang
 
 EXPORT = realserver.REPO / "export_training.py"
-PARSER_ARGS = ["--reasoning-parser", "qwen3", "--tool-call-parser", "qwen25"]
-
-
-@pytest.fixture(scope="module")
-def parser_server(real_setup):
-    server = _started(realserver.start_server, extra_args=PARSER_ARGS)
-    yield server
-    realserver.stop(server.pid)
 
 
 def conversations(n: int) -> list[dict]:
@@ -49,18 +40,18 @@ def conversations(n: int) -> list[dict]:
     return rows
 
 
-def test_the_server_reports_the_parsers_it_was_started_with_deprecated_names_replaced(parser_server):
+def test_the_server_reports_the_parsers_it_was_started_with_deprecated_names_replaced(real_parser_server):
     # 0.5.23 accepts qwen25 but rewrites it to qwen (sglang/srt/arg_groups/serving_hook.py,
     # deprecated_tool_call_parsers = {"qwen25": "qwen", "glm45": "glm"}); reasoning names are kept.
-    info = parser_server.get("/server_info").json()
+    info = real_parser_server.get("/server_info").json()
     assert info["reasoning_parser"] == "qwen3" and info["tool_call_parser"] == "qwen"
 
 
-def test_an_all_run_completes_and_a_killed_run_resumes_with_each_conversation_once(ws: Workspace, parser_server):
+def test_an_all_run_completes_and_a_killed_run_resumes_with_each_conversation_once(ws: Workspace, real_parser_server):
     ids = ws.dataset("short", "mt", conversations(8))
     args = (
         "--server-url",
-        parser_server.url,
+        real_parser_server.url,
         "--regenerate",
         "all",
         "--temperature",
@@ -103,9 +94,11 @@ def test_an_all_run_completes_and_a_killed_run_resumes_with_each_conversation_on
     assert settings["settings"]["reasoning_parser"] == "qwen3" and settings["settings"]["tool_call_parser"] == "qwen"
 
 
-def test_the_tokens_export_holds_the_ids_the_server_received_and_returned(ws: Workspace, parser_server):
+def test_the_tokens_export_holds_the_ids_the_server_received_and_returned(ws: Workspace, real_parser_server):
     ws.dataset("short", "d", 4)
-    run = ws.run("--server-url", parser_server.url, "--temperature", "0", "--max-tokens", "12", "--concurrency", "2")
+    run = ws.run(
+        "--server-url", real_parser_server.url, "--temperature", "0", "--max-tokens", "12", "--concurrency", "2"
+    )
     assert run.returncode == 0, run.stderr
     rows = {f"d/{r['id']}": r for r in ws.results("d")}
     done = ws.run("--dataset", "d", "--format", "tokens", "--keep-truncated", "--out", "tokens.jsonl", script=EXPORT)
@@ -116,7 +109,7 @@ def test_the_tokens_export_holds_the_ids_the_server_received_and_returned(ws: Wo
         row = rows[out["id"]]
         prompt = row["input_ids"]
         # Asked again greedily, the server says how many prompt tokens it received and what it returns.
-        answer = parser_server.post("/generate", {"input_ids": prompt, "sampling_params": row["sampling_params"]})
+        answer = real_parser_server.post("/generate", {"input_ids": prompt, "sampling_params": row["sampling_params"]})
         assert answer.status_code == 200, answer.text
         body = answer.json()
         assert body["meta_info"]["prompt_tokens"] == len(prompt) == row["prompt_tokens"]

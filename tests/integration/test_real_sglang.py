@@ -4,7 +4,7 @@ The tiny model (context 2048, vocabulary 2048; synthgen/demo/model.py) answers e
 with a `<think>` block, a short answer and its EOS, in about 20-50 tokens, so its text means
 nothing; what is checked is that every row carries the server's own answer and that the
 runner's rules about lengths, vocabulary, resume and outages hold against the real thing.
-Most tests share one server (`real_server`); only the restart test starts its own.
+All tests share one server (`real_server`); the restart test stops it mid-run and starts it again.
 """
 
 from __future__ import annotations
@@ -246,8 +246,8 @@ def test_a_client_killed_mid_run_then_rerun_ends_exactly_once_and_a_finished_run
     ws.assert_exactly_once("d", ids)
 
 
-def test_the_server_stopped_and_restarted_mid_run_and_the_run_carries_on(ws: Workspace, real_procs):
-    server = real_procs.server()
+def test_the_server_stopped_and_restarted_mid_run_and_the_run_carries_on(ws: Workspace, real_server, real_shared):
+    server = real_server
     # One request at a time, long enough that the stop (SGLang drains for ~5 s) lands mid-run.
     ids = ws.dataset("short", "d", 20)
     log = ws.root / "run.log"
@@ -268,14 +268,14 @@ def test_the_server_stopped_and_restarted_mid_run_and_the_run_carries_on(ws: Wor
     try:
         wait_until(lambda: proc.poll() is not None or len(ws.raw_lines("d")) >= 2, timeout=300, what="2 results")
         assert proc.poll() is None, (ws.root / "nohup.out").read_text()
-        real_procs.stop(server)
+        real_shared.stop(server)
         wait_until(lambda: proc.poll() is not None or b"OUTAGE" in log.read_bytes(), timeout=120, what="OUTAGE")
         assert proc.poll() is None, (ws.root / "nohup.out").read_text()
         done_before = len(ws.raw_lines("d"))
         assert done_before < len(ids), "the run finished before the server was stopped"
 
         mark = server.mark()  # the same log file: it is named after the port
-        restarted = real_procs.server(port=server.port)
+        restarted = real_shared.restart(server)
         assert proc.wait(timeout=600) == 0, (ws.root / "nohup.out").read_text()
     finally:
         if proc.poll() is None:

@@ -1,7 +1,8 @@
 """A run through the real sglang-router (0.3.2, round robin) in front of two real SGLang servers,
 one of which is killed mid-run and restarted on its port: nothing is lost, nothing duplicated,
-no prompt marked failed. And what the client's health check sees behind the router: /health
-stays 200 with every worker down, healthy() does not."""
+no prompt marked failed (the session's shared router: the restarted worker stays in it for the tests
+after). And what the client's health check sees behind the router: /health stays 200 with every
+worker down, healthy() does not (a router of its own, whose one worker it kills)."""
 
 from __future__ import annotations
 
@@ -44,9 +45,8 @@ def kill(proc) -> None:
     realserver.stop(proc.pid)  # reaps the group and forgets the registration
 
 
-def test_a_worker_killed_and_restarted_mid_run_loses_nothing_and_fails_nothing(ws: Workspace, real_procs):
-    a, b = real_procs.servers(2)
-    router = real_procs.router([a, b])
+def test_a_worker_killed_and_restarted_mid_run_loses_nothing_and_fails_nothing(ws: Workspace, real_router, real_shared):
+    router, _, b = real_router
     assert healthy(router.url) == (True, True)
     ids = ws.dataset("short", "d", 40)
     out = ws.root / "run.out"
@@ -57,7 +57,7 @@ def test_a_worker_killed_and_restarted_mid_run_loses_nothing_and_fails_nothing(w
         wait_until(lambda: len(ws.raw_lines("d")) >= 4, timeout=DEADLINE, interval=0.2, what="first rows")
         kill(b)
         # Restarted on its port: the router knows the worker by its URL.
-        b2 = real_procs.server(port=b.port)
+        b2 = real_shared.restart(b)
         assert proc.wait(DEADLINE) == 0, out.read_text()
     finally:
         if proc.poll() is None:
@@ -68,8 +68,10 @@ def test_a_worker_killed_and_restarted_mid_run_loses_nothing_and_fails_nothing(w
     assert b2.get("/health").status_code == 200
 
 
-def test_behind_the_router_health_follows_the_workers_not_the_routers_own_health(real_procs):
-    (worker,) = real_procs.servers(1)
+def test_behind_the_router_health_follows_the_workers_not_the_routers_own_health(real_procs, real_parser_server):
+    # Its worker stays down: the shared parser server, which nothing needs after test_real_conversations.py
+    # (its flags do not matter here; a later test that asks for it gets it started again).
+    worker = real_parser_server
     router = real_procs.router([worker])
     assert healthy(router.url) == (True, True)
     assert healthy(worker.url) == (True, False)

@@ -15,8 +15,11 @@ the simulator: thinking off, several turns regenerated (`--regenerate all`) and 
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
 import sys
+import tempfile
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -57,15 +60,69 @@ def in_specforge_venv(paths: DemoPaths, *argv: str, cwd: Path) -> subprocess.Com
     )
 
 
-def load_with_specforge(
-    paths: DemoPaths, tokenizer: Path, template: str, files: list[Path], route: bool, speculators: bool = False
-) -> list:
-    request = files[0].parent / "request.json"
-    ask = {"tokenizer": str(tokenizer), "template": template, "files": [str(f) for f in files], "route": route}
-    request.write_text(json.dumps({**ask, "speculators": speculators}))
-    done = in_specforge_venv(paths, str(HERE / "specforge_load.py"), str(request), cwd=files[0].parent)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+class SpecForgeLoader:
+    """specforge_load.py in the demo venv, started once and asked for one load after another: torch,
+    SpecForge and speculators are imported once for the module instead of once per load."""
+
+    def __init__(self, paths: DemoPaths, cwd: Path):
+        env = specforge_env(paths)
+        env["PYTHONPATH"] = f"{env['PYTHONPATH']}:{REPO}"
+        self.stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [str(paths.python), str(HERE / "specforge_load.py")],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)  # the process exited
+
+    def _stderr_tail(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")[-3000:]
+
+    def load(self, tokenizer: Path, template: str, files: list[Path], route: bool, speculators: bool = False) -> list:
+        ask = {"tokenizer": str(tokenizer), "template": template, "files": [str(f) for f in files], "route": route}
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({**ask, "speculators": speculators}) + "\n")
+        self.proc.stdin.flush()
+        answers = []
+        while True:
+            try:
+                line = self.lines.get(timeout=600)
+            except queue.Empty:
+                line = None
+            assert line is not None, f"specforge_load.py gave no answer: {self._stderr_tail()}"
+            if line == "done":
+                return answers
+            if line.startswith("{"):
+                answers.append(json.loads(line))
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def loader(specforge, tmp_path_factory):
+    started = SpecForgeLoader(specforge, tmp_path_factory.mktemp("specforge-loader"))
+    yield started
+    started.close()
 
 
 def run_models(ws, qwen3: Path) -> None:
@@ -101,7 +158,7 @@ def report_counts(stdout: str) -> tuple[int, int, Counter[str]]:
     return exact, checked, kinds
 
 
-def test_tokens_and_specforge_rows_as_specforges_own_loader_reads_them(ws, specforge, qwen3):
+def test_tokens_and_specforge_rows_as_specforges_own_loader_reads_them(ws, specforge, loader, qwen3):
     run_models(ws, qwen3)
     datasets = ("--dataset", "chats", "--dataset", "plain", "--dataset", "agents")
     results = {f"{d}/{r['id']}": r for d in ("chats", "plain", "agents") for r in ws.results(d)}
@@ -111,20 +168,18 @@ def test_tokens_and_specforge_rows_as_specforges_own_loader_reads_them(ws, specf
     done = ws.run(*datasets, "--format", "tokens", "--out", "tokens.jsonl", script=EXPORT)
     assert done.returncode == 0, done.stderr
     exported = [json.loads(line) for line in (ws.root / "tokens.jsonl").read_text().splitlines()]
-    [loaded] = load_with_specforge(
-        specforge, qwen3, "qwen3-instruct", [ws.root / "tokens.jsonl"], route=False, speculators=True
-    )
+    [loaded] = loader.load(qwen3, "qwen3-instruct", [ws.root / "tokens.jsonl"], route=False, speculators=True)
     assert loaded["rows"] == [{"input_ids": r["input_ids"], "loss_mask": r["loss_mask"]} for r in exported]
     assert loaded["speculators"] == loaded["rows"]
     assert len(exported) >= 6
 
-    kinds_by_template = check_specforge_verdicts(ws, specforge, qwen3, datasets, results, 6)
+    kinds_by_template = check_specforge_verdicts(ws, specforge, loader, qwen3, datasets, results, 6)
     for template, kinds in kinds_by_template.items():
         # what SpecForge does to these rows, as the issue found: its template's system prompt on rows without one
         assert kinds["system prompt added"] == 4, (template, kinds)  # c#0-2 and p; s and tool have their own
 
 
-def test_rows_of_a_reasoning_model_thinking_on_as_specforges_own_loader_reads_them(ws, specforge, qwen3):
+def test_rows_of_a_reasoning_model_thinking_on_as_specforges_own_loader_reads_them(ws, specforge, loader, qwen3):
     """Thinking on (the Qwen3 template's default): every answer carries its reasoning, the case where
     templates differ most in what they keep of it. tokens rows arrive exactly; for specforge rows the render
     check's verdict is what SpecForge's own loader produces, template by template."""
@@ -145,17 +200,21 @@ def test_rows_of_a_reasoning_model_thinking_on_as_specforges_own_loader_reads_th
     done = ws.run(*datasets, "--format", "tokens", "--out", "tokens.jsonl", script=EXPORT)
     assert done.returncode == 0, done.stderr
     exported = [json.loads(line) for line in (ws.root / "tokens.jsonl").read_text().splitlines()]
-    [loaded] = load_with_specforge(
-        specforge, qwen3, "qwen3-thinking", [ws.root / "tokens.jsonl"], route=False, speculators=True
-    )
+    [loaded] = loader.load(qwen3, "qwen3-thinking", [ws.root / "tokens.jsonl"], route=False, speculators=True)
     assert loaded["rows"] == [{"input_ids": r["input_ids"], "loss_mask": r["loss_mask"]} for r in exported]
     assert loaded["speculators"] == loaded["rows"]
 
-    check_specforge_verdicts(ws, specforge, qwen3, datasets, results, 4)  # r#0-2 and q
+    check_specforge_verdicts(ws, specforge, loader, qwen3, datasets, results, 4)  # r#0-2 and q
 
 
 def check_specforge_verdicts(
-    ws, specforge: DemoPaths, qwen3: Path, datasets: tuple[str, ...], results: dict[str, dict], n_rows: int
+    ws,
+    specforge: DemoPaths,
+    loader: SpecForgeLoader,
+    qwen3: Path,
+    datasets: tuple[str, ...],
+    results: dict[str, dict],
+    n_rows: int,
 ) -> dict[str, Counter[str]]:
     """For each SpecForge template: export specforge rows with the render check's SpecForge route, load
     them with SpecForge's own loader, and check that the route renders as SpecForge does and that the
@@ -190,7 +249,7 @@ def check_specforge_verdicts(
             one = ws.root / f"row-{template}-{i}.jsonl"
             one.write_text(json.dumps(row) + "\n")
             files.append(one)
-        loaded = load_with_specforge(specforge, qwen3, template, files, route=True)
+        loaded = loader.load(qwen3, template, files, route=True)
         kinds: Counter[str] = Counter()
         exact = 0
         for row, got in zip(rows, loaded, strict=True):
@@ -213,7 +272,7 @@ def check_specforge_verdicts(
         assert report_counts(done.stdout) == (exact, n_rows, kinds), done.stdout
         # The whole file as one Arrow table (every message key in every row, missing ones null; SpecForge
         # shuffles it) gives the same rows as the render check's route.
-        [whole] = load_with_specforge(specforge, qwen3, template, [out], route=False)
+        [whole] = loader.load(qwen3, template, [out], route=False)
 
         def key(r: dict) -> str:
             return json.dumps([r["input_ids"], r["loss_mask"]])
