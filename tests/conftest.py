@@ -19,6 +19,8 @@ def pytest_collection_modifyitems(config, items):
         tier = Path(item.path).resolve().relative_to(HERE).parts[0]
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+        if tier == "integration":  # one worker runs them all: one real server, router and smg per run
+            item.add_marker(pytest.mark.xdist_group("real"))
 
 
 @pytest.fixture(scope="session")
