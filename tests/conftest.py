@@ -14,6 +14,7 @@ TIERS = ("unit", "e2e", "integration")
 HERE = Path(__file__).resolve().parent
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads xdist_group to keep a group on one worker
 def pytest_collection_modifyitems(config, items):
     for item in items:
         tier = Path(item.path).resolve().relative_to(HERE).parts[0]
