@@ -14,14 +14,24 @@ TIERS = ("unit", "e2e", "integration")
 HERE = Path(__file__).resolve().parent
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads xdist_group to keep a group on one worker
 def pytest_collection_modifyitems(config, items):
     for item in items:
         tier = Path(item.path).resolve().relative_to(HERE).parts[0]
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
-        if tier == "integration":  # one worker runs them all: one real server, router and smg per run
-            item.add_marker(pytest.mark.xdist_group("real"))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under xdist (pyproject's `-n 2`): every test is its own unit of work but the integration tier, which
+    one worker runs whole, so that one real SGLang server, router and smg serve it (each worker would start
+    its own). xdist's `--dist loadgroup` did not hold here (pytest 9: both workers started real servers)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TierScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "integration" if nodeid.startswith("tests/integration/") else nodeid
+
+    return TierScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
