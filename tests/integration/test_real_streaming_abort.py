@@ -81,7 +81,10 @@ def test_an_aborted_stream_returns_its_partial_and_the_continuation_is_the_unint
     exc, honoured = asyncio.run(scenario())
     assert exc.kind == "abort" and "Aborted" in exc.message
     partial = exc.partial
-    assert partial is not None and [len(ids) for ids in seen] == [1, 5] and 5 <= len(partial) < total
+    # The abort is asked at the second chunk; the server may send a chunk more before it takes effect.
+    lengths = [len(ids) for ids in seen]
+    assert lengths[:2] == [1, 5] and lengths == [1 + 4 * i for i in range(len(lengths))]
+    assert partial is not None and lengths[-1] <= len(partial) < total
     assert partial == whole[: len(partial)]
     assert honoured is True  # the second chunk came at the interval, not a token after the first
     # Without the prefix cache the continuation recomputes the partial's KV in one prefill.
