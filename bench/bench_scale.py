@@ -3,16 +3,19 @@
 
 Two start-up measurements, each a ``run_inference.py`` subprocess against the simulator
 (``tests/support/sglang_sim.py``) on data written to a temp dir, stopped (SIGTERM) once its first
-``/generate`` reached the simulator:
+``/generate`` reached the simulator and the run's first page (``report.html``, written at the start from
+every row already in the folder) is on disk:
 
 - ``prompts``: one dataset of ``--prompts`` short prompts (a user message of ~90 characters, ids of
   8 characters), and the same command on ``--baseline`` prompts. Figures: seconds from launch to the
-  first request, the CLI's peak RSS (VmHWM, polled every 20 ms), and the memory a prompt costs:
+  first request, the CLI's peak RSS (VmHWM, polled every 20 ms, up to its first page), and the memory a
+  prompt costs:
   (peak - baseline's peak) / (prompts - baseline prompts).
 - ``resume``: a dataset whose ``raw_responses.jsonl`` already holds ``--results-gb`` GB of rows
   (built as the runner builds them: ``bench_rows.RowMaker``, token ids included, ~95 KB a row)
   for all but ``--left`` of its prompts. Figures: seconds to the first request (the resume scan
-  reads the whole file first), peak RSS; and ``DatasetStore.scan`` timed alone in this process.
+  reads the whole file first), seconds to the first page (the page reads it too, beside the requests),
+  peak RSS up to then; and ``DatasetStore.scan`` timed alone in this process.
 
 Every measurement runs ``--repeat`` times (default 3): the machine is shared, read the spread.
 
@@ -51,8 +54,9 @@ ANSWERS = 64  # distinct answers in a results file (write_results)
 @dataclass
 class Startup:
     first_request_s: float | None
-    peak_mb: float
+    peak_mb: float  # up to the first page
     cpu_s: float  # the CLI's CPU time up to its first request: moves less with other load than the wall
+    page_s: float | None = None  # launch to the first report.html
 
 
 def cpu_seconds(pid: int) -> float:
@@ -122,18 +126,28 @@ def startup(ws: Path, sim_url: str, cli: Path = RUN, timeout: float = 600.0) -> 
     proc = subprocess.Popen(
         command, cwd=ws, env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
-    first, peak, cpu = None, 0.0, 0.0
+    page = ws / "outputs" / "report.html"
+    page.unlink(missing_ok=True)
+    first = page_s = None
+    peak = cpu = 0.0
     try:
         while proc.poll() is None and time.monotonic() - t0 < timeout:
             peak = max(peak, vm_hwm_mb(proc.pid) or 0.0)
-            cpu = cpu_seconds(proc.pid) or cpu
-            stats = httpx.get(stats_url).json()
-            if stats["in_flight"] or stats["generate_requests"] > before:
-                first = time.monotonic() - t0
+            if first is None:
+                cpu = cpu_seconds(proc.pid) or cpu
+                stats = httpx.get(stats_url).json()
+                if stats["in_flight"] or stats["generate_requests"] > before:
+                    first = time.monotonic() - t0
+                    # Held until the first page is in: the next run must find prompts left to send.
+                    httpx.post(sim_url + "/pause_generation", json={"mode": "in_place"})
+            if page_s is None and page.exists():
+                page_s = time.monotonic() - t0
+            if first is not None and page_s is not None:
                 break
             time.sleep(0.02)
     finally:
         peak = max(peak, vm_hwm_mb(proc.pid) or 0.0)
+        httpx.post(sim_url + "/continue_generation", json={})
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)  # it finishes what is in flight and its closing work
         try:
@@ -143,7 +157,7 @@ def startup(ws: Path, sim_url: str, cli: Path = RUN, timeout: float = 600.0) -> 
             _, err = proc.communicate()
     if first is None:
         print(err.decode(errors="replace")[-2000:], file=sys.stderr)
-    return Startup(first, peak, cpu)
+    return Startup(first, peak, cpu, page_s)
 
 
 def spread(values: list[float], spec: str = ".2f") -> str:
@@ -223,7 +237,7 @@ def bench_resume(root: Path, sim_url: str, args: argparse.Namespace) -> None:
     started = time.monotonic()
     rows, size = write_results(ws, int(gigabytes * 1e9), args.left, args.prompt_chars, args.answer_tokens)
     print(f"  wrote {rows:,} rows, {size / 1e9:.2f} GB in {time.monotonic() - started:.0f} s", flush=True)
-    firsts, peaks, scans, cpus = [], [], [], []
+    firsts, peaks, scans, cpus, pages = [], [], [], [], []
     for k in range(repeat):
         t = time.perf_counter()
         state = DatasetStore(ws / "outputs", DATASET).scan()
@@ -236,16 +250,17 @@ def bench_resume(root: Path, sim_url: str, args: argparse.Namespace) -> None:
         firsts.append(run.first_request_s)
         peaks.append(run.peak_mb)
         cpus.append(run.cpu_s)
+        pages.append(run.page_s or float("nan"))
         print(
             f"  run {k + 1}: first request {run.first_request_s:.2f} s (CPU {run.cpu_s:.1f} s), "
-            f"peak {run.peak_mb:.0f} MB; "
+            f"first page {run.page_s or float('nan'):.2f} s, peak {run.peak_mb:.0f} MB; "
             f"DatasetStore.scan alone {scans[-1]:.2f} s (load average {os.getloadavg()[0]:.1f})",
             flush=True,
         )
     if firsts:
         print(
             f"resume: {size / 1e9:.2f} GB, {rows:,} rows: first request {spread(firsts)} s "
-            f"(CPU {spread(cpus)} s), peak RSS "
+            f"(CPU {spread(cpus)} s), first page {spread(pages)} s, peak RSS to it "
             f"{spread(peaks, '.0f')} MB; DatasetStore.scan {spread(scans)} s "
             f"= {size / 1e9 / min(scans):.2f} GB/s at best"
         )

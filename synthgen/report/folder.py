@@ -2,7 +2,9 @@
 
     FolderReport   the datasets of an output folder, read incrementally: each refresh parses only the rows
                    appended since the last one (a file that shrank or was replaced is read again), so a
-                   page rewritten every few minutes costs each row one parse per run
+                   page rewritten every few minutes costs each row one parse per run; the file is read a
+                   block at a time and each row parsed without its token ids (``rowscan.resume_row``), so
+                   a 5 GB results file costs the page neither 5 GB of memory nor its ids' parse
     write_page     the page, atomically: a fresh temporary file beside it, then a rename over the page (a
                    reader never sees half a page; a link in its place is replaced, never written through)
     LiveReport     what the run calls: a timeline sample every status interval, the page at the start,
@@ -18,14 +20,13 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
-
-import orjson
+from typing import Any, BinaryIO
 
 from synthgen.config import RunConfig
 from synthgen.data.openfiles import create_new, open_output
+from synthgen.data.rowscan import resume_row
 from synthgen.errors import UsageError
 from synthgen.report.figures import DatasetFigures
 from synthgen.report.page import PageData, build_page
@@ -43,42 +44,46 @@ class _Tail:
         self.ident: tuple[int, int] | None = None
         self.offset = 0
 
-    def new_lines(self, path: Path) -> tuple[bool, Iterable[bytes]]:
-        """(whether to start over, the whole lines appended since the last call)."""
+    def new_lines(self, path: Path) -> tuple[bool, Iterator[bytes]]:
+        """(whether to start over, the whole lines appended since the last call), read a block at a time
+        as they are consumed: a 5 GB results file is never held whole."""
         try:
             fd = open_output(path, os.O_RDONLY)
         except FileNotFoundError:
             restart = self.ident is not None
             self.ident, self.offset = None, 0
-            return restart, []
-        with os.fdopen(fd, "rb") as fh:
+            return restart, iter(())
+        fh = os.fdopen(fd, "rb")
+        try:
             st = os.fstat(fh.fileno())
             ident = (st.st_dev, st.st_ino)
             restart = ident != self.ident or st.st_size < self.offset
             if restart:
                 self.ident, self.offset = ident, 0
             fh.seek(self.offset)
-            lines: list[bytes] = []
+        except BaseException:
+            fh.close()
+            raise
+        return restart, self._read(fh)
+
+    def _read(self, fh: BinaryIO) -> Iterator[bytes]:
+        with fh:
             rest = b""
             while chunk := fh.read(READ_CHUNK):
                 data = rest + chunk
                 cut = data.rfind(b"\n") + 1
-                lines.extend(data[:cut].splitlines())
                 rest = data[cut:]
-                self.offset += cut
-            return restart, lines  # a line still being written (no newline yet) waits for the next call
+                yield from data[:cut].splitlines()
+                self.offset += cut  # once its lines are taken
+            # a line still being written (no newline yet) waits for the next call
 
 
-def parse_rows(lines: Iterable[bytes]) -> Iterable[dict[str, Any] | None]:
+def parse_rows(lines: Iterable[bytes]) -> Iterator[dict[str, Any] | None]:
+    """Each non-blank line's row without its token ids (the page counts tokens, it never reads ids),
+    None for a line that is not a JSON object."""
     for line in lines:
-        if not line.strip():
-            continue
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            yield None
-            continue
-        yield row if isinstance(row, dict) else None
+        if line.strip():
+            yield resume_row(line)
 
 
 class FolderReport:

@@ -74,6 +74,46 @@ def test_the_folder_is_read_incrementally_and_again_when_a_file_is_replaced(tmp_
     assert folder.refresh()[0].rows == 3
 
 
+def test_a_large_results_file_is_read_a_block_at_a_time_never_held_whole(tmp_path, monkeypatch):
+    """A resume over a 5 GB results file once took 5 GB of memory for its first page (every line held in
+    a list before one was parsed). The file here is over 100 blocks of 64 KiB: the page may hold a few blocks
+    and the figures, never the file, nor a row's token ids as ints."""
+    import tracemalloc
+
+    from synthgen.report import folder as folder_module
+
+    monkeypatch.setattr(folder_module, "READ_CHUNK", 64 << 10)
+    results = tmp_path / "d" / "raw_responses.jsonl"
+    rows = make_rows("d", 1200, ids=True)
+    write_jsonl(results, rows)
+    size = results.stat().st_size
+    assert size > 100 * (64 << 10)
+    tracemalloc.start()
+    try:
+        (d,) = FolderReport(tmp_path).refresh()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (d.rows, d.unreadable) == (1200, 0)
+    assert d.output_tokens == sum(r["completion_tokens"] for r in rows)
+    assert peak < size / 10, (peak, size)
+
+
+def test_a_row_the_tool_wrote_with_ascii_escapes_is_counted_not_unreadable(tmp_path):
+    """A lone surrogate in a tool call's arguments makes the row a standard-library line of escapes
+    (records.json_line), which orjson refuses: the page counts it as the row it is."""
+    from synthgen.data.records import json_line
+
+    results = tmp_path / "d" / "raw_responses.jsonl"
+    rows = make_rows("d", 3)
+    rows[1]["tool_calls"] = [{"type": "function", "function": {"name": "f", "arguments": '{"q": "\ud83d"}'}}]
+    results.parent.mkdir(parents=True)
+    results.write_bytes(b"".join(json_line(r) for r in rows))
+    assert b"\\ud83d" in results.read_bytes()
+    (d,) = FolderReport(tmp_path).refresh()
+    assert (d.rows, d.unreadable, d.tool_calls) == (3, 0, sum(bool(r["tool_calls"]) for r in rows))
+
+
 def test_the_page_replaces_a_link_never_writing_through_it_and_leaves_no_temporary_file(tmp_path):
     kept = tmp_path / "keep.html"
     kept.write_text("mine")
