@@ -40,7 +40,7 @@ from pathlib import Path
 import orjson
 from tokenizers import Tokenizer
 
-from bench.simproc import RUN, Simulator, build_tokenizer, cli_env
+from bench.simproc import Simulator, build_tokenizer, cli_command, cli_env
 
 PARTITION = "scale"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -112,27 +112,9 @@ def write_prompts(root: Path, prompts: list[str]) -> None:
             fh.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
 
 
-def cli_command(ws: Path, url: str, in_flight: int, max_tokens: int) -> list[str]:
-    return [
-        sys.executable,
-        str(RUN),
-        "--partition",
-        PARTITION,
-        "--prompts-dir",
-        str(ws / "prompts"),
-        "--output-dir",
-        str(ws / "outputs"),
-        "--server-url",
-        url,
-        "--max-tokens",
-        str(max_tokens),
-        "--concurrency",
-        str(in_flight),
-        "--max-concurrency",
-        str(max(in_flight, 1024)),
-        "--status-interval",
-        "10",
-    ]
+def run_command(ws: Path, url: str, in_flight: int, max_tokens: int) -> list[str]:
+    extra = ("--max-concurrency", str(max(in_flight, 1024)), "--status-interval", "10")
+    return cli_command(ws, url, PARTITION, max_tokens, in_flight, *extra)
 
 
 def run_child(command: list[str], cwd: Path) -> tuple[float, str]:
@@ -202,7 +184,7 @@ def run_one(args: argparse.Namespace, tok_dir: Path, tokenizer: Tokenizer, in_fl
         row.load = os.getloadavg()[0]
         if args.driver == "cli":
             write_prompts(ws, items)
-            command = cli_command(ws, sim.url, in_flight, length + 8)
+            command = run_command(ws, sim.url, in_flight, length + 8)
             start_cpu, _ = run_child([*command, "--dry-run"], ws)
             sim.client.post("/sim/reset")
             sim_before = proc_cpu(sim.pid)

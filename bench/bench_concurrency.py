@@ -44,7 +44,7 @@ import orjson
 from tokenizers import Tokenizer
 
 from bench.bench_run import text_pool
-from bench.simproc import RUN, Simulator, build_tokenizer, cli_env
+from bench.simproc import RUN, Simulator, build_tokenizer, cli_command, cli_env, scheduler_args
 from synthgen.run.concurrency import AutoConcurrency, InFlightLimit, LoadMonitor
 
 PARTITION = "bench"
@@ -210,24 +210,7 @@ def cli_accepts_auto() -> bool:
 
 def drive_cli(url: str, ws: Path, policy: str, total: int, max_tokens: int, cap: int | None) -> dict[str, int]:
     concurrency = str(total) if policy == "flood" else policy
-    command = [
-        sys.executable,
-        str(RUN),
-        "--partition",
-        PARTITION,
-        "--prompts-dir",
-        str(ws / "prompts"),
-        "--output-dir",
-        str(ws / "outputs"),
-        "--server-url",
-        url,
-        "--max-tokens",
-        str(max_tokens),
-        "--concurrency",
-        concurrency,
-        "--status-interval",
-        "5",
-    ]
+    command = cli_command(ws, url, PARTITION, max_tokens, concurrency, "--status-interval", "5")
     if cap is not None:
         command += ["--max-tokens-per-dataset", str(cap)]
     result = subprocess.run(
@@ -252,18 +235,7 @@ def drive_cli(url: str, ws: Path, policy: str, total: int, max_tokens: int, cap:
 def run_one(args, tokenizer_dir: Path, tokenizer: Tokenizer, workload: str, policy: str, cap: int | None) -> Figures:
     counts = {"short": args.short_prompts, "long": args.long_prompts}
     rows = prompts_for(workload, counts)
-    sim_args = [
-        "--max-total-tokens",
-        str(args.kv_tokens),
-        "--max-running-requests",
-        str(args.max_running),
-        "--step-time",
-        str(args.step_time),
-        "--step-time-per-req",
-        str(args.step_time_per_req),
-        "--context-length",
-        "4096",
-    ]
+    sim_args = scheduler_args(args.kv_tokens, args.max_running, args.step_time, args.step_time_per_req)
     with tempfile.TemporaryDirectory(prefix="bench-conc-") as tmp, Simulator(tokenizer_dir, *sim_args) as sim:
         ws = Path(tmp)
         observer = Observer(sim.url, None if cap is not None else len(rows))

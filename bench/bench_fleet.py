@@ -48,7 +48,7 @@ from pathlib import Path
 import httpx
 
 from bench.bench_concurrency import PARTITION, prompts_for, write_partition
-from bench.simproc import RUN, Simulator, build_tokenizer, cli_env
+from bench.simproc import Simulator, build_tokenizer, cli_command, cli_env, scheduler_args
 from tests.integration import smg
 
 SAMPLE_EVERY = 0.025
@@ -150,9 +150,7 @@ class FleetObserver(threading.Thread):
 def run_cli(url: str, ws: Path, concurrency: str, max_tokens: int, log: Path | None) -> str:
     """``run_inference.py`` on the workspace's partition; returns its ``concurrency:`` summary line.
     With ``log``, its stderr is written there."""
-    command = [sys.executable, str(RUN), "--partition", PARTITION, "--prompts-dir", str(ws / "prompts")]
-    command += ["--output-dir", str(ws / "outputs"), "--server-url", url, "--max-tokens", str(max_tokens)]
-    command += ["--concurrency", concurrency, "--status-interval", "5"]
+    command = cli_command(ws, url, PARTITION, max_tokens, concurrency, "--status-interval", "5")
     result = subprocess.run(
         command, cwd=ws, env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
@@ -165,18 +163,7 @@ def run_cli(url: str, ws: Path, concurrency: str, max_tokens: int, log: Path | N
 
 
 def sim_args(args: argparse.Namespace) -> list[str]:
-    return [
-        "--max-total-tokens",
-        str(args.kv_tokens),
-        "--max-running-requests",
-        str(args.max_running),
-        "--step-time",
-        str(args.step_time),
-        "--step-time-per-req",
-        str(args.step_time_per_req),
-        "--context-length",
-        "4096",
-    ]
+    return scheduler_args(args.kv_tokens, args.max_running, args.step_time, args.step_time_per_req)
 
 
 def run_one(args: argparse.Namespace, tokenizer_dir: Path, round_: int, target: str, policy: str) -> Figures:

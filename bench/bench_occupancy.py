@@ -39,7 +39,7 @@ import httpx
 import orjson
 
 from bench.bench_run import text_pool
-from bench.simproc import REPO, RUN, Simulator, build_tokenizer, cli_env
+from bench.simproc import REPO, RUN, Simulator, build_tokenizer, cli_command, cli_env, scheduler_args
 
 PARTITION = "bench"
 CLIENTS = ("synthgen", "peer", "baseline")
@@ -119,38 +119,11 @@ def command_for(client: str, url: str, ws: Path, files: list[Path], args) -> lis
             *map(str, files),
         ]
     run = Path(args.baseline) / "run_inference.py" if client == "baseline" else RUN
-    return [
-        sys.executable,
-        str(run),
-        "--partition",
-        PARTITION,
-        "--prompts-dir",
-        str(ws / "prompts"),
-        "--output-dir",
-        str(ws / "outputs"),
-        "--server-url",
-        url,
-        "--max-tokens",
-        str(args.max_tokens),
-        "--concurrency",
-        str(args.concurrency),
-        *args.cli_args.split(),
-    ]
+    return cli_command(ws, url, PARTITION, args.max_tokens, args.concurrency, *args.cli_args.split(), run=run)
 
 
 def run_one(args, tokenizer_dir: Path, client: str, repeat: int) -> Figures:
-    sim_args = [
-        "--max-total-tokens",
-        "10000000",
-        "--max-running-requests",
-        str(args.slots),
-        "--step-time",
-        str(args.step_time),
-        "--output-len-dist",
-        args.output_len_dist,
-        "--context-length",
-        "4096",
-    ]
+    sim_args = scheduler_args(10_000_000, args.slots, args.step_time, None, "--output-len-dist", args.output_len_dist)
     with tempfile.TemporaryDirectory(prefix="bench-occ-") as tmp, Simulator(tokenizer_dir, *sim_args) as sim:
         ws = Path(tmp)
         files = write_partition(ws, args.datasets, args.prompts)

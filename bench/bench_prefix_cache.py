@@ -42,7 +42,7 @@ import httpx
 import orjson
 
 from bench.bench_run import text_pool
-from bench.simproc import REPO, RUN, cli_env
+from bench.simproc import REPO, cli_command, cli_env
 from synthgen.data.records import ResultRecord
 from synthgen.data.selection import order
 from synthgen.data.store import iter_results
@@ -193,22 +193,9 @@ def run_cli(
     out = root / f"out-{sample}-{concurrency}"
     server.flush_cache()
     argv = [
-        sys.executable,
-        str(RUN),
-        "--prompts-dir",
-        str(root / "prompts"),
-        "--partition",
-        PARTITION,
-        "--output-dir",
-        str(out),
-        "--server-url",
-        server.url,
+        *cli_command(root, server.url, PARTITION, 8, concurrency, outputs=out),
         "--regenerate",
         "each",
-        "--max-tokens",
-        "8",
-        "--concurrency",
-        str(concurrency),
         "--sample",
         sample,
         "--status-interval",

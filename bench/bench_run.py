@@ -47,7 +47,7 @@ from pathlib import Path
 
 import orjson
 
-from bench.simproc import RUN, Simulator, build_tokenizer, cli_env
+from bench.simproc import RUN, Simulator, build_tokenizer, cli_command, cli_env
 from synthgen.data.prompts import DatasetSource, scan_dataset
 from synthgen.data.records import ResultRecord
 from synthgen.data.store import iter_results
@@ -166,24 +166,9 @@ def run_once(args, tokenizer_dir: Path, ws: Path, per_dataset: int, pool: str) -
         sim_args += ["--token-delay", str(args.token_delay)]
 
     with Simulator(tokenizer_dir, *sim_args) as sim:
-        command = [
-            sys.executable,
-            str(RUN),
-            "--partition",
-            PARTITION,
-            "--prompts-dir",
-            str(ws / "prompts"),
-            "--output-dir",
-            str(ws / "outputs"),
-            "--server-url",
-            sim.url,
-            "--max-tokens",
-            str(args.max_tokens),
-            "--concurrency",
-            str(args.concurrency),
-            "--status-interval",
-            str(args.status_interval),
-        ]
+        command = cli_command(
+            ws, sim.url, PARTITION, args.max_tokens, args.concurrency, "--status-interval", str(args.status_interval)
+        )
         stderr_lines: list[tuple[float, str]] = []
         samples: list[tuple[float, int]] = []  # (seconds since launch, server in-flight)
         t0_wall = time.time()

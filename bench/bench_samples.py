@@ -23,7 +23,7 @@ from pathlib import Path
 
 import orjson
 
-from bench.simproc import RUN, Simulator, build_tokenizer, cli_env
+from bench.simproc import Simulator, build_tokenizer, cli_command, cli_env
 
 MIX = '[{"weight": 3, "temperature": 0.0}, {"weight": 1, "temperature": 0.8, "top_p": 0.95}]'
 
@@ -38,9 +38,8 @@ def run_cli(work: Path, url: str, prompts: int, extra: list[str], args: argparse
     """(CLI CPU seconds, wall seconds, rows written) of one run on a fresh output folder."""
     write_prompts(work / "prompts" / "bench" / "ds.jsonl", prompts)
     out = work / f"out-{len(extra)}"
-    command = [sys.executable, str(RUN), "--partition", "bench", "--prompts-dir", str(work / "prompts")]
-    command += ["--output-dir", str(out), "--server-url", url, "--max-tokens", str(args.max_tokens)]
-    command += ["--concurrency", str(args.concurrency), "--status-interval", "5", "--report-interval", "0", *extra]
+    flags = ("--status-interval", "5", "--report-interval", "0", *extra)
+    command = cli_command(work, url, "bench", args.max_tokens, args.concurrency, *flags, outputs=out)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     subprocess.run(command, check=True, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -42,7 +42,7 @@ import orjson
 
 from bench.bench_rows import RowMaker, Shape
 from bench.bench_run import text_pool
-from bench.simproc import RUN, Simulator, build_tokenizer, cli_env
+from bench.simproc import RUN, Simulator, build_tokenizer, cli_command, cli_env
 from synthgen.data.conversations import prompt_hash
 from synthgen.data.store import DatasetStore
 
@@ -102,22 +102,7 @@ def write_prompts(path: Path, count: int, chars: int = 0) -> None:
 
 def startup(ws: Path, sim_url: str, cli: Path = RUN, timeout: float = 600.0) -> Startup:
     """Launch the CLI (``cli``: a run_inference.py) on ``ws``; stop it once its first request reaches the simulator."""
-    command = [
-        sys.executable,
-        str(cli),
-        "--partition",
-        PARTITION,
-        "--prompts-dir",
-        str(ws / "prompts"),
-        "--output-dir",
-        str(ws / "outputs"),
-        "--server-url",
-        sim_url,
-        "--max-tokens",
-        "8",
-        "--concurrency",
-        "32",
-    ]
+    command = cli_command(ws, sim_url, PARTITION, 8, 32, run=cli)
     stats_url = sim_url + "/sim/stats"
     import httpx
 

@@ -31,6 +31,49 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def cli_command(
+    ws: Path,
+    url: str,
+    partition: str,
+    max_tokens: int,
+    concurrency: int | str,
+    *extra: str,
+    outputs: Path | None = None,
+    run: Path = RUN,
+) -> list[str]:
+    """``python run_inference.py`` as a bench runs it: the partition under ``ws/prompts``, rows under
+    ``outputs`` (default ``ws/outputs``), the simulator's URL, then ``extra``; ``run``: another
+    checkout's script for an A/B."""
+    return [
+        sys.executable,
+        str(run),
+        "--partition",
+        partition,
+        "--prompts-dir",
+        str(ws / "prompts"),
+        "--output-dir",
+        str(outputs if outputs is not None else ws / "outputs"),
+        "--server-url",
+        url,
+        "--max-tokens",
+        str(max_tokens),
+        "--concurrency",
+        str(concurrency),
+        *extra,
+    ]
+
+
+def scheduler_args(
+    kv_tokens: int, max_running: int, step_time: float, step_time_per_req: float | None = None, *extra: str
+) -> list[str]:
+    """The simulator's scheduler mode (a KV pool, slots, a decode step) at a 4,096-token context."""
+    args = ["--max-total-tokens", str(kv_tokens), "--max-running-requests", str(max_running)]
+    args += ["--step-time", str(step_time)]
+    if step_time_per_req is not None:
+        args += ["--step-time-per-req", str(step_time_per_req)]
+    return [*args, "--context-length", "4096", *extra]
+
+
 def build_tokenizer(out_dir: Path, style: str = "chatml") -> Path:
     subprocess.run(
         [sys.executable, str(TOKENIZERS), str(out_dir), style],
