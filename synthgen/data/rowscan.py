@@ -85,33 +85,39 @@ def lines(fh: BinaryIO, limit: int, block: int = ...) -> Iterator[bytes | Oversi
 
 def lines(fh: BinaryIO, limit: int | None = None, block: int = 1 << 23) -> Iterator[bytes | Oversize]:
     """The lines of ``fh``, each with its newline (the last may have none), read ``block`` bytes at a time.
-    With ``limit``, a longer line is given as its ``Oversize`` and never held whole (as ``bounded_lines``)."""
+    With ``limit``, a longer line is given as its ``Oversize`` and never held whole (as ``bounded_lines``).
+    Each block is split in C (``bytes.split``); only the line that spans two blocks is pieced together."""
     pieces: list[bytes] = []  # the start of a line that spans blocks
     held = 0  # its bytes so far
+    newline = b"\n"
     while True:
         data = fh.read(block)
         if not data:
             if held:
                 yield Oversize(held) if limit is not None and held > limit else b"".join(pieces)
             return
-        start = 0
-        find = data.find
-        while True:
-            newline = find(b"\n", start)
-            if newline < 0:
-                break
-            if limit is not None and held + newline + 1 - start > limit:
-                yield Oversize(held + newline + 1 - start)
-            elif held:
-                pieces.append(data[start : newline + 1])
-                yield b"".join(pieces)
+        parts = data.split(newline)
+        rest = parts.pop()  # after the block's last newline: the start of a line (b"" when none)
+        if parts:
+            whole = iter(parts)
+            if held:  # the line that spans blocks ends with this block's first part
+                first = next(whole)
+                size = held + len(first) + 1
+                if limit is not None and size > limit:
+                    yield Oversize(size)
+                else:
+                    pieces += (first, newline)
+                    yield b"".join(pieces)
+                pieces, held = [], 0
+            if limit is None:
+                for part in whole:
+                    yield part + newline
             else:
-                yield data[start : newline + 1]
-            pieces, held = [], 0
-            start = newline + 1
-        if start < len(data):
-            held += len(data) - start
+                for part in whole:
+                    yield part + newline if len(part) < limit else Oversize(len(part) + 1)
+        if rest:
+            held += len(rest)
             if limit is None or held <= limit:
-                pieces.append(data[start:])
+                pieces.append(rest)
             else:
                 pieces = []  # over the limit: only its size is kept

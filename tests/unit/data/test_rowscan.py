@@ -4,6 +4,8 @@ import io
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from synthgen.data.openfiles import Oversize, bounded_lines
 from synthgen.data.rowscan import lines, resume_row
@@ -67,3 +69,16 @@ def test_a_line_over_the_limit_is_its_size_only():
     assert expected == [b"short\n", Oversize(51), b"y" * 9 + b"\n", Oversize(44)]
     for block in (1, 3, 7, 64):
         assert list(lines(io.BytesIO(data), 10, block=block)) == expected
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    data=st.lists(st.sampled_from([b"a", b"bc", b"\n", b"\n\n", b"x" * 9]), max_size=30).map(b"".join),
+    block=st.integers(1, 40),
+    limit=st.none() | st.integers(1, 12),
+)
+def test_lines_match_the_files_own_lines_for_any_blocks_and_limit(data, block, limit):
+    """Blocks are split in C and only a line spanning blocks is pieced together: whatever the block
+    size, the lines are the file's, and with a limit a longer line is only its size (as bounded_lines)."""
+    expected = list(io.BytesIO(data)) if limit is None else list(bounded_lines(io.BytesIO(data), limit, chunk=3))
+    assert list(lines(io.BytesIO(data), limit, block=block)) == expected
