@@ -27,6 +27,9 @@ _IDS_KEY = b'_ids":['
 _IDS_HEAD = _IDS_KEY[:-1]  # what precedes the "[" of an ids array
 # "[" that open no ids array (text full of brackets) passed one by one before the key itself is searched for.
 _OTHER_BRACKETS = 32
+# A block whose lines average under this many bytes is split in C (lines: the cost is per line, not per byte).
+SHORT_LINE = 1024
+SAMPLE = 1 << 16
 
 
 def without_ids(line: bytes) -> bytes:
@@ -86,7 +89,10 @@ def lines(fh: BinaryIO, limit: int, block: int = ...) -> Iterator[bytes | Oversi
 def lines(fh: BinaryIO, limit: int | None = None, block: int = 1 << 23) -> Iterator[bytes | Oversize]:
     """The lines of ``fh``, each with its newline (the last may have none), read ``block`` bytes at a time.
     With ``limit``, a longer line is given as its ``Oversize`` and never held whole (as ``bounded_lines``).
-    Each block is split in C (``bytes.split``); only the line that spans two blocks is pieced together."""
+
+    A block of short lines (a prompt file's) is split in C and each line given with its newline
+    appended; a block of long ones (result rows of ~40 KB) is cut line by line, so each row's bytes are
+    copied once. Only a line that spans two blocks is pieced together."""
     pieces: list[bytes] = []  # the start of a line that spans blocks
     held = 0  # its bytes so far
     newline = b"\n"
@@ -96,11 +102,13 @@ def lines(fh: BinaryIO, limit: int | None = None, block: int = 1 << 23) -> Itera
             if held:
                 yield Oversize(held) if limit is not None and held > limit else b"".join(pieces)
             return
-        parts = data.split(newline)
-        rest = parts.pop()  # after the block's last newline: the start of a line (b"" when none)
-        if parts:
+        start = 0
+        sample = min(len(data), SAMPLE)
+        if data.count(newline, 0, sample) * SHORT_LINE > sample:  # judged by the block's first 64 KB
+            parts = data.split(newline)
+            rest = parts.pop()  # after the block's last newline (b"" when it ends with one)
             whole = iter(parts)
-            if held:  # the line that spans blocks ends with this block's first part
+            if held and parts:  # the line that spans blocks ends with this block's first part
                 first = next(whole)
                 size = held + len(first) + 1
                 if limit is not None and size > limit:
@@ -115,9 +123,22 @@ def lines(fh: BinaryIO, limit: int | None = None, block: int = 1 << 23) -> Itera
             else:
                 for part in whole:
                     yield part + newline if len(part) < limit else Oversize(len(part) + 1)
-        if rest:
-            held += len(rest)
+            start = len(data) - len(rest)
+        else:
+            find = data.find
+            while (end := find(newline, start)) >= 0:
+                if limit is not None and held + end + 1 - start > limit:
+                    yield Oversize(held + end + 1 - start)
+                elif held:
+                    pieces.append(data[start : end + 1])
+                    yield b"".join(pieces)
+                else:
+                    yield data[start : end + 1]
+                pieces, held = [], 0
+                start = end + 1
+        if start < len(data):
+            held += len(data) - start
             if limit is None or held <= limit:
-                pieces.append(rest)
+                pieces.append(data[start:])
             else:
                 pieces = []  # over the limit: only its size is kept

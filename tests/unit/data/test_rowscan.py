@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from synthgen.data import rowscan
 from synthgen.data.openfiles import Oversize, bounded_lines
 from synthgen.data.rowscan import lines, resume_row
 
@@ -71,14 +72,21 @@ def test_a_line_over_the_limit_is_its_size_only():
         assert list(lines(io.BytesIO(data), 10, block=block)) == expected
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(
     data=st.lists(st.sampled_from([b"a", b"bc", b"\n", b"\n\n", b"x" * 9]), max_size=30).map(b"".join),
     block=st.integers(1, 40),
     limit=st.none() | st.integers(1, 12),
+    short_line=st.sampled_from([1, 1024, 10**9]),
 )
-def test_lines_match_the_files_own_lines_for_any_blocks_and_limit(data, block, limit):
-    """Blocks are split in C and only a line spanning blocks is pieced together: whatever the block
-    size, the lines are the file's, and with a limit a longer line is only its size (as bounded_lines)."""
+def test_lines_match_the_files_own_lines_for_any_blocks_and_limit(data, block, limit, short_line):
+    """A block of short lines is split in C, one of long lines cut line by line, and only a line spanning
+    blocks is pieced together: whatever the block size and whichever way each block is read, the lines
+    are the file's, and with a limit a longer line is only its size (as bounded_lines)."""
     expected = list(io.BytesIO(data)) if limit is None else list(bounded_lines(io.BytesIO(data), limit, chunk=3))
-    assert list(lines(io.BytesIO(data), limit, block=block)) == expected
+    before = rowscan.SHORT_LINE
+    rowscan.SHORT_LINE = short_line  # 1: every block cut line by line; 10**9: every block with a newline split
+    try:
+        assert list(lines(io.BytesIO(data), limit, block=block)) == expected
+    finally:
+        rowscan.SHORT_LINE = before
