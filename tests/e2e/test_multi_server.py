@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from simharness import wait_until
 
+from synthgen.run.servers import weight
+from synthgen.server.gateway import routing_key
+
 COMMON = ("--max-tokens", "32", "--status-interval", "0.2")
 
 
@@ -20,13 +23,25 @@ def servers(*sims) -> list[str]:
     return [arg for sim in sims for arg in ("--server-url", sim.url)]
 
 
+def home(conversation: str, *urls: str, dataset: str = "mt") -> str:
+    """The server a conversation's turns go to while every server is in (rendezvous hashing)."""
+    key = routing_key(dataset, conversation)
+    return max(urls, key=lambda url: weight(key, url))
+
+
 def test_requests_spread_over_both_servers_and_each_conversation_stays_on_one(ws, make_sim):
     a, b = make_sim("chatml"), make_sim("chatml")
-    # 16 conversations of 2 turns: both servers get some (all on one has odds 2 in 65,536).
-    ws.dataset("short", "mt", [chat(f"c{i}", f"q{i}", "old", f"r{i}") for i in range(16)])
+    # 16 conversations of 2 turns. A conversation's server is its rendezvous hash with the URLs (whose ports
+    # differ from run to run): when all 16 would land on one, the last is swapped for one that lands on
+    # the other, so "both servers get some" holds for any ports.
+    ids = [f"c{i}" for i in range(16)]
+    if len({home(rid, a.url, b.url) for rid in ids}) == 1:
+        ids[-1] = next(f"c{i}" for i in range(16, 10_000) if home(f"c{i}", a.url, b.url) != home(ids[0], a.url, b.url))
+    ws.dataset("short", "mt", [chat(rid, f"q{rid}", "old", f"r{rid}") for rid in ids])
     result = ws.run(*servers(a, b), "--regenerate", "all", "--concurrency", "4", *COMMON)
     assert result.returncode == 0, result.stderr
-    rows = ws.assert_exactly_once("mt", [f"c{i}" for i in range(16)])
+    rows = ws.assert_exactly_once("mt", ids)
+    assert {row["id"]: row["worker"] for row in rows} == {rid: home(rid, a.url, b.url) for rid in ids}
     for row in rows:
         assert {turn["worker"] for turn in row["turns"]} == {row["worker"]}, row["id"]
     assert {row["worker"] for row in rows} == {a.url, b.url}
@@ -36,10 +51,11 @@ def test_requests_spread_over_both_servers_and_each_conversation_stays_on_one(ws
     assert "by server:" in result.stderr and f"  {b.url}: " in result.stderr
     assert "servers 2/2 in" in result.stderr
     # The URLs are where rows are made, not what makes them: a rerun on one of the servers goes on.
-    ws.dataset("short", "mt", [chat(f"c{i}", f"q{i}", "old", f"r{i}") for i in range(18)])
+    more = [*ids, "d16", "d17"]
+    ws.dataset("short", "mt", [chat(rid, f"q{rid}", "old", f"r{rid}") for rid in more])
     again = ws.run("--server-url", b.url, "--regenerate", "all", *COMMON)
     assert again.returncode == 0, again.stderr
-    assert len(ws.assert_exactly_once("mt", [f"c{i}" for i in range(18)])) == 18
+    assert len(ws.assert_exactly_once("mt", more)) == 18
 
 
 def test_a_server_killed_mid_run_is_taken_out_and_back_in_and_every_row_is_written_once(ws, make_sim):
