@@ -26,7 +26,7 @@ import fcntl
 import hashlib
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,6 +44,9 @@ ERRORS = "errors.jsonl"
 LOCK = ".lock"
 LOCK_TABLE = ".locks"
 BOM = b"\xef\xbb\xbf"  # an editor's UTF-8 byte order mark: not part of the first row
+
+# What a scan hands each row it reads to (scan_results): the row without its token ids, None for no object.
+RowSink = Callable[[dict[str, Any] | None], None]
 
 # Append descriptors of every dataset's output files; a small share of the descriptor limit.
 WRITE_POOL: FilePool[int] = FilePool(pool_size(8), os.close)
@@ -105,6 +108,9 @@ class ResumeState:
     bom: bool = False  # the file starts with a UTF-8 byte order mark (passed over, left in place)
     # The repair the last line needs, until ``DatasetStore.repair`` makes it: (offset, the line, complete).
     tail: tuple[int, bytes, bool] | None = field(default=None, repr=False)
+    # (st_dev, st_ino, offset): the file scanned and where its counted lines end once the tail's repair is
+    # made, so that a reader given every row the scan read (the run report) can go on from there.
+    read: tuple[int, int, int] | None = field(default=None, repr=False)
 
     def without(self, ids: set[str]) -> ResumeState:
         """This state once the rows of ``ids`` are moved out of the results file."""
@@ -118,7 +124,7 @@ class ResumeState:
             repaired=self.repaired,
             bom=self.bom,
             tail=self.tail,
-        )
+        )  # no ``read``: the moved rows were read, and the file is rewritten
 
 
 def rewrite_lines(path: Path, lines: list[bytes]) -> None:
@@ -138,9 +144,11 @@ def rewrite_lines(path: Path, lines: list[bytes]) -> None:
         raise limit_error(exc, path) or StoreWriteError(f"{path}: cannot rewrite ({exc.strerror})") from exc
 
 
-def scan_results(results_path: Path, tense: str = "will") -> ResumeState:
+def scan_results(results_path: Path, tense: str = "will", on_row: RowSink | None = None) -> ResumeState:
     """Read-only: the completed ids of a results file, and in ``tail`` the repair its last line
-    needs (``repaired`` says it in ``tense``: would, will)."""
+    needs (``repaired`` says it in ``tense``: would, will). ``on_row`` gets every row counted or
+    passed over, in file order (duplicates too; None for a line that is no JSON object), parsed
+    without its token ids: the run report's figures are made from the one read."""
     state = ResumeState()
     try:
         fh = open_output_file(results_path, os.O_RDONLY, "rb")
@@ -157,6 +165,7 @@ def scan_results(results_path: Path, tense: str = "will") -> ResumeState:
     tail: tuple[int, bytes] | None = None
     lineno = 0
     with fh:
+        st = os.fstat(fh.fileno())
         for lineno, line in enumerate(lines(fh), start=1):
             parsed = line
             if lineno == 1 and line.startswith(BOM):
@@ -168,20 +177,26 @@ def scan_results(results_path: Path, tense: str = "will") -> ResumeState:
             offset += len(line)
             if parsed.isspace():  # a blank line (it ends with its newline); strip() would copy every row
                 continue
-            _count_line(state, parsed, lineno)
+            _count_line(state, parsed, lineno, on_row)
     if tail is None:
+        state.read = (st.st_dev, st.st_ino, offset)
         return state
     start, fragment = tail
     complete = _done_entry(fragment) is not None
     if complete:  # the whole record made it; only the newline is missing
-        _count_line(state, fragment, lineno)
+        _count_line(state, fragment, lineno, on_row)
+    # The repair adds the newline after a complete last line, or moves a torn one out (truncating to it).
+    state.read = (st.st_dev, st.st_ino, start + len(fragment) + 1 if complete else start)
     state.tail = (start, fragment, complete)
     state.repaired = _repair_note(fragment, complete, tense)
     return state
 
 
-def _count_line(state: ResumeState, line: bytes, lineno: int) -> None:
-    entry = _done_entry(line)
+def _count_line(state: ResumeState, line: bytes, lineno: int, on_row: RowSink | None = None) -> None:
+    row = resume_row(line)
+    if on_row is not None:
+        on_row(row)
+    entry = None if row is None else DoneEntry.from_dict(row)
     if entry is None:
         state.bad_lines.append(lineno)
         return
@@ -365,10 +380,10 @@ class DatasetStore:
         state.tail = None
         state.repaired = _repair_note(fragment, complete, "did")
 
-    def scan(self, tense: str = "will") -> ResumeState:
+    def scan(self, tense: str = "will", on_row: RowSink | None = None) -> ResumeState:
         """Read-only: the completed ids, and in ``tail`` the repair the last line needs (``repaired``
-        says it in ``tense``: would, will)."""
-        return scan_results(self.results_path, tense)
+        says it in ``tense``: would, will); ``on_row`` as ``scan_results``."""
+        return scan_results(self.results_path, tense, on_row)
 
     def compact_errors(self, drop: set[str]) -> None:
         """Rewrite errors.jsonl (atomically) without the rows of ``drop``, the prompts that are

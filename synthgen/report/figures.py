@@ -93,6 +93,13 @@ class DatasetFigures:
     budget_kind: str = ""  # "cap" (--max-tokens-per-dataset) or "plan" (a budget file's expected tokens)
     _ids: set[str] = field(default_factory=set, repr=False)
 
+    def add(self, row: Mapping[str, Any] | None) -> None:
+        """One line of the results file: a row, or None for a line that is no JSON object."""
+        if row is None:
+            self.unreadable += 1
+        else:
+            self.add_row(row)
+
     def add_row(self, row: Mapping[str, Any]) -> None:
         rid = row.get("id")
         key = rid if isinstance(rid, str) else repr(rid)

@@ -107,6 +107,17 @@ class FolderReport:
             return self.names
         return sorted(p.parent.name for p in self.output_dir.glob(f"*/{RESULTS}"))
 
+    def seed(self, figures: DatasetFigures, read: tuple[int, int, int]) -> None:
+        """``figures`` made from every row of the dataset's results file up to offset ``read[2]`` of the file
+        ``read[:2]`` (st_dev, st_ino): the next refresh reads on from there, or, when the file was replaced
+        or cut shorter meanwhile, reads it again from the start."""
+        budget = self.budgets.get(figures.name)
+        if budget is not None:
+            figures.budget, figures.budget_kind = budget
+        self._figures[figures.name] = figures
+        tail = self._tails[figures.name] = _Tail()
+        tail.ident, tail.offset = read[:2], read[2]
+
     def refresh(self) -> list[DatasetFigures]:
         out = []
         for name in self.dataset_names():
@@ -119,10 +130,7 @@ class FolderReport:
                 if budget is not None:
                     figures.budget, figures.budget_kind = budget
             for row in parse_rows(lines):
-                if row is None:
-                    figures.unreadable += 1
-                else:
-                    figures.add_row(row)
+                figures.add(row)
             figures.set_errors(r for r in parse_rows(_Tail().new_lines(self.output_dir / name / ERRORS)[1]) if r)
             out.append(figures)
         return out
@@ -188,10 +196,21 @@ class LiveReport:
         self.timeline.event("start")
 
     @classmethod
-    def for_run(cls, cfg: RunConfig, names: list[str], on_message: Callable[[str], None]) -> LiveReport:
-        """The live report of a run: its output folder, intervals and datasets' budgets."""
+    def for_run(
+        cls,
+        cfg: RunConfig,
+        names: list[str],
+        on_message: Callable[[str], None],
+        seeds: Iterable[tuple[DatasetFigures, tuple[int, int, int]]] = (),
+    ) -> LiveReport:
+        """The live report of a run: its output folder, intervals and datasets' budgets; ``seeds``: the
+        figures the resume scan made of each dataset's rows (``FolderReport.seed``), so that the first page
+        does not read them again."""
         budgets = token_budgets(names, cfg.max_tokens_per_dataset, cfg.budget, cfg.expected_tokens)
-        return cls(cfg.output_dir, cfg.report_interval, cfg.status_interval, budgets, on_message)
+        report = cls(cfg.output_dir, cfg.report_interval, cfg.status_interval, budgets, on_message)
+        for figures, read in seeds:
+            report.folder.seed(figures, read)
+        return report
 
     def event(self, kind: str, detail: str = "") -> None:
         self.timeline.event(kind, detail)

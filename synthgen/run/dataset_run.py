@@ -30,7 +30,7 @@ from synthgen.data.prompts import DatasetIndex, DatasetSource, Prompt, scan_data
 from synthgen.data.records import ErrorRecord, RowContext, Turn, build_result
 from synthgen.data.samples import sample_key, sample_work, split_key, touched_prompts
 from synthgen.data.selection import Selection, select
-from synthgen.data.store import DatasetStore, PartialTurn, PartialTurns, ResumeState, move_rows
+from synthgen.data.store import DatasetStore, PartialTurn, PartialTurns, ResumeState, RowSink, move_rows
 from synthgen.errors import UsageError
 from synthgen.run.ledger import TokenLedger
 from synthgen.run.mix import Mix, SampleRequest
@@ -447,10 +447,13 @@ def partial_tokens(partial: dict[str, list[PartialTurn]]) -> int:
     return sum(t.data.get("completion_tokens") or 0 for turns in partial.values() for t in turns)
 
 
-def claim_dataset(source: DatasetSource, cfg: RunConfig) -> tuple[DatasetStore, ResumeState]:
+def claim_dataset(
+    source: DatasetSource, cfg: RunConfig, on_row: RowSink | None = None
+) -> tuple[DatasetStore, ResumeState]:
     """Lock the dataset's folder (not in a dry run) and read what earlier runs left; nothing is
     written (a torn last line is repaired by ``DatasetRun.begin``). Done rows must belong to this
-    prompt file: a row recorded from another file refuses the run."""
+    prompt file: a row recorded from another file refuses the run. ``on_row`` (not in a dry run) gets
+    every row read (``scan_results``)."""
     store = DatasetStore(cfg.output_dir, source.name)
     if cfg.dry_run:
         resume = store.recover(repair=False)
@@ -459,7 +462,7 @@ def claim_dataset(source: DatasetSource, cfg: RunConfig) -> tuple[DatasetStore, 
     store.lock()
     try:
         store.check_writable()
-        resume = store.scan("will")
+        resume = store.scan("will", on_row)
         check_source(store, source, resume)
     except BaseException:
         store.close()

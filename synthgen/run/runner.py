@@ -33,6 +33,7 @@ from synthgen.data.prompts import discover as discover_datasets
 from synthgen.data.store import DatasetStore, ResumeState
 from synthgen.errors import EXIT_FAILURES, EXIT_OK, SynthgenError
 from synthgen.fmt import fmt_duration
+from synthgen.report.figures import DatasetFigures
 from synthgen.report.folder import LiveReport
 from synthgen.report.timeline import sample_of
 from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor
@@ -112,6 +113,9 @@ class Runner:
         self.pool: Pool | None = None
         # <output-dir>/report.html and timeline.jsonl once the run goes ahead.
         self.report: LiveReport | None = None
+        # Each dataset's report figures, made by the resume scan from the rows it read: the first page
+        # goes on from them instead of reading every row again.
+        self.seeds: dict[str, DatasetFigures] = {}
 
     # ------------------------------------------------------------------ top level
     async def run(self) -> int:
@@ -197,7 +201,12 @@ class Runner:
         return self.exit_code()
 
     def open_report(self) -> None:
-        self.report = LiveReport.for_run(self.config, [run.name for run in self.runs], self.progress.message)
+        seeds = [
+            (self.seeds[run.name], run.resume.read)
+            for run in self.runs
+            if run.name in self.seeds and run.resume.read is not None
+        ]
+        self.report = LiveReport.for_run(self.config, [run.name for run in self.runs], self.progress.message, seeds)
         self.progress.on_outage = self.report.event
 
     def finish_report(self) -> str:
@@ -217,7 +226,8 @@ class Runner:
         claims: list[tuple[DatasetSource, DatasetStore, ResumeState]] = []
         try:
             for source in sources:
-                claims.append((source, *claim_dataset(source, cfg)))
+                figures = self.seeds[source.name] = DatasetFigures(source.name)
+                claims.append((source, *claim_dataset(source, cfg, figures.add)))
             if not cfg.allow_mixed_settings:
                 recorded = {}
                 for source, store, resume in claims:

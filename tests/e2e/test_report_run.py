@@ -127,3 +127,31 @@ def test_a_rerun_with_nothing_to_do_writes_the_page_too(done):
     # The last line names the rows, the page and the export command.
     assert last.startswith("rows: ") and "; report: outputs/report.html; export them with: " in last, last
     assert page_stats((done.ws.outputs / "report.html").read_text())["total/rows"] == "34"  # the whole folder
+
+
+def test_a_resumed_runs_page_counts_every_row_once_after_a_missing_newline_and_a_torn_line(tokenizers, tmp_path):
+    """A resume's first page goes on from the figures its resume scan made (no second read of the rows):
+    after a run whose last row lost its newline, and one whose last line was torn by a kill, the page of
+    each rerun still equals the rows on disk."""
+    ws = Workspace(tmp_path)
+    ws.dataset("short", "gamma", [{"id": f"g{i}", "prompt": "tell me " + "more " * (i % 7)} for i in range(12)])
+    results = ws.outputs / "gamma" / "raw_responses.jsonl"
+    with start_sim(tokenizers["chatml"]) as sim:
+        common = ("--server-url", sim.url, "--partition", "short", "--max-tokens", "16", "--concurrency", "2")
+
+        def run_and_check(*extra: str) -> None:
+            result = ws.run(*common, *extra)
+            assert result.returncode == 0, result.stderr
+            page = (ws.outputs / "report.html").read_text()
+            stats = page_stats(page)
+            expected = expected_stats("gamma", read_rows(results), read_rows(ws.outputs / "gamma" / "errors.jsonl"))
+            assert {k: stats.get(k) for k in expected} == expected
+            assert "not counted:" not in page  # no row read twice (a duplicate id), no line misread (unreadable)
+
+        run_and_check("--max-samples", "4")
+        results.write_bytes(results.read_bytes().rstrip(b"\n"))  # the last row whole, its newline lost
+        run_and_check("--max-samples", "8")
+        with open(results, "ab") as fh:
+            fh.write(b'{"id": "g99", "content": "cut by a ki')  # a kill mid-write
+        run_and_check()
+    assert len(read_rows(results)) == 12

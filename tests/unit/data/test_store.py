@@ -112,3 +112,29 @@ def test_the_lock_is_refused_within_one_process_too(tmp_path):
     with pytest.raises(RunLockedError):
         DatasetStore(tmp_path, "ds").lock()
     first.close()
+
+
+@pytest.mark.parametrize(
+    "tail, end_after_repair",
+    [
+        (b"", "size"),  # every line whole
+        (row(4).rstrip(b"\n"), "size+1"),  # a complete last row, its newline missing: the repair adds it
+        (b'{"id": "p4", "content": "half', "start"),  # a torn last line: the repair moves it out
+    ],
+)
+def test_the_scan_hands_on_every_row_it_reads_and_where_the_rows_end_after_the_repair(tmp_path, tail, end_after_repair):
+    """The run report's figures are made from the resume scan's reading (on_row), then read on from
+    ``read``: after the repair, the file's identity and the offset where the counted rows end."""
+    body = row(1) + b"not json\n" + row(2) + b"\n" + row(1)  # a bad line, a blank one, a duplicate
+    store = make(tmp_path, body + tail)
+    seen = []
+    state = store.scan("will", seen.append)
+    complete = end_after_repair == "size+1"
+    assert [r and r["id"] for r in seen] == ["p1", None, "p2", "p1", *(["p4"] if complete else [])]
+    store.lock()
+    store.repair(state)
+    store.close()
+    st = os.stat(store.results_path)
+    assert state.read == (st.st_dev, st.st_ino, st.st_size)  # every case: the rows end at the end of the file
+    assert st.st_size == len(body) + (len(tail) + 1 if complete else 0)
+    assert state.without({"p1"}).read is None  # moving rows out rewrites the file: read again from the start

@@ -114,6 +114,33 @@ def test_a_row_the_tool_wrote_with_ascii_escapes_is_counted_not_unreadable(tmp_p
     assert (d.rows, d.unreadable, d.tool_calls) == (3, 0, sum(bool(r["tool_calls"]) for r in rows))
 
 
+def test_figures_seeded_by_the_resume_scan_equal_a_full_read_and_the_page_reads_on_from_there(tmp_path):
+    """A resume's first page goes on from the figures the resume scan made of the rows it read; the rows
+    appended since are read, the ones before are not read again, and the figures equal a fresh read's.
+    A file replaced meanwhile (rows moved out) is read again from its start."""
+    from synthgen.data.store import scan_results
+    from synthgen.report.figures import DatasetFigures
+
+    results = tmp_path / "d" / "raw_responses.jsonl"
+    rows = make_rows("d", 60)
+    write_jsonl(results, rows[:40])
+    with open(results, "ab") as fh:
+        fh.write(b"torn line\n" + orjson.dumps(rows[3]) + b"\n")  # an unreadable line and a duplicate
+    seeded = DatasetFigures("d")
+    state = scan_results(results, "will", seeded.add)
+    assert state.read is not None
+    with open(results, "ab") as fh:  # the run's own rows, after the scan
+        fh.write(b"".join(orjson.dumps(r) + b"\n" for r in rows[40:]))
+    folder = FolderReport(tmp_path, budgets={"d": (1000, "cap")})
+    folder.seed(seeded, state.read)
+    (d,) = folder.refresh()
+    (fresh,) = FolderReport(tmp_path, budgets={"d": (1000, "cap")}).refresh()
+    assert d is seeded and d == fresh
+    assert (d.rows, d.unreadable, d.duplicates, d.budget) == (60, 1, 1, 1000)
+    write_jsonl(results, rows[:5])  # replaced: read again
+    assert folder.refresh()[0].rows == 5
+
+
 def test_the_page_replaces_a_link_never_writing_through_it_and_leaves_no_temporary_file(tmp_path):
     kept = tmp_path / "keep.html"
     kept.write_text("mine")
