@@ -4,7 +4,8 @@
                    appended since the last one (a file that shrank or was replaced is read again), so a
                    page rewritten every few minutes costs each row one parse per run; the file is read a
                    block at a time and each row parsed without its token ids (``rowscan.resume_row``), so
-                   a 5 GB results file costs the page neither 5 GB of memory nor its ids' parse
+                   a 5 GB results file costs the page neither 5 GB of memory nor its ids' parse; a run
+                   seeds it with the figures its resume scan made (``seed``), so rows are parsed once
     write_page     the page, atomically: a fresh temporary file beside it, then a rename over the page (a
                    reader never sees half a page; a link in its place is replaced, never written through)
     LiveReport     what the run calls: a timeline sample every status interval, the page at the start,
