@@ -167,15 +167,20 @@ class RunConfig:
             raise UsageError(f"--sampling-params: {', '.join(sorted(reserved))} is set by the run; leave it out")
         if not self.think_start or not self.think_end:
             raise UsageError("--think-start and --think-end must not be empty")
-        urls = self.server_urls if len(self.server_urls) > 1 else (self.server_url,)
+        urls = self.urls
         api_key = self._check_server(urls)
         return replace(self, server_url=urls[0], server_urls=urls, api_key=api_key, **self._check_launch())
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every server's URL: ``server_urls`` when several were given, else ``server_url``."""
+        return self.server_urls if len(self.server_urls) > 1 else (self.server_url,)
 
     @property
     def display_url(self) -> str:
         """The server URL as every message prints it: a credential in it (user part, key in the query) is ***;
         several servers' URLs joined by commas."""
-        return ", ".join(redact(url) for url in (self.server_urls if len(self.server_urls) > 1 else (self.server_url,)))
+        return ", ".join(redact(url) for url in self.urls)
 
     def _check_server(self, urls: tuple[str, ...]) -> str | None:
         """The API key as it is sent (stripped), once the URLs and the key are checked."""

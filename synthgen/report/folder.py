@@ -108,14 +108,18 @@ class FolderReport:
             return self.names
         return sorted(p.parent.name for p in self.output_dir.glob(f"*/{RESULTS}"))
 
+    def _budgeted(self, figures: DatasetFigures) -> DatasetFigures:
+        """``figures`` with the dataset's output-token budget, if it has one."""
+        budget = self.budgets.get(figures.name)
+        if budget is not None:
+            figures.budget, figures.budget_kind = budget
+        return figures
+
     def seed(self, figures: DatasetFigures, read: tuple[int, int, int]) -> None:
         """``figures`` made from every row of the dataset's results file up to offset ``read[2]`` of the file
         ``read[:2]`` (st_dev, st_ino): the next refresh reads on from there, or, when the file was replaced
         or cut shorter meanwhile, reads it again from the start."""
-        budget = self.budgets.get(figures.name)
-        if budget is not None:
-            figures.budget, figures.budget_kind = budget
-        self._figures[figures.name] = figures
+        self._figures[figures.name] = self._budgeted(figures)
         tail = self._tails[figures.name] = _Tail()
         tail.ident, tail.offset = read[:2], read[2]
 
@@ -126,10 +130,7 @@ class FolderReport:
             restart, lines = tail.new_lines(self.output_dir / name / RESULTS)
             figures = self._figures.get(name)
             if figures is None or restart:
-                figures = self._figures[name] = DatasetFigures(name)
-                budget = self.budgets.get(name)
-                if budget is not None:
-                    figures.budget, figures.budget_kind = budget
+                figures = self._figures[name] = self._budgeted(DatasetFigures(name))
             for row in parse_rows(lines):
                 figures.add(row)
             figures.set_errors(r for r in parse_rows(_Tail().new_lines(self.output_dir / name / ERRORS)[1]) if r)

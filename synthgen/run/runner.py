@@ -201,11 +201,7 @@ class Runner:
         return self.exit_code()
 
     def open_report(self) -> None:
-        seeds = [
-            (self.seeds[run.name], run.resume.read)
-            for run in self.runs
-            if run.name in self.seeds and run.resume.read is not None
-        ]
+        seeds = [(self.seeds[run.name], run.resume.read) for run in self.runs if run.resume.read is not None]
         self.report = LiveReport.for_run(self.config, [run.name for run in self.runs], self.progress.message, seeds)
         self.progress.on_outage = self.report.event
 
