@@ -450,9 +450,7 @@ def export_command(
     return " ".join(shlex.quote(p) for p in [*parts, "--format", fmt, "--out", out])
 
 
-def end_of_run(
-    stats: list[DatasetStats], output_dir: Path, rerun: str, export: str, sft: str = ""
-) -> tuple[str, bool]:
+def end_of_run(stats: list[DatasetStats], output_dir: Path, rerun: str, export: str, sft: str = "") -> tuple[str, bool]:
     """What to do next, as the run's last lines: the skips no rerun changes (by reason, with the fix and the
     real path), the failures a rerun retries (with the command), where the rows are and the export command.
     Returns (text, whether the exit code says "something is left": failures, retryable skips, or skips and

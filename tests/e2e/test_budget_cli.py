@@ -385,9 +385,7 @@ def test_an_existing_file_named_like_a_dataset_of_prompts_is_one_line_not_a_sile
     )
 
 
-def test_the_export_of_a_plan_merges_its_existing_files_and_names_them_when_the_format_leaves_them_out(
-    project, capsys
-):
+def test_the_export_of_a_plan_merges_its_existing_files_and_names_them_when_the_format_leaves_them_out(project, capsys):
     from result_rows import record, write_results
 
     from synthgen.cli.export import main as export_main

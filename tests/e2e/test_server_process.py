@@ -367,7 +367,8 @@ def test_demo_command_on_a_set_up_cache_installs_nothing_and_carries_its_environ
     assert argv[:5] == ["env", "-u", "VIRTUAL_ENV", "-u", "PYTHONHOME"]
     assert "SGLANG_USE_CPU_ENGINE=1" in argv and f"PYTHONPATH={paths.shim}" in argv
     server = argv.index(str(paths.python))
-    assert argv[server:] == commands.server_command(paths, 30123)
+    assert argv[server:] == commands.server_command(paths, 30123, extra=install.DEMO_FLAGS)
+    assert argv[-2:] == ["--max-running-requests", "64"]
     assert argv[server + 1 : server + 7] == [
         "-m",
         "sglang.launch_server",
