@@ -129,7 +129,12 @@ class LoopGuard:
     def _periodic(self, ids: Sequence[int], size: int, span: int) -> bool:
         """Period ``size`` over the last max(span, min_count patterns) ids: each id equals the one ``size`` before."""
         end, span = len(ids), max(self.min_count * size, span)
-        return span <= end and ids[end - span : end - size] == ids[end - span + size : end]
+        if span > end:
+            return False
+        near = min(span, size + 64)  # the last 64 first: most candidates fail there, without copying the span
+        if ids[end - near : end - size] != ids[end - near + size : end]:
+            return False
+        return ids[end - span : end - size] == ids[end - span + size : end]
 
     def _is_text(self, ids: Sequence[int], size: int) -> bool:
         """The pattern ending the output reads as text (see TEXT_LETTERS, TEXT_DISTINCT)."""
