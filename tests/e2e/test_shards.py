@@ -100,6 +100,10 @@ def test_three_shards_one_killed_and_rerun_merge_to_the_one_process_run(ws, make
     assert report.returncode == 0, report.stderr
     for i in range(3):
         assert f"shard-{i}-of-3/ds/raw_responses.jsonl" in report.stdout + report.stderr
+    page = ws.run("--output-dir", "sharded", "--report", "--html", "page.html", script=EXPORT)
+    assert page.returncode == 0, page.stderr
+    html = (ws.root / "page.html").read_text()
+    assert all(f"shard-{i}-of-3/ds" in html for i in range(3))
 
 
 def test_a_broken_set_of_shards_is_refused_naming_the_shard(ws, make_sim):
