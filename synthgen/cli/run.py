@@ -439,6 +439,7 @@ def in_shard_folder(cfg: RunConfig, environ: Mapping[str, str], say: Callable[[s
     if cfg.shard is None:
         return cfg
     tokens = token_share(cfg.max_tokens_per_dataset, cfg.shard)
+    say(f"shard {cfg.shard} into {folder}: every cap counts the whole dataset, this run makes its slice of it")
     log = cfg.server_log if cfg.server_log != cfg.output_dir / "server.log" else None
     return replace(cfg, output_dir=folder, server_log=log, max_tokens_per_dataset=tokens).validate()
 
