@@ -70,7 +70,7 @@ def test_three_shards_one_killed_and_rerun_merge_to_the_one_process_run(ws, make
     rerun = ws.run(*shard_args(1), *SELECT)
     assert rerun.returncode == 0, rerun.stderr
     assert "shard 1/3 into sharded/shard-1-of-3" in rerun.stderr
-    assert "export_training.py --output-dir sharded " in rerun.stderr  # every shard's rows, not this one's
+    assert "--output-dir sharded --format tokens" in rerun.stderr  # every shard's rows, not this one's
 
     sharded = ws.root / "sharded"
     parts = [by_sample(rows_of(sharded / f"shard-{i}-of-3")) for i in range(3)]
