@@ -23,6 +23,7 @@ from synthgen.data.mix import SamplingMix
 from synthgen.data.prompts import REGENERATE_MODES
 from synthgen.data.samples import MAX_SAMPLES_PER_PROMPT
 from synthgen.data.selection import SAMPLE_MODES
+from synthgen.data.shards import Shard
 from synthgen.errors import UsageError
 from synthgen.redact import redact, remember
 
@@ -51,6 +52,7 @@ class RunConfig:
     seed: int = 0  # of --sample random, and of each sample's sampling_seed and recipe draw
     samples_per_prompt: int = 1  # N rows of each selected prompt (synthgen.data.samples)
     sampling_mix: SamplingMix | None = None  # --sampling-mix: weighted recipes (synthgen.data.mix)
+    shard: Shard | None = None  # --shard I/N: this run's slice of every dataset (synthgen.data.shards)
 
     # --- server --------------------------------------------------------------------------------
     server_url: str = "http://127.0.0.1:30000"  # the first of server_urls

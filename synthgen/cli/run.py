@@ -7,6 +7,8 @@ import asyncio
 import os
 import shlex
 import sys
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -19,6 +21,7 @@ from synthgen.config import CHANGED_PROMPTS, RunConfig, default_of
 from synthgen.data.mix import load_mix
 from synthgen.data.prompts import REGENERATE_MODES
 from synthgen.data.selection import SAMPLE_MODES
+from synthgen.data.shards import env_hint, parse_shard, prepare_folder, token_share
 from synthgen.errors import OneLineParser, UsageError, run_guarded
 from synthgen.launch.supervisor import DEMO_MAX_TOKENS, Supervisor, default_max_tokens
 from synthgen.redact import redact
@@ -139,6 +142,12 @@ def _how_many(g: argparse._ArgumentGroup) -> None:
         default=default_of("seed"),
         metavar="N",
         help="seed of --sample random, of each sample's sampling_seed and recipe draw (default: %(default)s)",
+    )
+    g.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run shard I (0..N-1) of every dataset, in <output-dir>/shard-I-of-N; the cap counts all shards "
+        "(e.g. --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT; docs/cluster.md)",
     )
     g.add_argument(
         "--samples-per-prompt",
@@ -373,6 +382,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         sample=args.sample,
         seed=args.seed,
         samples_per_prompt=args.samples_per_prompt,
+        shard=parse_shard(args.shard) if args.shard is not None else None,
         sampling_mix=load_mix(args.sampling_mix) if args.sampling_mix is not None else None,
         server_url=(args.server_url or [default_of("server_url")])[0],
         server_urls=tuple(args.server_url or ()),
@@ -416,6 +426,31 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         report_interval=args.report_interval,
         dry_run=args.dry_run,
     ).validate()
+
+
+def in_shard_folder(cfg: RunConfig, environ: Mapping[str, str], say: Callable[[str], None]) -> RunConfig:
+    """The config of a --shard run: its shard folder as the output folder (checked, and its shard.json written
+    unless a dry run) and its share of --max-tokens-per-dataset. Without --shard, a scheduler's array variables
+    in the environment get one line saying how to pass them (never used unasked)."""
+    hint = env_hint(environ) if cfg.shard is None else None
+    if hint:
+        say(hint)
+    record = {
+        "seed": cfg.seed,
+        "sample": cfg.sample,
+        "samples_per_prompt": cfg.samples_per_prompt,
+        "regenerate": cfg.regenerate,
+        "max_samples": cfg.max_samples,
+        "budget": cfg.budget,
+        "max_tokens_per_dataset": cfg.max_tokens_per_dataset,
+    }
+    folder = prepare_folder(cfg.output_dir, cfg.shard, record, write=cfg.shard is not None and not cfg.dry_run)
+    if cfg.shard is None:
+        return cfg
+    tokens = token_share(cfg.max_tokens_per_dataset, cfg.shard)
+    say(f"shard {cfg.shard} into {folder}: every cap counts the whole dataset, this run makes its slice of it")
+    log = cfg.server_log if cfg.server_log != cfg.output_dir / "server.log" else None
+    return replace(cfg, output_dir=folder, server_log=log, max_tokens_per_dataset=tokens).validate()
 
 
 def _budget_of(args: argparse.Namespace) -> Budget | None:
@@ -500,6 +535,7 @@ def main(argv: list[str] | None = None, stream: TextIO | None = None, tty: bool 
     def body() -> int:
         # A mistyped flag or value is a UsageError here: one line with the closest valid one.
         args = build_parser().parse_args(argv)
-        return asyncio.run(run(config_from_args(args)))
+        config = in_shard_folder(config_from_args(args), os.environ, lambda line: write_last(line, out, None))
+        return asyncio.run(run(config))
 
     return run_guarded(PROG, body, out, "--debug" in argv)
