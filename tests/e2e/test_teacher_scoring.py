@@ -11,6 +11,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pyarrow.dataset as pads
 import sim_logprobs
@@ -165,3 +166,54 @@ def test_dry_run_prints_prefill_tokens_and_side_file_size_and_sends_nothing(ws, 
     line = next(line for line in result.stdout.splitlines() if line.startswith("d "))
     assert line.split()[1:4] == ["3", str(positions), str(prefill)]
     assert sim.stats()["generate_requests"] == before
+
+
+def test_kd_exports_put_the_distribution_of_token_i_plus_1_at_position_i_and_leave_out_rows_without_one(
+    ws, make_sim, tokenizers
+):
+    sim = make_sim("chatml")
+    vocab = vocab_of(tokenizers)
+    ws.dataset("short", "d", 3)
+    assert ws.run("--server-url", sim.url, *COMMON).returncode == 0
+    assert score(ws, "--dataset", "d", "--server-url", sim.url, "--top-k", str(K)).returncode == 0
+    # A row whose ids changed after scoring has no teacher row for its ids: left out and counted.
+    path = ws.outputs / "d" / "raw_responses.jsonl"
+    rows = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    rows[2]["output_ids"] = [9, *rows[2]["output_ids"][1:]]
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    units = stored_units(ws, "d")
+
+    result = ws.run(
+        "--dataset", "d", "--format", "axolotl-kd", "--out", "kd.parquet", script=ROOT / "export_training.py"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "2 rows with a teacher distribution" in result.stderr and "1 left out" in result.stderr
+    exported = pads.dataset(ws.root / "kd.parquet", format="parquet").to_table().to_pylist()
+    assert len(exported) == 2
+    for row in exported:
+        ids, start = units[row["id"]]
+        assert row["input_ids"] == ids and row["attention_mask"] == [1] * len(ids)
+        assert row["labels"] == [-100] * start + ids[start:]
+        for i in range(len(ids)):
+            trained_next = i + 1 < len(ids) and i + 1 >= start
+            assert row["target_mask"][i] == [int(trained_next)] * K
+            if trained_next:
+                dist = sim_logprobs.distribution(ids, i + 1, vocab)
+                top = sim_logprobs.candidates(ids, i + 1, vocab)[:K]
+                assert row["target_token_ids"][i] == top
+                norm = np.logaddexp.reduce([dist[t] for t in top])
+                assert np.allclose(row["target_logprobs"][i], [dist[t] - norm for t in top], atol=1e-5)
+
+    result = ws.run(
+        "--dataset", "d", "--format", "topk-sparse", "--out", "sparse.parquet", script=ROOT / "export_training.py"
+    )
+    assert result.returncode == 0, result.stderr
+    sparse = pads.dataset(ws.root / "sparse.parquet", format="parquet").to_table().to_pylist()
+    assert [r["id"] for r in sparse] == [r["id"] for r in exported]
+    for row in sparse:
+        ids, start = units[row["id"]]
+        assert row["loss_mask"] == [int(i + 1 >= start and i + 1 < len(ids)) for i in range(len(ids))]
+        i = start - 1
+        dist = sim_logprobs.distribution(ids, i + 1, vocab)
+        assert row["top_indices"][i] == sim_logprobs.candidates(ids, i + 1, vocab)[:K]
+        assert np.allclose(row["top_values"][i], [dist[t] for t in row["top_indices"][i]], atol=1e-5)
