@@ -32,6 +32,7 @@ from synthgen.data.teacherfile import TeacherRow, TeacherWriter
 from synthgen.errors import ServerError, UsageError
 from synthgen.server.answers import Rejected, RequestFailure, Transient, check_status
 from synthgen.server.client import SGLangClient, transport_failure
+from synthgen.server.gateway import request_headers
 from synthgen.teacher.answer import MissingLogprobs, payload, read_scores
 from synthgen.teacher.units import Unit
 
@@ -106,7 +107,7 @@ class Scorer:
 
     async def _post(self, client: SGLangClient, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            response = await client.http.post("/generate", content=orjson.dumps(body))
+            response = await client.http.post("/generate", content=orjson.dumps(body), headers=request_headers())
         except httpx.HTTPError as exc:
             raise transport_failure(exc, None) from exc
         check_status(response.status_code, response.content, response.headers)
