@@ -51,6 +51,12 @@ SCHEMA = pa.schema(
 )
 
 
+def side_bytes(positions: int, input_tokens: int, top_k: int) -> int:
+    """The side file's size before compression: K int32 ids + K float32 logprobs + a float32 token logprob a
+    scored position, an int32 a token sent (``input_ids``)."""
+    return positions * (top_k * 8 + 4) + input_tokens * 4
+
+
 def digest(input_ids: list[int], start: int) -> str:
     h = hashlib.sha1(np.asarray(input_ids, dtype="<i4").tobytes())
     h.update(b"@%d" % start)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from synthgen.data.teacherfile import side_bytes
 from synthgen.teacher.units import Unit
 
 
@@ -19,10 +20,6 @@ class Cost:
     positions: int = 0  # scored positions: the distributions the side file holds
     prefill_tokens: int = 0  # every id sent: the scoring pass is prefill only
     side_bytes: int = 0  # before compression
-
-
-def side_bytes(positions: int, input_tokens: int, top_k: int) -> int:
-    return positions * (top_k * 8 + 4) + input_tokens * 4
 
 
 def cost_of(units: Iterable[Unit], top_k: int) -> Cost:

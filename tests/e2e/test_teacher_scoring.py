@@ -217,3 +217,23 @@ def test_kd_exports_put_the_distribution_of_token_i_plus_1_at_position_i_and_lea
         dist = sim_logprobs.distribution(ids, i + 1, vocab)
         assert row["top_indices"][i] == sim_logprobs.candidates(ids, i + 1, vocab)[:K]
         assert np.allclose(row["top_values"][i], [dist[t] for t in row["top_indices"][i]], atol=1e-5)
+
+
+def test_compute_budget_with_teacher_topk_adds_prefill_and_side_file_size_per_dataset(ws, make_sim):
+    sim = make_sim("chatml")
+    ws.dataset("short", "d", 4)
+    assert ws.run("--server-url", sim.url, *COMMON).returncode == 0
+    budget = ROOT / "compute_budget.py"
+    result = ws.run("--tokens-per-dataset", "1000", "--teacher-topk", "20", "--out", "budget.json", script=budget)
+    assert result.returncode == 0, result.stderr
+    assert "teacher scoring (--teacher-topk 20)" in result.stdout
+    plan = json.loads((ws.root / "budget.json").read_text())
+    entry = plan["teacher"]["datasets"]["d"]
+    rows = ws.results("d")
+    avg_prompt = sum(r["prompt_tokens"] for r in rows) / len(rows)
+    assert entry["positions"] > 0 and entry["prefill_tokens"] > entry["positions"]
+    samples = (entry["prefill_tokens"] - entry["positions"]) / avg_prompt
+    assert abs(samples - round(samples)) < 0.5
+    assert entry["side_file_bytes"] == entry["positions"] * (20 * 8 + 4) + entry["prefill_tokens"] * 4
+    # The plan file still drives a run.
+    assert plan["teacher"]["top_k"] == 20 and "datasets" in plan
