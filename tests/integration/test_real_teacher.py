@@ -131,8 +131,43 @@ def test_behind_smg_the_fields_arrive_or_the_pass_stops_in_one_line(ws, real_ser
     finally:
         gateway.close()
     if result.returncode == 0:
+        print("behind smg: the logprob fields arrive")
         assert len(side(ws)) == 2
     else:
+        print("behind smg: the fields are dropped; the pass stopped in one line")
         assert result.returncode == 3, result.stderr
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and "drops the logprob fields" in lines[0], result.stderr
+
+
+def test_the_axolotl_kd_export_in_axolotls_own_transform_logprobs_and_loss(ws, real_server):
+    """axolotl (pip install --no-deps axolotl in the real server's venv; skipped without it): with the
+    teacher's own logits as the student's, the KD loss on the export as written is near 0 and far larger with
+    the targets one position later; transform_logprobs, fed the side file, gives the same ids and
+    renormalized logprobs, one position later (it places row j at the scored token itself)."""
+    python = DemoPaths.default().python
+    if subprocess.run([str(python), "-c", "import axolotl"], capture_output=True, check=False).returncode:
+        pytest.skip(f"axolotl is not installed in {python.parent.parent}: pip install --no-deps axolotl there")
+    run_rows(ws, real_server.url, n=2)
+    assert ws.run("--dataset", "d", "--server-url", real_server.url, "--top-k", str(K), script=SCORE).returncode == 0
+    export = ws.run(
+        "--dataset", "d", "--format", "axolotl-kd", "--out", "kd.parquet", script=REPO / "export_training.py"
+    )
+    assert export.returncode == 0, export.stderr
+    rows = pads.dataset(ws.root / "kd.parquet", format="parquet").to_table().to_pylist()
+    request = {"rows": rows, "side": {r["id"]: r for r in side(ws)}}
+    done = subprocess.run(
+        [str(python), str(HERE / "axolotl_kd_check.py"), str(realserver.model_dir())],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.splitlines()[-1])
+    print(json.dumps(results, indent=1))
+    for result in results:
+        assert result["aligned"] < 0.05 and result["shifted"] > 10 * max(result["aligned"], 0.1), result
+        assert result["transform_ids_equal"] and result["transform_max_diff"] < 1e-5, result
+        assert result["transform_mask_first"] == result["start"], result
