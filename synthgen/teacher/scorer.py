@@ -28,6 +28,7 @@ import orjson
 
 from synthgen import signals
 from synthgen.data import teacherfile
+from synthgen.data.failures import BAD_RESPONSE
 from synthgen.data.teacherfile import TeacherRow, TeacherWriter
 from synthgen.errors import ServerError, UsageError
 from synthgen.server.answers import Rejected, RequestFailure, Transient, check_status
@@ -115,7 +116,7 @@ class Scorer:
         data = data[0] if isinstance(data, list) and data else data
         meta = data.get("meta_info") if isinstance(data, dict) else None
         if not isinstance(meta, dict):
-            raise Transient("bad_response", "the answer has no meta_info", response.status_code)
+            raise Transient(BAD_RESPONSE.name, "the answer has no meta_info", response.status_code)
         return meta
 
     async def score_unit(self, unit: Unit) -> TeacherRow:
@@ -137,7 +138,7 @@ class Scorer:
                     continue
                 raise
             except ValueError as exc:
-                raise Rejected("bad_logprobs", f"{client.shown_url}: {exc}") from exc
+                raise Rejected(BAD_RESPONSE.name, f"{client.shown_url}: {exc}") from exc
             except Transient as exc:
                 attempt += 1
                 if attempt > self.config.retries or self.signal is not None:
