@@ -3,8 +3,9 @@
 Exactly once across kills: a unit is scored when its row is in a part on disk (teacherfile's atomic
 parts); on a rerun the side file's (id, digest) index says what is done, a unit whose stored ids changed
 (another digest) has its old row removed before it is scored again, and everything else is sent once.
-A stop signal (SIGINT/SIGTERM/SIGHUP) stops sending, waits for the requests in flight, writes their part
-and exits 128 + the signal; SIGKILL loses at most the part being collected (scored again on the rerun).
+A stop signal (SIGINT/SIGTERM/SIGHUP) stops sending, cancels the requests in flight (sent again by the
+rerun), writes the rows already answered and exits 128 + the signal; SIGKILL loses at most the part
+being collected (scored again on the rerun).
 
 The HTTP side is the run's: ``SGLangClient`` (one per ``--server-url``, requests spread round-robin),
 ``check_status``'s split of answers into Transient (retried; an outage waits for ``healthy()``) and
@@ -86,10 +87,15 @@ class Scorer:
         self.transport = "b64" if config.transport == "auto" else config.transport
         self._transport_settled = config.transport != "auto"
         self.signal: signal.Signals | None = None
+        self.in_flight: set[asyncio.Task[None]] = set()
         self.server: dict[str, Any] = {}
 
     def on_signal(self, sig: signal.Signals) -> None:
+        """Stop sending; the requests in flight are cancelled (a scoring request is cheap to send again, and a
+        server that hangs must not hold the stop), the rows already answered are written."""
         self.signal = sig
+        for task in self.in_flight:
+            task.cancel()
 
     async def aclose(self) -> None:
         for client in self.clients:
@@ -152,7 +158,7 @@ class Scorer:
     async def score(self, name: str, writer: TeacherWriter, todo: Iterable[Unit], outcome: DatasetOutcome) -> None:
         """Score ``todo`` (units not in the side file) into ``writer``; parts as they fill."""
         limit = asyncio.Semaphore(self.config.concurrency)
-        tasks: set[asyncio.Task[None]] = set()
+        tasks = self.in_flight
         failure: list[BaseException] = []
         last = time.monotonic()
 
@@ -185,7 +191,7 @@ class Scorer:
                 last = time.monotonic()
                 self._progress(name, outcome)
         if tasks:
-            await asyncio.gather(*tasks)
+            await asyncio.gather(*tasks, return_exceptions=True)
         self._flush(writer, outcome)
         if failure:
             raise failure[0]

@@ -237,3 +237,33 @@ def test_compute_budget_with_teacher_topk_adds_prefill_and_side_file_size_per_da
     assert entry["side_file_bytes"] == entry["positions"] * (20 * 8 + 4) + entry["prefill_tokens"] * 4
     # The plan file still drives a run.
     assert plan["teacher"]["top_k"] == 20 and "datasets" in plan
+
+
+def test_sigterm_mid_scoring_writes_what_was_answered_exits_143_and_a_rerun_finishes_once(ws, make_sim, tokenizers):
+    fast, stuck = make_sim("chatml"), make_sim("chatml")
+    ws.dataset("short", "d", 24)
+    assert ws.run("--server-url", fast.url, *COMMON).returncode == 0
+    stuck.configure(rate_slow=1.0, slow_seconds=600.0)  # its requests hang: the stop must not wait for them
+    args = ("--dataset", "d", "--top-k", str(K), "--part-rows", "1000", "--concurrency", "3")
+    proc = subprocess.Popen(
+        [sys.executable, str(SCORE), *args, "--server-url", fast.url, "--server-url", stuck.url],
+        cwd=ws.root,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: stuck.stats()["http_in_flight"] == 3, timeout=60, what="every slot on the stuck server")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    written = len(side_table(ws, "d"))  # one part, written at the stop: every answered row
+    assert 0 < written < 24 and f"{written}/24 rows scored" in out
+    result = score(ws, *args, "--server-url", fast.url)
+    assert result.returncode == 0, result.stderr
+    assert f"24/24 rows scored ({24 - written} now" in result.stdout
+    check_rows(side_table(ws, "d"), stored_units(ws, "d"), vocab_of(tokenizers))
