@@ -50,7 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--server-url", action="append", default=[], help="SGLang server (repeatable)")
     parser.add_argument("--api-key", default=None)
     parser.add_argument("--top-k", type=int, default=20, help="distribution entries per position (default 20)")
-    parser.add_argument("--concurrency", type=int, default=8, help="scoring requests in flight (default 8)")
+    parser.add_argument(
+        "--concurrency",
+        default="auto",
+        help="scoring requests in flight: a number, or auto (default: follow the server's load, as a run does)",
+    )
     parser.add_argument("--transport", choices=("auto", "b64", "flat", "nested"), default="auto")
     parser.add_argument("--part-rows", type=int, default=512, help="rows per parquet part (default 512)")
     parser.add_argument("--dry-run", action="store_true", help="print the cost of scoring what is stored")
@@ -97,8 +101,15 @@ def dry_run(args: argparse.Namespace) -> int:
 
 async def score_all(args: argparse.Namespace) -> int:
     urls = args.server_url or ["http://127.0.0.1:30000"]
+    concurrency = None if args.concurrency == "auto" else int(args.concurrency)
     config = ScoreConfig(
-        args.output_dir, urls, args.api_key, args.top_k, args.concurrency, args.transport, part_rows=args.part_rows
+        args.output_dir,
+        urls,
+        api_key=args.api_key,
+        top_k=args.top_k,
+        concurrency=concurrency,
+        transport=args.transport,
+        part_rows=args.part_rows,
     )
     scorer = Scorer(config)
     outcomes: list[DatasetOutcome] = []
@@ -131,6 +142,8 @@ async def score_all(args: argparse.Namespace) -> int:
 
 def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.concurrency != "auto" and not (args.concurrency.isdigit() and int(args.concurrency) >= 1):
+        raise UsageError(f"--concurrency {args.concurrency}: give a number of requests (1 or more) or auto")
     if args.top_k < 1:
         raise UsageError(f"--top-k {args.top_k}: give 1 or more (20 is usual)")
     if args.dry_run:

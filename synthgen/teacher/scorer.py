@@ -32,6 +32,7 @@ from synthgen.data import teacherfile
 from synthgen.data.failures import BAD_RESPONSE
 from synthgen.data.teacherfile import TeacherRow, TeacherWriter
 from synthgen.errors import ServerError, UsageError
+from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor
 from synthgen.server.answers import Rejected, RequestFailure, Transient, check_status
 from synthgen.server.client import SGLangClient, transport_failure
 from synthgen.server.gateway import request_headers
@@ -50,7 +51,8 @@ class ScoreConfig:
     urls: list[str]
     api_key: str | None = None
     top_k: int = 20
-    concurrency: int = 8
+    concurrency: int | None = None  # None: auto, from the server's load (the run's controller)
+    max_concurrency: int = 256
     transport: str = "auto"  # auto: base64 flat where the server has it, else nested
     part_rows: int = 512
     part_positions: int = 1 << 18
@@ -80,15 +82,21 @@ class Scorer:
     def __init__(self, config: ScoreConfig, err: TextIO = sys.stderr):
         self.config = config
         self.err = err
-        self.clients = [
-            SGLangClient(url, config.api_key, config.concurrency, config.request_timeout) for url in config.urls
-        ]
+        pool = config.concurrency or config.max_concurrency
+        self.clients = [SGLangClient(url, config.api_key, pool, config.request_timeout) for url in config.urls]
+        fixed = config.concurrency
+        self.limit = InFlightLimit(fixed or FALLBACK_CONCURRENCY)
+        controller = AutoConcurrency(max_concurrency=config.max_concurrency, initial=fixed)
+        self.monitor = LoadMonitor(self.clients[0], self.limit, controller, on_message=self._say, steer=fixed is None)
         self._next = itertools.cycle(self.clients)
         self.transport = "b64" if config.transport == "auto" else config.transport
         self._transport_settled = config.transport != "auto"
         self.signal: signal.Signals | None = None
         self.in_flight: set[asyncio.Task[None]] = set()
         self.server: dict[str, Any] = {}
+
+    def _say(self, text: str) -> None:
+        print(f"teacher: {text}", file=self.err, flush=True)
 
     def on_signal(self, sig: signal.Signals) -> None:
         """Stop sending; the requests in flight are cancelled (a scoring request is cheap to send again, and a
@@ -157,8 +165,10 @@ class Scorer:
 
     async def score(self, name: str, writer: TeacherWriter, todo: Iterable[Unit], outcome: DatasetOutcome) -> None:
         """Score ``todo`` (units not in the side file) into ``writer``; parts as they fill."""
-        limit = asyncio.Semaphore(self.config.concurrency)
+        limit = self.limit
         tasks = self.in_flight
+        await self.monitor.first_poll()
+        watching = asyncio.create_task(self.monitor.run())
         failure: list[BaseException] = []
         last = time.monotonic()
 
@@ -192,6 +202,8 @@ class Scorer:
                 self._progress(name, outcome)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
         self._flush(writer, outcome)
         if failure:
             raise failure[0]
@@ -207,7 +219,8 @@ class Scorer:
         done = outcome.already + outcome.scored
         print(
             f"teacher: {name}: {done}/{outcome.units} rows scored ({outcome.scored} now, "
-            f"{outcome.positions} positions), {outcome.failed} failed",
+            f"{outcome.positions} positions), {outcome.failed} failed; {self.limit.in_use} in flight "
+            f"(target {self.limit.target})",
             file=self.err,
             flush=True,
         )
