@@ -76,7 +76,8 @@ def test_a_normal_stop_ends_server_log_with_a_line_that_says_it_was_ours(ws, tok
     assert result.returncode == 0, result.stderr
     # What to do next is the run's last line, after the server's stop, on stderr and in the log file.
     lines = result.stderr.strip().splitlines()
-    assert "stopping server (pid" in lines[-2]
+    assert "stopping server (pid" in lines[-3]
+    assert lines[-2].startswith("for SFT trainers, the text re-rendered by the chat template")
     assert lines[-1].startswith("rows: outputs/d/raw_responses.jsonl; report: outputs/report.html; export them with: ")
     assert (ws.outputs / "run.log").read_text().strip().splitlines()[-1] == lines[-1]
     last = (ws.outputs / "server.log").read_text().strip().splitlines()[-1]
