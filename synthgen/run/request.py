@@ -191,7 +191,7 @@ class Requests:
         item.run.record_error(item.key, FAILED, SERVER_DIED.name, message, attempts, exc.status)
 
     def _judge(self, item: WorkItem, generation: Generation) -> None:
-        """Issue 28: a garbage answer raises (retried, or the run stops on a burst); a good one is counted
+        """A garbage answer raises (retried, or the run stops on a burst); a good one is counted
         for its worker; smg's worker header makes the run say which sampling keys it drops."""
         if self.fleet is None:
             return

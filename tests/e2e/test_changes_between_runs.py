@@ -1,4 +1,4 @@
-"""Issue 17, items 1-4: what a change of mind between runs (an edited prompt file, another
+"""What a change of mind between runs (an edited prompt file, another
 --regenerate, --changed-prompts regenerate) did to the rows, and refusals that changed files.
 Through the real CLI against the simulator, whose answers name the question they answer
 ("Answer: <last user turn>"), so a row shows which prompt each of its turns was made for."""

@@ -1,4 +1,4 @@
-"""The render check of export_training.py (issue 18) on rows of real runs against the simulator with real chat
+"""The render check of export_training.py on rows of real runs against the simulator with real chat
 templates: it tells exact rows from drifting ones by kind, names the first example, and --fail-on-drift stops
 the export; specforge rows are one per generated turn, history renders back to the prompt the model saw."""
 

@@ -1,4 +1,4 @@
-"""Issue 13, the defects outside the runner: file names and folders, descriptors, output files,
+"""Faults outside the runner: file names and folders, descriptors, output files,
 progress on a closed stream, arguments, the budget file. Each test failed before its fix."""
 
 from __future__ import annotations
@@ -440,7 +440,7 @@ def test_a_password_in_the_server_url_is_never_printed_by_the_argument_check(ws)
 def test_display_url_hides_the_password_and_a_user_part_that_may_be_a_token():
     assert RunConfig(server_url="http://u:pw@h:8/x").display_url == "http://u:***@h:8/x"
     assert RunConfig(server_url="https://h:8/a@b").display_url == "https://h:8/a@b"
-    assert RunConfig(server_url="http://u@h").display_url == "http://***@h"  # issue 17: a token as the user
+    assert RunConfig(server_url="http://u@h").display_url == "http://***@h"  # a token as the user
 
 
 def test_an_api_key_with_a_trailing_newline_is_used_without_it(ws, make_sim):

@@ -1,4 +1,4 @@
-"""The first hour of a new user (issue 19, issue 17 items 17-18): mistakes answered in one line with the
+"""The first hour of a new user: mistakes answered in one line with the
 fix, hints that run as printed, runs that end by saying what to do next. Through the real CLI."""
 
 from __future__ import annotations
@@ -137,8 +137,8 @@ def test_a_run_ends_with_where_the_rows_are_and_an_export_command_that_runs_as_p
 
 
 def test_the_printed_export_command_runs_when_one_dataset_of_the_partition_had_every_prompt_skipped(ws, make_sim):
-    # issue 30.9: as with the bundled prompts/short, --regenerate all skips every tool conversation: that
-    # dataset has no results file, and the printed `--partition short` export exited 2 ("run it first").
+    # as with the bundled prompts/short, --regenerate all skips every tool conversation: that
+    # dataset has no results file, and the printed `--partition short` export used to exit 2 ("run it first").
     sim = make_sim("chatml")
     ws.dataset("short", "alpha", 2)
     tools = [orjson.loads(line) for line in (REPO / "prompts/short/agent_tools.jsonl").read_bytes().splitlines()]

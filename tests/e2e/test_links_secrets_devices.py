@@ -1,4 +1,4 @@
-"""Issue 17, items 10-13: links in output folders, secrets in what is printed, FIFOs and devices as
+"""Links in output folders, secrets in what is printed, FIFOs and devices as
 inputs, chat templates that never finish. Each test failed before its fix; the hanging cases have a
 subprocess timeout only as a safety net (they hung forever before) and assert on the exit code and
 the message."""
@@ -51,7 +51,7 @@ def done_row(rid: str, regenerate: str | None = None) -> bytes:
     return orjson.dumps(row) + b"\n"
 
 
-# --- item 10: links in an output folder ------------------------------------------------------------
+# --- links in an output folder --------------------------------------------------------------------
 @pytest.mark.parametrize(
     "name",
     [
@@ -144,7 +144,7 @@ def test_a_stale_temporary_file_that_is_a_link_is_replaced_not_written_through(w
     ws.assert_exactly_once("d", ids)
 
 
-# --- item 11: secrets ------------------------------------------------------------------------------
+# --- secrets --------------------------------------------------------------------------------------
 REDACTIONS = [
     # (printed, shown)
     ("http://TOKEN123@host:30000/v1", f"http://{MASK}@host:30000/v1"),
@@ -266,7 +266,7 @@ def test_settings_jsonl_hides_a_credential_among_the_template_kwargs_and_a_rerun
     ws.assert_exactly_once("d", ids)
 
 
-# --- item 12: FIFOs and devices as inputs ----------------------------------------------------------
+# --- FIFOs and devices as inputs ------------------------------------------------------------------
 def test_a_fifo_as_a_prompt_file_is_refused_in_one_line_not_waited_on(ws):
     ws.dataset("short", "ok", 1)
     os.mkfifo(ws.prompts / "short" / "pipe.jsonl")
@@ -328,7 +328,7 @@ def test_a_fifo_as_the_budget_file_is_refused_in_one_line_not_waited_on(ws):
     assert last_line(result).startswith("run_inference.py: error: budget.json: is a FIFO (named pipe)")
 
 
-# --- item 13: templates that never finish ----------------------------------------------------------
+# --- templates that never finish ------------------------------------------------------------------
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"

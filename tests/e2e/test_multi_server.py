@@ -1,4 +1,4 @@
-"""Issue 28 point 8 through the CLI: ``--server-url`` given twice, two simulators and no gateway. Requests
+"""Several servers through the CLI: ``--server-url`` given twice, two simulators and no gateway. Requests
 spread over both, a conversation stays on one, a server killed mid-run is taken out and put back, a server
 answering garbage is named, servers serving different models are refused at start."""
 

@@ -1,4 +1,4 @@
-"""Token-exact rows and provenance (issue 10) through run_inference.py against the simulator.
+"""Token-exact rows and provenance through run_inference.py against the simulator.
 
 The simulator's request log (what it received and sent, per rid) is the reference for the ids in
 each row; settings.jsonl and the rows' ``settings`` ids are checked across reruns with changed flags.

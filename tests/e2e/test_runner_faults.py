@@ -1,4 +1,4 @@
-"""Issue 13, the runner's side: each defect the adversarial run found, through the CLI against the
+"""The runner's faults an adversarial run found, each through the CLI against the
 simulator (or in-process where only a scripted server can show it)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A launched server's life beyond one run (issue 17 items 15-16, issue 19 point 3): it dies with a run
+"""A launched server's life beyond one run: it dies with a run
 that is SIGKILLed, a rerun recognises a server its folder launched and stops it, server.log is rotated,
 and a normal stop does not read like a crash. Through the real CLI, the simulator as the server."""
 

@@ -1,4 +1,4 @@
-"""Exports loaded by SpecForge's and speculators' own data code (issue 18): the pinned `specforge` and
+"""Exports loaded by SpecForge's and speculators' own data code: the pinned `specforge` and
 `speculators` packages (their data code, no GPU dependencies) run in the demo server's venv, which has CPU
 torch (tests/support/demo_trainers.py installs them, pinned, as the real-server tests install SGLang).
 
@@ -175,7 +175,7 @@ def test_tokens_and_specforge_rows_as_specforges_own_loader_reads_them(ws, specf
 
     kinds_by_template = check_specforge_verdicts(ws, specforge, loader, qwen3, datasets, results, 6)
     for template, kinds in kinds_by_template.items():
-        # what SpecForge does to these rows, as the issue found: its template's system prompt on rows without one
+        # what SpecForge does to these rows: its template's system prompt on rows without one
         assert kinds["system prompt added"] == 4, (template, kinds)  # c#0-2 and p; s and tool have their own
 
 

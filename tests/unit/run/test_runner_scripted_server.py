@@ -299,7 +299,7 @@ def test_each_mode_sends_a_turn_only_after_the_turn_before_it_is_answered(tmp_pa
     assert violations == []
 
 
-# --- issue 28: sheds, garbage, the routing key, the worker --------------------------------------------
+# --- gateways and fleets: sheds, garbage, the routing key, the worker -----------------------------
 
 
 def shed() -> httpx.Response:
