@@ -2,7 +2,7 @@
 
 ``smg`` (PyPI ``smg``, the maintained successor of sglang-router) and sglang-router answer like one
 SGLang server, plus a few signals of their own (``docs/server.md``; measured on smg 1.13, see
-``sglang_api.md`` §11):
+``docs/sglang_api.md`` §11):
 
 - **Sheds.** Admission control answers 429 (queue full, or concurrency limit with queueing off) or 503
   (queue timeout) with ``Retry-After: 2``; that is backpressure, not a failure of the prompt.

@@ -1,4 +1,4 @@
-"""A fleet through the CLI: behind a gateway (the simulator answering as smg 1.13 does, sglang_api.md
+"""A fleet through the CLI: behind a gateway (the simulator answering as smg 1.13 does, docs/sglang_api.md
 §11) every row names its worker, sheds are waited out, a worker answering garbage is caught."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tests of the SGLang simulator itself, over real HTTP, against sglang_api.md.
+"""Tests of the SGLang simulator itself, over real HTTP, against docs/sglang_api.md.
 
 Every expectation here is written from the protocol reference, not read back from the
 simulator's code, so a drift between the two shows up as a failure. Waits on in-flight requests

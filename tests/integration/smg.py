@@ -1,6 +1,6 @@
 """smg (PyPI ``smg``, the maintained successor of sglang-router) for the integration tier: the pinned
 install in ``$SYNTHGEN_CACHE/smg-venv`` (or ``.cache/smg-venv`` in the checkout), and one gateway process
-per test in front of the given workers (sglang_api.md §11)."""
+per test in front of the given workers (docs/sglang_api.md §11)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 This module owns the simulator: a real loopback HTTP server (stdlib ``ThreadingHTTPServer``,
 HTTP/1.1 keep-alive) that answers ``/generate`` and the informational endpoints the way SGLang
-0.5.23 or 0.5.14 does (``/work/shared/sglang_api.md`` is the reference: status codes, error body
+0.5.23 or 0.5.14 does (``docs/sglang_api.md`` is the reference: status codes, error body
 shapes, finish reasons, aborts, auth), with a deterministic fake model and injectable faults.
 
 The fake model
@@ -323,7 +323,7 @@ class Faults:
     fail_first_n: int = 0
     malformed: str | None = None  # one of MALFORMED_KINDS: every 200 /generate answer is broken so
     no_workers: bool = False  # /generate answers sglang-router's 503 "No available workers"
-    # smg 1.13 in front (sglang_api.md §11): the first N /generate answer its admission shed (429,
+    # smg 1.13 in front (docs/sglang_api.md §11): the first N /generate answer its admission shed (429,
     # Retry-After, x-smg-error-code); answers name a worker from ``worker_ids`` (comma-separated, by
     # arrival); after ``garbage_after`` answers the last worker (or the server) answers "!!!!" to the end.
     shed_first_n: int = 0
