@@ -296,12 +296,6 @@ def test_sigterm_before_the_first_request_says_so_and_exits_143(ws, make_sim):
     assert "stopped by SIGTERM" in rest
 
 
-def _env() -> dict[str, str]:
-    from workspace import cli_env
-
-    return cli_env()
-
-
 def test_under_nohup_sighup_stays_ignored_and_the_run_goes_on(ws, make_sim):
     sim = make_sim("chatml", "--token-delay", "0.02")
     ids = ws.dataset("short", "d", 20)

@@ -119,7 +119,6 @@ json_values = st.recursive(
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(text, inner, max_size=4)),
     max_leaves=20,
 )
-containers = st.one_of(st.lists(json_values, min_size=1, max_size=3), st.dictionaries(text, json_values, max_size=3))
 
 good_text = st.text(min_size=1, max_size=12).filter(str.strip)
 good_content = st.one_of(
