@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
-from workspace import Workspace
+from workspace import Workspace, chat, last_line
 
 from synthgen.config import RunConfig
 from synthgen.data.conversations import parse_record, prompt_hash
@@ -31,20 +31,8 @@ REFUSAL = (
 )
 
 
-def chat(rid: str, *turns: str) -> dict:
-    """A conversation alternating user and assistant turns, starting with the user."""
-    return {
-        "id": rid,
-        "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)],
-    }
-
-
 def answers(row: dict) -> list[str]:
     return [m["content"] for m in row["messages"] if m["role"] == "assistant"]
-
-
-def last_line(stderr: str) -> str:
-    return stderr.strip().splitlines()[-1]
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

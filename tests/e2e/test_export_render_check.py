@@ -12,15 +12,9 @@ from pathlib import Path
 
 import orjson
 import pyarrow.json as paj
-import pytest
 from model_tokenizers import build_model_tokenizer
 
 from tests.e2e.test_export_trainer_rows import COMMON, EXPORT, LOOKUP_TOOL, agent, answers, chat
-
-
-@pytest.fixture
-def qwen3(tmp_path_factory):
-    return build_model_tokenizer(tmp_path_factory.getbasetemp() / "model-tokenizers" / "qwen3", "qwen3")
 
 
 def qwen3_run(ws, qwen3, log: Path, dataset: str, rows: list[dict], *args: str, style: str = "think") -> None:

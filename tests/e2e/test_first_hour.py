@@ -14,16 +14,12 @@ from pathlib import Path
 import orjson
 import pytest
 from simharness import wait_until
-from workspace import BUDGET, REPO, cli_env
+from workspace import BUDGET, REPO, cli_env, last_line
 
 from synthgen.cli.run import main as run_main
 from synthgen.demo import commands, install
 
 COMMON = ("--max-tokens", "256", "--concurrency", "4", "--status-interval", "0.2")
-
-
-def last_line(text: str) -> str:
-    return text.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize(

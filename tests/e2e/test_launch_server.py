@@ -7,35 +7,17 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 import pytest
-from simharness import SIM_SCRIPT, start_sim, wait_until
+from simharness import free_port, port_is_free, sim_argv, start_sim, wait_until
 from workspace import Workspace, assert_model_answer, cli_env
 
 COMMON = ("--max-tokens", "64", "--concurrency", "4", "--status-interval", "0.5")
 DEADLINE = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
-
-
-def sim_command(tokenizer_dir: Path, port: int, *extra: str) -> str:
-    return " ".join(
-        [sys.executable, str(SIM_SCRIPT), "--tokenizer-dir", str(tokenizer_dir), "--port", str(port), *extra]
-    )
 
 
 def launched_pgids(text: str) -> list[int]:
@@ -69,7 +51,7 @@ def run_args(tokenizer_dir: Path, port: int, *extra: str) -> tuple[str, ...]:
         *COMMON,
         *extra,
         "--launch-server",
-        sim_command(tokenizer_dir, port, "--exit-after", "8"),
+        " ".join(sim_argv(tokenizer_dir, port, "--exit-after", "8")),
     )
 
 
@@ -156,7 +138,7 @@ def test_a_healthy_server_already_at_the_url_is_used_and_left_running(ws, tokeni
 
 def test_keep_server_leaves_it_running_and_the_next_run_uses_it_and_stops_it_unless_kept_again(ws, tokenizers, port):
     first_ids = ws.dataset("short", "a", 4)
-    command = sim_command(tokenizers["chatml"], port)
+    command = " ".join(sim_argv(tokenizers["chatml"], port))
     url = f"http://127.0.0.1:{port}"
     first = ws.run("--server-url", url, *COMMON, "--launch-server", command, "--keep-server", timeout=DEADLINE)
     pgids = launched_pgids(first.stderr)
@@ -204,7 +186,7 @@ def test_sigterm_during_the_run_drains_stops_the_server_and_a_rerun_finishes(ws,
         "--drain-timeout",
         "1",
         "--launch-server",
-        sim_command(tokenizers["chatml"], port, "--token-delay", "0.2"),
+        " ".join(sim_argv(tokenizers["chatml"], port, "--token-delay", "0.2")),
     )
     proc, out = start_run(ws, *args)
     with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as sim:

@@ -11,13 +11,11 @@ import asyncio
 import json
 import socket
 from concurrent.futures import ThreadPoolExecutor
-from functools import cache
-from pathlib import Path
 
 import httpx
 import pytest
 from simharness import Sim, start_sim, wait_until
-from transformers import AutoTokenizer
+from tiny_tokenizers import chat_ids
 
 from synthgen.run.loopguard import LoopGuard
 from synthgen.server.client import SGLangClient, Transient
@@ -47,16 +45,6 @@ def sim(sims) -> Sim:
 def background():
     with ThreadPoolExecutor(max_workers=2) as pool:
         yield pool
-
-
-@cache
-def hf_tokenizer(directory: Path):
-    return AutoTokenizer.from_pretrained(directory)
-
-
-def chat_ids(directory: Path, user: str = "hello world") -> list[int]:
-    messages = [{"role": "user", "content": user}]
-    return hf_tokenizer(directory).apply_chat_template(messages, add_generation_prompt=True)["input_ids"]
 
 
 def events(response: httpx.Response) -> list:

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pytest
 from demo_trainers import is_specforge_setup, setup_specforge, specforge_env
-from model_tokenizers import build_model_tokenizer
 
 from synthgen.demo.commands import DemoPaths
 from synthgen.export.rendercheck import KINDS, Rendering, verdict
@@ -45,11 +44,6 @@ def specforge(real_setup) -> DemoPaths:
     if not is_specforge_setup(paths):
         setup_specforge(paths, say=lambda line: print(f"[specforge] {line}", file=sys.stderr, flush=True))
     return paths
-
-
-@pytest.fixture(scope="module")
-def qwen3(tmp_path_factory) -> Path:
-    return build_model_tokenizer(tmp_path_factory.mktemp("tok") / "qwen3", "qwen3")
 
 
 def in_specforge_venv(paths: DemoPaths, *argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
