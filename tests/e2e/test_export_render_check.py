@@ -13,8 +13,9 @@ from pathlib import Path
 import orjson
 import pyarrow.json as paj
 from model_tokenizers import build_model_tokenizer
+from workspace import chat
 
-from tests.e2e.test_export_trainer_rows import COMMON, EXPORT, LOOKUP_TOOL, agent, answers, chat
+from tests.e2e.test_export_trainer_rows import COMMON, EXPORT, LOOKUP_TOOL, agent, answers
 
 
 def qwen3_run(ws, qwen3, log: Path, dataset: str, rows: list[dict], *args: str, style: str = "think") -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from simharness import wait_until
+from simharness import free_port, sim_command, wait_until
 from workspace import BUDGET, REPO, cli_env, last_line
 
 from synthgen.cli.run import main as run_main
@@ -346,12 +346,14 @@ def test_the_export_says_which_flag_brings_back_rows_cut_at_max_tokens(ws, make_
 
 
 def test_the_summary_of_a_launched_server_run_shows_the_start_up_apart(ws, tokenizers):
-    from tests.e2e.test_launch_server import free_port, sim_command
-
     port = free_port()
     ws.dataset("short", "d", 2)
     result = ws.run(
-        "--server-url", f"http://127.0.0.1:{port}", *COMMON, "--launch-server", sim_command(tokenizers["chatml"], port)
+        "--server-url",
+        f"http://127.0.0.1:{port}",
+        *COMMON,
+        "--launch-server",
+        sim_command(tokenizers["chatml"], port),
     )
     assert result.returncode == 0, result.stderr
     assert re.search(r"\nnot in these figures: \S+ before the first request \(server start-up\)\n", result.stderr)

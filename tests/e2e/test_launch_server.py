@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from simharness import free_port, port_is_free, sim_argv, start_sim, wait_until
+from simharness import free_port, port_is_free, sim_command, start_sim, wait_until
 from workspace import Workspace, assert_model_answer, cli_env
 
 COMMON = ("--max-tokens", "64", "--concurrency", "4", "--status-interval", "0.5")
@@ -51,7 +51,7 @@ def run_args(tokenizer_dir: Path, port: int, *extra: str) -> tuple[str, ...]:
         *COMMON,
         *extra,
         "--launch-server",
-        " ".join(sim_argv(tokenizer_dir, port, "--exit-after", "8")),
+        sim_command(tokenizer_dir, port, "--exit-after", "8"),
     )
 
 
@@ -138,7 +138,7 @@ def test_a_healthy_server_already_at_the_url_is_used_and_left_running(ws, tokeni
 
 def test_keep_server_leaves_it_running_and_the_next_run_uses_it_and_stops_it_unless_kept_again(ws, tokenizers, port):
     first_ids = ws.dataset("short", "a", 4)
-    command = " ".join(sim_argv(tokenizers["chatml"], port))
+    command = sim_command(tokenizers["chatml"], port)
     url = f"http://127.0.0.1:{port}"
     first = ws.run("--server-url", url, *COMMON, "--launch-server", command, "--keep-server", timeout=DEADLINE)
     pgids = launched_pgids(first.stderr)
@@ -186,7 +186,7 @@ def test_sigterm_during_the_run_drains_stops_the_server_and_a_rerun_finishes(ws,
         "--drain-timeout",
         "1",
         "--launch-server",
-        " ".join(sim_argv(tokenizers["chatml"], port, "--token-delay", "0.2")),
+        sim_command(tokenizers["chatml"], port, "--token-delay", "0.2"),
     )
     proc, out = start_run(ws, *args)
     with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as sim:

@@ -208,17 +208,12 @@ def test_a_credential_in_the_server_url_is_printed_nowhere(ws, url, secrets):
 
 
 def test_the_launch_command_in_server_log_and_stderr_hides_the_api_key(ws, tokenizers):
-    from simharness import SIM_SCRIPT
-
-    from tests.e2e.test_launch_server import free_port
+    from simharness import free_port, sim_command
 
     port = free_port()
     key = "sk-launch-SECRET-4242"
     ws.dataset("short", "d", 2)
-    command = " ".join(
-        [sys.executable, str(SIM_SCRIPT), "--tokenizer-dir", str(tokenizers["chatml"]), "--port", str(port)]
-        + ["--api-key", key]
-    )
+    command = sim_command(tokenizers["chatml"], port, "--api-key", key)
     result = run_cli(
         ws,
         "--server-url",

@@ -8,7 +8,7 @@ import shlex
 import subprocess
 import sys
 
-from simharness import free_port, port_is_free, sim_argv
+from simharness import free_port, port_is_free, sim_command
 from workspace import REPO, cli_env
 
 DEADLINE = 120.0
@@ -30,7 +30,7 @@ def tool_conversation(rid: str) -> dict:
 
 def test_a_rerun_left_with_only_skips_no_rerun_changes_has_nothing_to_do_and_starts_no_server(ws, tokenizers):
     port = free_port()
-    launch = " ".join(sim_argv(tokenizers["chatml"], port, "--context-length", "256"))
+    launch = sim_command(tokenizers["chatml"], port, "--context-length", "256")
     ws.dataset("short", "d", [{"id": "ok", "prompt": "short"}, {"id": "long", "prompt": "word " * 400}])
     ws.dataset("short", "mt", [{"id": "fine", "prompt": "hello"}, tool_conversation("tools")])
     args = ("--server-url", f"http://127.0.0.1:{port}", "--launch-server", launch, "--regenerate", "all")

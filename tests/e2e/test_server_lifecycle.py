@@ -8,7 +8,7 @@ import json
 import os
 import signal
 
-from simharness import wait_until
+from simharness import sim_command, wait_until
 from workspace import cli_env
 
 from synthgen.launch.serverlog import LOG_ROTATE_BYTES, progress_line
@@ -19,7 +19,6 @@ from tests.e2e.test_launch_server import (
     group_alive,
     launched_pgids,
     port,
-    sim_command,
 )
 
 __all__ = ["port"]  # the fixture, shared with test_launch_e2e

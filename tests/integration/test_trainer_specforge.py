@@ -25,10 +25,11 @@ from pathlib import Path
 
 import pytest
 from demo_trainers import is_specforge_setup, setup_specforge, specforge_env
+from workspace import chat
 
 from synthgen.demo.commands import DemoPaths
 from synthgen.export.rendercheck import KINDS, Rendering, verdict
-from tests.e2e.test_export_trainer_rows import COMMON, agent, chat
+from tests.e2e.test_export_trainer_rows import COMMON, agent
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -207,6 +207,11 @@ def sim_argv(tokenizer_dir: Path, port: int, *extra: str) -> list[str]:
     return [sys.executable, str(SIM_SCRIPT), "--tokenizer-dir", str(tokenizer_dir), "--port", str(port), *extra]
 
 
+def sim_command(tokenizer_dir: Path, port: int, *extra: str) -> str:
+    """The simulator as a ``--launch-server`` command: one shell-style string."""
+    return " ".join(sim_argv(tokenizer_dir, port, *extra))
+
+
 def start_sim(tokenizer_dir: Path, *args: str, env: dict[str, str] | None = None) -> Sim:
     """Start ``tests/support/sglang_sim.py --tokenizer-dir DIR *args`` and wait until it listens.
 
