@@ -64,8 +64,9 @@ examples:
         'python -m sglang.launch_server --model-path moonshotai/Kimi-K2.5 --tp 8 --port 30000 --trust-remote-code'
   python run_inference.py --partition short --chat-template-kwargs '{"thinking": true}' --dry-run
 
-  # then: the rows as SpecForge training data
-  python export_training.py --partition short --out train.jsonl
+  # then: the rows as training data, the exact ids for drafters (SpecForge, speculators); --format messages
+  # re-renders the text for SFT trainers
+  python export_training.py --partition short --format tokens --out tokens.jsonl
 """
 
 
@@ -217,6 +218,12 @@ def _model_and_template(g: argparse._ArgumentGroup) -> None:
         default=default_of("changed_prompts"),
         help="done prompts whose text changed (default: %(default)s)",
     )
+    g.add_argument(
+        "--redo",
+        choices=("repetition",),
+        help="generate again the rows the loop guard ended (old rows to looped_rows.jsonl; "
+        "with --loop-guard off, without the guard)",
+    )
 
 
 def _sampling(g: argparse._ArgumentGroup) -> None:
@@ -313,7 +320,8 @@ def _answers(g: argparse._ArgumentGroup) -> None:
         "--loop-guard",
         choices=("on", "off"),
         default="on",
-        help="end an answer that falls into a repetition loop; its row says so (on)",
+        help="end an answer whose tail repeats one pattern over 10%% of --max-tokens (text; at least 2,048 ids) or "
+        "40%% (rows of data): a loop; shorter repetition, a table's, is left alone; its row says so (on)",
     )
     g.add_argument(
         "--keep-partials",
@@ -385,6 +393,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         regenerate=args.regenerate,
         allow_mixed_settings=args.allow_mixed_settings,
         changed_prompts=args.changed_prompts,
+        redo_loops=args.redo == "repetition",
         max_tokens=args.max_tokens if args.max_tokens is not None else default_max_tokens(args.launch_server),
         max_seq_len=args.max_seq_len,
         sampling_flags=sampling_flags(args),
