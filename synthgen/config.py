@@ -87,7 +87,8 @@ class RunConfig:
     # --- what earlier runs left ----------------------------------------------------------------
     allow_mixed_settings: bool = False  # write rows under other settings than the recorded ones
     changed_prompts: str = "refuse"  # refuse | keep | regenerate: done prompts whose text changed
-    redo_loops: bool = False  # --redo repetition: rows the loop guard ended are moved aside and generated again
+    # --redo repetition: rows the loop guard ended are moved aside and generated again
+    redo_loops: bool = field(default=False, metadata={"flag": "--redo"})
 
     # --- sampling (only what the user sets is sent, so the model's preferred params apply) -----
     max_tokens: int = 32768
