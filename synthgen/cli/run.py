@@ -8,7 +8,7 @@ import os
 import shlex
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,6 +20,7 @@ from synthgen.budget.plan import parse_count
 from synthgen.config import CHANGED_PROMPTS, RunConfig, default_of
 from synthgen.data.mix import load_mix
 from synthgen.data.prompts import REGENERATE_MODES
+from synthgen.data.sampling_keys import FLAGGED
 from synthgen.data.selection import SAMPLE_MODES
 from synthgen.data.shards import env_hint, parse_shard, prepare_folder, token_share
 from synthgen.errors import OneLineParser, UsageError, run_guarded
@@ -31,6 +32,8 @@ from synthgen.run.stopping import RunStop
 
 PROG = "run_inference.py"
 PROG_CALL = "python run_inference.py"
+# RunConfig's fields: a sampling flag with one of its own (--max-tokens) goes there, the others to sampling_flags.
+RUN_FIELDS = frozenset(one.name for one in fields(RunConfig))
 
 EXAMPLES = """\
 exit codes:
@@ -232,16 +235,12 @@ def _model_and_template(g: argparse._ArgumentGroup) -> None:
 
 
 def _sampling(g: argparse._ArgumentGroup) -> None:
-    g.add_argument(
-        "--max-tokens",
-        type=int,
-        metavar="N",
-        help=f"per answer (default: {default_of('max_tokens')}; {DEMO_MAX_TOKENS} with the demo)",
-    )
+    for row in FLAGGED:  # synthgen.data.sampling_keys: one row a flag
+        default = default_of(row.name) if row.name in RUN_FIELDS else None
+        assert row.flag is not None and row.name is not None
+        help_text = row.help.format(default=default, demo=DEMO_MAX_TOKENS)
+        g.add_argument(row.flag, dest=row.name, type=row.kind, metavar=row.metavar, help=help_text)
     g.add_argument("--max-seq-len", type=int, metavar="N", help="prompt + answer (default: the server's)")
-    g.add_argument("--temperature", type=float, metavar="T", help="default: the model's")
-    g.add_argument("--top-p", type=float, metavar="P", help="default: the server's")
-    g.add_argument("--top-k", type=int, metavar="K", help="default: the server's")
     g.add_argument(
         "--sampling-params",
         default="{}",
@@ -406,9 +405,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         redo_loops=args.redo == "repetition",
         max_tokens=args.max_tokens if args.max_tokens is not None else default_max_tokens(args.launch_server),
         max_seq_len=args.max_seq_len,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
+        sampling_flags=sampling_flags(args),
         extra_sampling=extra_sampling,
         concurrency=args.concurrency,
         max_concurrency=args.max_concurrency,
@@ -451,6 +448,12 @@ def in_shard_folder(cfg: RunConfig, environ: Mapping[str, str], say: Callable[[s
     say(f"shard {cfg.shard} into {folder}: every cap counts the whole dataset, this run makes its slice of it")
     log = cfg.server_log if cfg.server_log != cfg.output_dir / "server.log" else None
     return replace(cfg, output_dir=folder, server_log=log, max_tokens_per_dataset=tokens).validate()
+
+
+def sampling_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling flags given (synthgen.data.sampling_keys), by option name, but those RunConfig has a field for."""
+    given = {row.name: getattr(args, row.name or "") for row in FLAGGED if row.name not in RUN_FIELDS}
+    return {name: value for name, value in given.items() if name is not None and value is not None}
 
 
 def _budget_of(args: argparse.Namespace) -> Budget | None:
