@@ -15,7 +15,7 @@ from prompt_formats import table, write_all, write_jsonl, write_parquet, write_p
 
 from synthgen.data.conversations import parse_record
 from synthgen.data.prompts import PromptReader, discover, scan_dataset
-from synthgen.data.readers.base import Columns
+from synthgen.data.readers.base import NO_COLUMNS, Columns
 from synthgen.errors import InputFileError, UsageError
 
 TOOLS = [
@@ -55,7 +55,7 @@ ROWS = [
 TOKENS = [{"id": "t1", "input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}]
 
 
-def prompts_of(source, mode="last", columns=Columns()):
+def prompts_of(source, mode="last", columns=NO_COLUMNS):
     index = scan_dataset(source, mode=mode, columns=columns)
     reader = PromptReader(index)
     try:
