@@ -357,12 +357,13 @@ def _scan(
     ids, starts, linenos = index.ids, index.offsets.starts, index.offsets.lines
     quick = mode != "each" and records is None  # a row makes one prompt of its own id: ids are all it keeps
     columns = reader.columns
+    mapped = bool(columns)
     for row, start, data in reader.scan():
         index.lines = row
         record: Any = _NOT_JSON
         if quick and (type(data) is dict or (type(data) is bytes and len(data) <= LONG_LINE)):
             record = _loads(data) if type(data) is bytes else data
-            if columns and type(data) is bytes and type(record) is dict:
+            if mapped and type(data) is bytes and type(record) is dict:
                 record = columns.apply(record)
             rid = _plain_id(record)
             if rid is not None and not (done and rid in done) and rid not in track:

@@ -52,4 +52,19 @@ class Layout:
     def records(self, batch: Any) -> list[dict[str, Any]]:
         """The records of a record batch (or a table slice) of this layout."""
         values = {self.wanted[name]: batch.column(name).to_pylist() for name in self.read}
-        return records(values, self.nested, batch.num_rows)
+        nested = {self.wanted[n] for n in self.read if self.wanted[n] in self.nested and _nulls(batch.column(n))}
+        return records(values, nested, batch.num_rows)
+
+
+def _nulls(array: Any) -> bool:
+    """Whether a struct anywhere in the array has a null field (the batch's structs need ``drop_nulls``):
+    read from the arrays' null counts, so a batch of complete structs is not walked in Python."""
+    chunks = getattr(array, "chunks", None)
+    if chunks is not None:
+        return any(_nulls(chunk) for chunk in chunks)
+    kind = array.type
+    if hasattr(array, "flatten") and hasattr(kind, "value_type"):  # a list: its values
+        return _nulls(array.flatten())
+    if kind.num_fields and hasattr(array, "field"):  # a struct: each field
+        return any(array.field(i).null_count or _nulls(array.field(i)) for i in range(kind.num_fields))
+    return False
