@@ -54,7 +54,6 @@ from synthgen.errors import UsageError
 REGENERATE_MODES = ("last", "each", "all")
 # Lines longer than this have their size kept, so a prompt too long to fit is skipped before it is read.
 LONG_LINE = 1 << 20
-__all__ = ["MAX_LINE"]  # the bound of a JSONL line (``readers.jsonl``), named here too
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,7 +142,7 @@ def test_columns_map_a_parquet_datasets_own_names(tmp_path, make_sim):
     rows = [{"uid": f"u{i}", "question": f"Why {i}?", "answer": "Because."} for i in range(3)]
     pq.write_table(table(rows), ws.prompts / "short" / "d.parquet")
     refused = ws.run("--partition", "short", "--server-url", sim.url, *COMMON)
-    assert refused.returncode == 2 and "--columns prompt=uid" in refused.stderr.splitlines()[-1]
+    assert refused.returncode == 2 and "--columns prompt=question" in refused.stderr.splitlines()[-1]
     bad = ws.run("--partition", "short", "--server-url", sim.url, "--columns", "prompt", *COMMON)
     assert bad.returncode == 2 and bad.stderr.splitlines()[-1] == (
         "run_inference.py: error: --columns: 'prompt' is not FIELD=COLUMN; e.g. --columns prompt=question,id=uid"

@@ -113,13 +113,17 @@ class Columns:
 
 
 NO_COLUMNS = Columns()
+# Column names that usually hold the prompt: the one a refusal suggests, when a file has one.
+_PROMPT_NAMES = frozenset(("question", "query", "problem", "text", "content", "request", "task", "user", "human"))
 
 
 def no_shape_error(path: Path, names: list[str], columns: Columns) -> UsageError:
     """A columnar file none of whose columns holds a prompt: one line with its columns and the fix."""
     shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
     mapped = f" (with --columns {columns.text()})" if columns else ""
-    guess = next((n for n in names if n not in FIELDS), "COLUMN")
+    others = [n for n in names if n not in FIELDS]
+    likely = [n for n in others if n.lower() in _PROMPT_NAMES] or [n for n in others if not n.lower().endswith("id")]
+    guess = (likely or others or ["COLUMN"])[0]
     return UsageError(
         f"{path}: no column holds a prompt{mapped}: expected one of {', '.join(SHAPES)} (columns: {shown}); "
         f"name the prompt's column with --columns, e.g. --columns prompt={guess}"

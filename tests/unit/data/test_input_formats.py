@@ -137,7 +137,8 @@ def test_columns_name_a_datasets_own_fields(tmp_path):
         scan_dataset(source)
     assert str(err.value) == (
         f"{source.path}: no column holds a prompt: expected one of messages, conversations, prompt, instruction, "
-        "input_ids (columns: uid, question, meta); name the prompt's column with --columns, e.g. --columns prompt=uid"
+        "input_ids (columns: uid, question, meta); name the prompt's column with --columns, "
+        "e.g. --columns prompt=question"
     )
     index, got = prompts_of(source, columns=Columns.parse("prompt=question,id=uid"))
     assert index.ids == ["u1"] and got[0][1] == [{"role": "user", "content": "Why?"}]
