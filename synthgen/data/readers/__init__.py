@@ -25,7 +25,9 @@ from synthgen.errors import UsageError
 FORMATS: dict[str, type[Reader]] = {"jsonl": JsonlReader, "parquet": ParquetReader, "arrow": ArrowReader}
 SUFFIXES = {f".{name}": name for name in FORMATS}
 # A hub shard's name: <split>-00000-of-00004.parquet (also datasets' own data-00000-of-00001.arrow).
-_SHARD_NAME = re.compile(r"^(?P<split>.+?)-\d+-of-\d+\.[a-z]+$")
+_SHARD_NAME = re.compile(r"^(?P<split>.+?)-\d+-of-\d+(-[0-9a-f]+)?\.[a-z]+$")
+# A folder named for a split, as the hub's parquet conversion lays them out: default/train/0000.parquet.
+_SPLIT_FOLDERS = frozenset(("train", "test", "validation", "valid", "dev", "eval", "evaluation"))
 _DEPTH = 4  # how deep a folder's shards are looked for
 
 
@@ -92,6 +94,14 @@ def _saved(folder: Path) -> tuple[Path, ...] | None:
     return paths
 
 
+def _split(relative: Path) -> str | None:
+    """The split a shard's name or folder says it belongs to, or None."""
+    match = _SHARD_NAME.match(relative.name)
+    if match:
+        return match["split"]
+    return next((part for part in relative.parts[:-1] if part.lower() in _SPLIT_FOLDERS), None)
+
+
 def folder_dataset(folder: Path) -> tuple[str, tuple[Path, ...]] | None:
     """(format, shards in order) of a dataset folder; None for a folder without data files."""
     saved = _saved(folder)
@@ -106,7 +116,7 @@ def folder_dataset(folder: Path) -> tuple[str, tuple[Path, ...]] | None:
             f"{folder}: holds shards of {' and '.join(formats)}; a dataset is shards of one format: "
             "move the others out of the folder"
         )
-    splits = sorted({m["split"] for p in files if (m := _SHARD_NAME.match(p.name))})
+    splits = sorted({split for p in files if (split := _split(p.relative_to(folder)))})
     if len(splits) > 1:
         keep = "train" if "train" in splits else splits[0]
         raise UsageError(

@@ -89,16 +89,15 @@ class ParquetReader(Reader):
         i, shard = self._shard_at(position)
         local = position - shard.start
         group = bisect_right(self._groups[i], local) - 1
-        if self._cached is None or self._cached[:2] != (i, group):
-            layout = self._layouts[i]
+        cached = self._cached  # one read: another thread may replace it meanwhile
+        if cached is None or cached[:2] != (i, group):
             with self._use(i) as handle:
                 try:
-                    table = handle.file.read_row_group(group, columns=layout.read)
+                    cached = (i, group, handle.file.read_row_group(group, columns=self._layouts[i].read))
                 except OSError as exc:
                     raise InputFileError(shard.path, None, f"cannot read ({exc})") from exc
-            self._cached = (i, group, table)
-        table = self._cached[2]
-        return self._layouts[i].records(table.slice(local - self._groups[i][group], 1))[0]
+            self._cached = cached
+        return self._layouts[i].records(cached[2].slice(local - self._groups[i][group], 1))[0]
 
     def close(self) -> None:
         self._cached = None

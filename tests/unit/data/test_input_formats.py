@@ -176,6 +176,10 @@ def test_folders_whose_rows_would_be_a_guess_are_refused(tmp_path):
     write_parquet_shards(tmp_path / "p" / "two", rows, shards=1, split="test")
     with pytest.raises(UsageError, match="holds the splits test, train; a dataset is one split: .* keep train-"):
         discover(tmp_path, "p")
+    write_parquet(tmp_path / "t" / "conv" / "default" / "train" / "0000.parquet", rows)  # the hub's conversion
+    write_parquet(tmp_path / "t" / "conv" / "default" / "validation" / "0000.parquet", rows)
+    with pytest.raises(UsageError, match="holds the splits train, validation; a dataset is one split"):
+        discover(tmp_path, "t")
     write_jsonl(tmp_path / "q" / "mixed" / "a.jsonl", rows)
     write_parquet(tmp_path / "q" / "mixed" / "b.parquet", rows)
     with pytest.raises(UsageError, match="holds shards of jsonl and parquet; a dataset is shards of one format"):
