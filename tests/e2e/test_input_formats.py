@@ -167,3 +167,16 @@ def test_the_example_parquet_dataset_runs_as_shipped(tmp_path, make_sim):
         user = record["instruction"] + (f"\n{record['input']}" if record.get("input") else "")
         assert row["messages"][-2] == {"role": "user", "content": user}
         assert record["output"] not in orjson.dumps(row["messages"][:-1]).decode()
+
+
+def test_compute_budget_counts_a_parquet_dataset_with_the_same_columns(tmp_path, monkeypatch, capsys):
+    from synthgen.cli.budget import main as budget_main
+
+    rows = [{"uid": f"u{i}", "question": f"Why {i}?"} for i in range(5)] + [{"uid": "u0", "question": "again"}]
+    (tmp_path / "prompts" / "short").mkdir(parents=True)
+    pq.write_table(table(rows), tmp_path / "prompts" / "short" / "qa.parquet")
+    monkeypatch.chdir(tmp_path)
+    code = budget_main(["--columns", "prompt=question,id=uid", "--avg-tokens", "qa=100", "--tokens-per-dataset", "1K"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert next(line for line in out.splitlines() if line.startswith("qa ")).split()[3] == "5"  # available
