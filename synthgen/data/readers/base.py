@@ -198,14 +198,14 @@ def drop_nulls(value: Any) -> Any:
     return value
 
 
-def records(columns: Mapping[str, list[Any]], nested: set[str], count: int) -> list[dict[str, Any]]:
+def records(columns: Mapping[str, list[Any]], nested: set[str], count: int, nulls: bool = True) -> list[dict[str, Any]]:
     """The rows of a batch as records: ``columns`` field -> values (``nested``: fields whose values hold
-    structs, cleaned by ``drop_nulls``); a null cell is a missing field, as in a JSON line without it."""
+    structs, cleaned by ``drop_nulls``); a null cell is a missing field, as in a JSON line without it.
+    ``nulls`` False: no cell is null (the caller knows from the arrays), so none is looked for."""
     for name in nested:
         columns = {**columns, name: [drop_nulls(v) for v in columns[name]]}
     names = list(columns)
-    values = [columns[n] for n in names]
-    out = []
-    for i in range(count):
-        out.append({n: v[i] for n, v in zip(names, values, strict=True) if v[i] is not None})
-    return out
+    rows = zip(*(columns[n] for n in names), strict=True) if names else iter([()] * count)
+    if not nulls:
+        return [dict(zip(names, row, strict=True)) for row in rows]
+    return [{n: v for n, v in zip(names, row, strict=True) if v is not None} for row in rows]

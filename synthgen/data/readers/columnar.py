@@ -47,13 +47,18 @@ class Layout:
         if not any(field in SHAPES for field in self.wanted.values()):
             raise no_shape_error(path, names, columns)
         self.read = list(self.wanted)  # the columns to decode
+        self.same = all(column == field for column, field in self.wanted.items())  # no column renamed
         self.nested = {self.wanted[n] for n in self.read if _has_struct(pa, schema.field(n).type)}
 
     def records(self, batch: Any) -> list[dict[str, Any]]:
         """The records of a record batch (or a table slice) of this layout."""
-        values = {self.wanted[name]: batch.column(name).to_pylist() for name in self.read}
         nested = {self.wanted[n] for n in self.read if self.wanted[n] in self.nested and _nulls(batch.column(n))}
-        return records(values, nested, batch.num_rows)
+        nulls = any(batch.column(name).null_count for name in self.read)
+        if not nested and not nulls and self.same:  # the common case: pyarrow builds the records
+            rows: list[dict[str, Any]] = batch.select(self.read).to_pylist()
+            return rows
+        values = {self.wanted[name]: batch.column(name).to_pylist() for name in self.read}
+        return records(values, nested, batch.num_rows, nulls)
 
 
 def _nulls(array: Any) -> bool:
