@@ -24,6 +24,7 @@ from synthgen.data.prompts import REGENERATE_MODES
 from synthgen.data.readers.base import NO_COLUMNS, Columns
 from synthgen.data.samples import MAX_SAMPLES_PER_PROMPT
 from synthgen.data.selection import SAMPLE_MODES
+from synthgen.data.shards import Shard
 from synthgen.errors import UsageError
 from synthgen.redact import redact, remember
 
@@ -53,6 +54,7 @@ class RunConfig:
     seed: int = 0  # of --sample random, and of each sample's sampling_seed and recipe draw
     samples_per_prompt: int = 1  # N rows of each selected prompt (synthgen.data.samples)
     sampling_mix: SamplingMix | None = None  # --sampling-mix: weighted recipes (synthgen.data.mix)
+    shard: Shard | None = None  # --shard I/N: this run's slice of every dataset (synthgen.data.shards)
 
     # --- server --------------------------------------------------------------------------------
     server_url: str = "http://127.0.0.1:30000"  # the first of server_urls
@@ -82,6 +84,7 @@ class RunConfig:
     # --- what earlier runs left ----------------------------------------------------------------
     allow_mixed_settings: bool = False  # write rows under other settings than the recorded ones
     changed_prompts: str = "refuse"  # refuse | keep | regenerate: done prompts whose text changed
+    redo_loops: bool = False  # --redo repetition: rows the loop guard ended are moved aside and generated again
 
     # --- sampling (only what the user sets is sent, so the model's preferred params apply) -----
     max_tokens: int = 32768

@@ -7,6 +7,8 @@ import asyncio
 import os
 import shlex
 import sys
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,6 +22,7 @@ from synthgen.data.mix import load_mix
 from synthgen.data.prompts import REGENERATE_MODES
 from synthgen.data.readers.base import NO_COLUMNS, Columns
 from synthgen.data.selection import SAMPLE_MODES
+from synthgen.data.shards import env_hint, parse_shard, prepare_folder, token_share
 from synthgen.errors import OneLineParser, UsageError, run_guarded
 from synthgen.launch.supervisor import DEMO_MAX_TOKENS, Supervisor, default_max_tokens
 from synthgen.redact import redact
@@ -147,6 +150,12 @@ def _how_many(g: argparse._ArgumentGroup) -> None:
         help="seed of --sample random, of each sample's sampling_seed and recipe draw (default: %(default)s)",
     )
     g.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run shard I (0..N-1) of every dataset, in <output-dir>/shard-I-of-N; the cap counts all shards "
+        "(e.g. --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT; docs/cluster.md)",
+    )
+    g.add_argument(
         "--samples-per-prompt",
         type=int,
         default=default_of("samples_per_prompt"),
@@ -219,6 +228,12 @@ def _model_and_template(g: argparse._ArgumentGroup) -> None:
         choices=CHANGED_PROMPTS,
         default=default_of("changed_prompts"),
         help="done prompts whose text changed (default: %(default)s)",
+    )
+    g.add_argument(
+        "--redo",
+        choices=("repetition",),
+        help="generate again the rows the loop guard ended (old rows to looped_rows.jsonl; "
+        "with --loop-guard off, without the guard)",
     )
 
 
@@ -320,7 +335,8 @@ def _answers(g: argparse._ArgumentGroup) -> None:
         "--loop-guard",
         choices=("on", "off"),
         default="on",
-        help="end an answer that falls into a repetition loop; its row says so (on)",
+        help="end an answer whose tail repeats one pattern over 10%% of --max-tokens (text; at least 2,048 ids) or "
+        "40%% (rows of data): a loop; shorter repetition, a table's, is left alone; its row says so (on)",
     )
     g.add_argument(
         "--keep-partials",
@@ -373,6 +389,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         sample=args.sample,
         seed=args.seed,
         samples_per_prompt=args.samples_per_prompt,
+        shard=parse_shard(args.shard) if args.shard is not None else None,
         sampling_mix=load_mix(args.sampling_mix) if args.sampling_mix is not None else None,
         server_url=(args.server_url or [default_of("server_url")])[0],
         server_urls=tuple(args.server_url or ()),
@@ -393,6 +410,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         regenerate=args.regenerate,
         allow_mixed_settings=args.allow_mixed_settings,
         changed_prompts=args.changed_prompts,
+        redo_loops=args.redo == "repetition",
         max_tokens=args.max_tokens if args.max_tokens is not None else default_max_tokens(args.launch_server),
         max_seq_len=args.max_seq_len,
         temperature=args.temperature,
@@ -415,6 +433,31 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         report_interval=args.report_interval,
         dry_run=args.dry_run,
     ).validate()
+
+
+def in_shard_folder(cfg: RunConfig, environ: Mapping[str, str], say: Callable[[str], None]) -> RunConfig:
+    """The config of a --shard run: its shard folder as the output folder (checked, and its shard.json written
+    unless a dry run) and its share of --max-tokens-per-dataset. Without --shard, a scheduler's array variables
+    in the environment get one line saying how to pass them (never used unasked)."""
+    hint = env_hint(environ) if cfg.shard is None else None
+    if hint:
+        say(hint)
+    record = {
+        "seed": cfg.seed,
+        "sample": cfg.sample,
+        "samples_per_prompt": cfg.samples_per_prompt,
+        "regenerate": cfg.regenerate,
+        "max_samples": cfg.max_samples,
+        "budget": cfg.budget,
+        "max_tokens_per_dataset": cfg.max_tokens_per_dataset,
+    }
+    folder = prepare_folder(cfg.output_dir, cfg.shard, record, write=cfg.shard is not None and not cfg.dry_run)
+    if cfg.shard is None:
+        return cfg
+    tokens = token_share(cfg.max_tokens_per_dataset, cfg.shard)
+    say(f"shard {cfg.shard} into {folder}: every cap counts the whole dataset, this run makes its slice of it")
+    log = cfg.server_log if cfg.server_log != cfg.output_dir / "server.log" else None
+    return replace(cfg, output_dir=folder, server_log=log, max_tokens_per_dataset=tokens).validate()
 
 
 def _budget_of(args: argparse.Namespace) -> Budget | None:
@@ -499,6 +542,7 @@ def main(argv: list[str] | None = None, stream: TextIO | None = None, tty: bool 
     def body() -> int:
         # A mistyped flag or value is a UsageError here: one line with the closest valid one.
         args = build_parser().parse_args(argv)
-        return asyncio.run(run(config_from_args(args)))
+        config = in_shard_folder(config_from_args(args), os.environ, lambda line: write_last(line, out, None))
+        return asyncio.run(run(config))
 
     return run_guarded(PROG, body, out, "--debug" in argv)

@@ -286,8 +286,7 @@ class ServerProcess:
         """Poll `is_healthy()` until it returns True; returns the seconds that took.
 
         `is_healthy` must return False (not raise) while nothing answers. `on_status` gets
-        "loading, 37 s: <last log line>" at most every `status_interval` seconds, and the same log line again
-        only after `SAME_STATUS_EVERY` seconds (a server loading quietly printed one line 14 times). Raises
+        "loading, 37 s: <last log line>" at most every `status_interval` s (an unchanged one every minute). Raises
         ServerLaunchError when the process exits first or `timeout` passes; the process is left
         as it is (the caller's close()/stop() ends it).
         """

@@ -31,6 +31,7 @@ from synthgen.data.readers import label_stem
 from synthgen.data.records import ErrorRecord, RowContext, Turn, build_result
 from synthgen.data.samples import sample_key, sample_work, split_key, touched_prompts
 from synthgen.data.selection import Selection, select
+from synthgen.data.shards import shard_selection
 from synthgen.data.store import DatasetStore, PartialTurn, PartialTurns, ResumeState, RowSink, move_rows
 from synthgen.errors import UsageError
 from synthgen.run.ledger import TokenLedger
@@ -39,6 +40,8 @@ from synthgen.run.model import stop_token
 from synthgen.run.progress import DatasetStats, Progress
 from synthgen.run.settled import set_aside, settled_skips
 from synthgen.server.client import Generation
+
+LOOPED_ROWS = "looped_rows.jsonl"  # --redo repetition: where the rows the loop guard ended are moved
 
 
 def now_iso() -> str:
@@ -149,6 +152,7 @@ class DatasetRun:
     partial_store: PartialTurns | None = None
     partial_rows: list[PartialTurn] = field(default_factory=list)  # regenerate=all: what partial_turns.jsonl held
     moving: list[str] = field(default_factory=list)  # --changed-prompts regenerate: rows begin() moves aside
+    redoing: list[str] = field(default_factory=list)  # --redo repetition: the loop guard's rows begin() moves aside
     settings: str | None = None  # the settings id rows of this run carry
     tokens: TokenLedger = field(default_factory=TokenLedger)  # where this run's output tokens went
     partial_outputs: PartialOutputs | None = None  # requests ended early, kept to continue (data/partials.py)
@@ -332,6 +336,9 @@ class DatasetRun:
         if self.moving:
             moved = move_rows(store.results_path, set(self.moving))
             progress.message(f"{self.name}: moved {moved:,} rows of changed prompts to changed_rows.jsonl")
+        if self.redoing:
+            moved = move_rows(store.results_path, set(self.redoing), LOOPED_ROWS)
+            progress.message(f"{self.name}: moved {moved:,} rows the loop guard ended to {LOOPED_ROWS}")
         if self.index.mode == "all":
             partial = PartialTurns(store.dir)
             self.partial = PartialTurns.usable(self.partial_rows, self.resume.done, self.index.hashes, self.settings)
@@ -422,6 +429,8 @@ def plan_lines(run: DatasetRun) -> list[str]:
     if ix.changed:
         how = "to generate again (old rows to changed_rows.jsonl)" if run.moving else "kept"
         extra.append(f"{len(ix.changed)} changed prompts {how}")
+    if run.redoing:
+        extra.append(f"{len(run.redoing):,} rows the loop guard ended to generate again (old rows to {LOOPED_ROWS})")
     if run.counts.settled:
         kinds = ", ".join(sorted(run.counts.settled))
         extra.append(f"{sum(run.counts.settled.values()):,} skipped for good by an earlier run ({kinds})")
@@ -500,8 +509,9 @@ def open_dataset(
         columns=cfg.columns,
     )
     moving = changed_to_move(source, index.changed, cfg)
-    if moving:
-        resume = resume.without(set(moving))
+    redoing = [key for key, e in resume.entries.items() if e.looped and key not in moving] if cfg.redo_loops else []
+    if moving or redoing:
+        resume = resume.without({*moving, *redoing})
     selection, target, already_done = select_samples(index, resume.done, cfg, cfg.cap_for(source.name))
     selection, held = set_aside(selection, settled, index, cfg)
     counts = DatasetStats(
@@ -518,7 +528,7 @@ def open_dataset(
         budget = TokenBudget(cfg.max_tokens_per_dataset, cfg.max_tokens)
     run = DatasetRun(index, selection, resume, None if cfg.dry_run else store, counts, progress, budget)
     run.mix = Mix.from_config(cfg)
-    run.moving = moving  # a dry run never begins: nothing moves
+    run.moving, run.redoing = moving, redoing  # a dry run never begins: nothing moves
     run.keeps_partials, run.partial_output_rows = cfg.keep_partials, outputs
     if cfg.regenerate == "all":
         run.partial_rows = partial_rows
@@ -535,13 +545,18 @@ def select_samples(index: DatasetIndex, done: set[str], cfg: RunConfig, cap: int
     per_prompt = cfg.samples_per_prompt
     if per_prompt == 1 and not cfg.mixed:
         selection = select(index.ids, done, cap, cfg.sample, cfg.seed, grouped=cfg.regenerate == "each")
-        return selection, selection.target, selection.already_done
-    touched = touched_prompts(done)
-    selection = select(index.ids, touched, cap, cfg.sample, cfg.seed, grouped=cfg.regenerate == "each")
-    started = [pid for pid in index.ids if pid in touched]
-    work = [sample_key(pid, k) for pid, k in sample_work([*started, *selection.pending], done, per_prompt)]
-    held = sum(1 for pid in started for k in range(per_prompt) if sample_key(pid, k) in done)
-    return replace(selection, pending=work), selection.target * per_prompt, held
+        target, held = selection.target, selection.already_done
+    else:
+        touched = touched_prompts(done)
+        selection = select(index.ids, touched, cap, cfg.sample, cfg.seed, grouped=cfg.regenerate == "each")
+        started = [pid for pid in index.ids if pid in touched]
+        work = [sample_key(pid, k) for pid, k in sample_work([*started, *selection.pending], done, per_prompt)]
+        held = sum(1 for pid in started for k in range(per_prompt) if sample_key(pid, k) in done)
+        selection, target = replace(selection, pending=work), selection.target * per_prompt
+    if cfg.shard is not None:  # the whole dataset's selection, then this shard's members of it
+        how = (cfg.sample, cfg.seed, cfg.regenerate == "each", per_prompt)
+        selection, target = shard_selection(selection, index.ids, cap, how, cfg.shard, index.source.name)
+    return selection, target, held
 
 
 def check_source(store: DatasetStore, source: DatasetSource, resume: ResumeState) -> None:
