@@ -243,7 +243,8 @@ def test_datasets_come_from_a_partition_a_budget_file_or_every_result_folder(pro
         (
             "rows",
             ["--format", "csv"],
-            "argument --format: invalid choice: 'csv' (choose from 'messages', 'specforge', 'tokens') "
+            "argument --format: invalid choice: 'csv' "
+            "(choose from 'axolotl-kd', 'messages', 'specforge', 'tokens', 'topk-sparse') "
             "(see export_training.py --help)",
         ),
     ],

@@ -174,6 +174,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs
 
+import sim_logprobs
 from sim_streaming import STREAM_POLL, ChunkStream, Watch
 from tokenizers import Tokenizer
 
@@ -694,6 +695,7 @@ class Sequence:
     aborted_waiting: bool = False  # aborted before the scheduler ran it (or after a retraction)
     job: Job | None = None
     stream_interval: int = 1  # the request's sampling key, else the server's --stream-interval
+    logprobs: sim_logprobs.LogprobRequest | None = None  # return_logprob's options (sim_logprobs.py)
 
     @property
     def target(self) -> int:
@@ -889,6 +891,10 @@ def parse_generate(body, settings: Settings, model: FakeModel) -> ParsedRequest:
     rids = expand_rids(None if n > 1 else body.get("rid"), len(prompts) * n, single)
     for params in per_prompt:
         verify_sampling(params)
+    try:
+        logprobs = [sim_logprobs.parse(body, params) for params in per_prompt]
+    except ValueError as exc:
+        raise value_error(str(exc)) from None
     max_new = [check_length(len(p), params, settings) for p, params in zip(prompts, per_prompt, strict=True)]
 
     sequences = [
@@ -900,6 +906,7 @@ def parse_generate(body, settings: Settings, model: FakeModel) -> ParsedRequest:
             require_reasoning=body.get("require_reasoning") is True,
             variation=seeded_variation(params),
             stream_interval=params.get("stream_interval") or settings.stream_interval,
+            logprobs=logprobs[i],
         )
         for i, (prompt, params) in enumerate(zip(prompts, per_prompt, strict=True))
         for j in range(n)
@@ -1654,6 +1661,8 @@ def response_item(
             "cached_tokens_details": None,
             "dp_rank": None,
         }
+    if seq.logprobs is not None and count is None:
+        meta |= sim_logprobs.meta_fields(seq.logprobs, seq.input_ids, output, settings.max_vocab)
     meta |= {
         "e2e_latency": time.monotonic() - started,
         "response_sent_to_client_ts": time.time(),

@@ -14,10 +14,17 @@ from synthgen.export.formats.tokens import token_rows
 
 
 def test_every_format_is_one_entry_of_the_table_and_the_default_is_in_it():
-    assert set(formats.names()) == {"specforge", "tokens", "messages"}
+    assert set(formats.names()) == {"specforge", "tokens", "messages", "axolotl-kd", "topk-sparse"}
     assert formats.DEFAULT in formats.names()
     table = {name: (f.needs_ids, f.render_check) for name, f in formats.FORMATS.items()}
-    assert table == {"specforge": (False, True), "tokens": (True, False), "messages": (False, True)}
+    assert table == {
+        "specforge": (False, True),
+        "tokens": (True, False),
+        "messages": (False, True),
+        "axolotl-kd": (True, False),
+        "topk-sparse": (True, False),
+    }
+    assert [name for name, f in formats.FORMATS.items() if f.teacher] == ["axolotl-kd", "topk-sparse"]
     assert formats.get("specforge").refuse is not None and formats.get("tokens").refuse is None
 
 
