@@ -26,6 +26,7 @@ import httpx
 from synthgen.chat.parsers import KNOWN_REASONING, KNOWN_TOOL_CALL, unsupported_note
 from synthgen.data.mix import SamplingMix
 from synthgen.data.prompts import REGENERATE_MODES
+from synthgen.data.readers.base import NO_COLUMNS, Columns
 from synthgen.data.samples import MAX_SAMPLES_PER_PROMPT
 from synthgen.data.sampling_keys import BY_NAME, FLAGGED, reserved
 from synthgen.data.selection import SAMPLE_MODES
@@ -47,6 +48,7 @@ class RunConfig:
     prompts_dir: Path = Path("prompts")
     output_dir: Path = Path("outputs")
     skip_bad_lines: bool = False
+    columns: Columns = NO_COLUMNS  # --columns: the dataset's column of each record field (data/readers/base.py)
 
     # --- how many of each dataset ------------------------------------------------------------
     max_samples: int | None = None  # overrides the budget file for every dataset

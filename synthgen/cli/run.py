@@ -20,6 +20,7 @@ from synthgen.budget.plan import parse_count
 from synthgen.config import CHANGED_PROMPTS, RunConfig, default_of
 from synthgen.data.mix import load_mix
 from synthgen.data.prompts import REGENERATE_MODES
+from synthgen.data.readers.base import NO_COLUMNS, Columns
 from synthgen.data.sampling_keys import FLAGGED
 from synthgen.data.selection import SAMPLE_MODES
 from synthgen.data.shards import env_hint, parse_shard, prepare_folder, token_share
@@ -121,6 +122,11 @@ def _what_to_run(g: argparse._ArgumentGroup) -> None:
         "--output-dir", type=Path, default=default_of("output_dir"), metavar="DIR", help="default: %(default)s"
     )
     g.add_argument("--skip-bad-lines", action="store_true", help="skip malformed prompt lines instead of stopping")
+    g.add_argument(
+        "--columns",
+        metavar="FIELD=COLUMN,...",
+        help="which column holds each field, e.g. prompt=question,id=uid (docs/inputs.md)",
+    )
     g.add_argument(
         "--regenerate",
         choices=REGENERATE_MODES,
@@ -373,6 +379,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         prompts_dir=args.prompts_dir,
         output_dir=args.output_dir,
         skip_bad_lines=args.skip_bad_lines,
+        columns=Columns.parse(args.columns) if args.columns else NO_COLUMNS,
         max_samples=args.max_samples,
         budget=budget.caps if budget else {},
         expected_tokens=budget.averages if budget else {},

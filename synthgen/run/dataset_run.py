@@ -27,6 +27,7 @@ from synthgen.data import provenance
 from synthgen.data.failures import SKIPPED
 from synthgen.data.partials import Partial, PartialOutputs, usable
 from synthgen.data.prompts import DatasetIndex, DatasetSource, Prompt, scan_dataset
+from synthgen.data.readers import label_stem
 from synthgen.data.records import ErrorRecord, RowContext, Turn, build_result
 from synthgen.data.samples import sample_key, sample_work, split_key, touched_prompts
 from synthgen.data.selection import Selection, select
@@ -449,7 +450,7 @@ def sent_sampling(item: WorkItem) -> dict[str, Any]:
 
 
 def source_label(source: DatasetSource) -> str:
-    return f"{source.partition}/{source.path.name}"
+    return source.label
 
 
 def partial_tokens(partial: dict[str, list[PartialTurn]]) -> int:
@@ -505,6 +506,7 @@ def open_dataset(
         track={
             split_key(key)[0] for key in [*(row.id for row in partial_rows), *(row.id for row in outputs), *settled]
         },
+        columns=cfg.columns,
     )
     moving = changed_to_move(source, index.changed, cfg)
     redoing = [key for key, e in resume.entries.items() if e.looped and key not in moving] if cfg.redo_loops else []
@@ -559,7 +561,11 @@ def select_samples(index: DatasetIndex, done: set[str], cfg: RunConfig, cap: int
 
 def check_source(store: DatasetStore, source: DatasetSource, resume: ResumeState) -> None:
     label = source_label(source)
-    other = next((e for e in resume.entries.values() if e.source is not None and e.source != label), None)
+    # The same partition/name in another format (a JSONL file now a parquet folder) is the same dataset.
+    other = next(
+        (e for e in resume.entries.values() if e.source is not None and label_stem(e.source) != label_stem(label)),
+        None,
+    )
     if other is not None:
         raise UsageError(
             f"{store.results_path}: holds rows of prompts from {other.source} (id {other.id}), but this run reads "

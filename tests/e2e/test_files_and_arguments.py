@@ -19,9 +19,10 @@ from workspace import REPO, RUN, Workspace, cli_env, last_line
 
 from synthgen.budget.plan import fmt_hours, fmt_number
 from synthgen.config import RunConfig
-from synthgen.data import prompts
 from synthgen.data.openfiles import FilePool
-from synthgen.data.prompts import READ_POOL, DatasetSource, PromptReader, scan_dataset
+from synthgen.data.prompts import DatasetSource, PromptReader, scan_dataset
+from synthgen.data.readers import base as readers_base
+from synthgen.data.readers.base import READ_POOL
 from synthgen.data.records import ResultRecord
 from synthgen.data.store import WRITE_POOL, DatasetStore
 from synthgen.errors import RunLockedError, StoreWriteError, UsageError
@@ -71,7 +72,7 @@ def test_readers_share_a_few_open_files_and_reopen_after_close(tmp_path, monkeyp
         sources.append(DatasetSource(f"d{i}", "p", path))
     # A pool of its own: readers other tests left open must not count here.
     pool: FilePool = FilePool(READ_POOL.capacity, lambda fh: fh.close())
-    monkeypatch.setattr(prompts, "READ_POOL", pool)
+    monkeypatch.setattr(readers_base, "READ_POOL", pool)
     readers = [PromptReader(scan_dataset(s)) for s in sources]
     for reader in readers:
         assert reader.read("y").id == "y"

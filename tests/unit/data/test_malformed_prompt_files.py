@@ -368,7 +368,7 @@ def test_a_huge_wrong_value_is_not_copied_whole_into_the_error():
         ({"id": "x", "prompt": ["q"]}, "'prompt' has a content part that is not text"),
         ({"id": "x", "prompt": 7}, "'prompt' is int, expected a string"),
         ({"id": "x", "prompt": "q", "system": 0}, "'system' is int, expected a string"),
-        ({"id": "x"}, "no 'messages', 'conversations', 'prompt' or 'input_ids' field"),
+        ({"id": "x"}, "no 'messages', 'conversations', 'prompt', 'instruction' or 'input_ids' field"),
     ],
 )
 def test_each_wrong_type_is_named_in_the_error(line, problem):
