@@ -214,6 +214,10 @@ class DatasetRun:
         t = self.tokens
         return self.counts.budget_tokens_done + t.partials + t.lost
 
+    def generated(self, tokens: int) -> None:
+        """Output tokens the server returned to this run (an answer, an abort's, a bad one)."""
+        self.tokens.generated += tokens
+
     def request_started(self) -> None:
         self.in_flight += 1
         if self.counts.first_start is None:

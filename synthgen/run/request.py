@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +34,7 @@ from synthgen.errors import ServerError
 from synthgen.run.continuation import Continuation, LoopFound
 from synthgen.run.dataset_run import WorkItem
 from synthgen.run.fleet import Fleet
+from synthgen.run.retry import Failure, RetryPolicy, Step
 from synthgen.run.serverset import ServerOut
 from synthgen.server.client import (
     DEFAULT_STREAM_INTERVAL,
@@ -50,9 +50,6 @@ from synthgen.server.client import (
 )
 from synthgen.server.discovery import ServerContext, ServerHealth
 from synthgen.server.gateway import routing_key
-
-# A prompt in flight at this many server deaths is recorded as failed rather than retried forever.
-OUTAGES_PER_PROMPT = 3
 
 
 class Requests:
@@ -122,14 +119,12 @@ class Requests:
 
     # ------------------------------------------------------------------ one prompt
     async def request(self, item: WorkItem) -> Turn | None:
-        """One request with its retries: the parsed turn, or None once the prompt's failure is
-        recorded (or the run is stopping; a partial output is kept for the next run)."""
-        run, health = item.run, self.health
-        partials = self.partials
+        """One request with its retries (run/retry.py decides them): the parsed turn, or None once the
+        prompt's failure is recorded (or the run is stopping; a partial output is kept for the next run)."""
+        health, partials = self.health, self.partials
         if partials.keeps_for(item):
             partials.resume(item)
-        attempts = outages = 0
-        shed_waited = 0.0
+        retry = RetryPolicy.of(self.cfg, sheds=self.fleet is not None)
         while True:
             try:
                 await health.wait_up()
@@ -138,7 +133,6 @@ class Requests:
                 return None
             if self.stopping.is_set():
                 return None
-            attempts += 1
             payload = self._payload(item)
             rid = payload["rid"]
             self.live[rid] = item
@@ -148,43 +142,43 @@ class Requests:
                     generation = await self._generate(item, payload)
                 except LoopFound as loop:
                     generation = await partials.looped(item, payload, loop)
-                run.tokens.generated += generation.completion_tokens
+                item.run.generated(generation.completion_tokens)
                 self._judge(item, generation)
                 sent = item.payload["rid"] if item.payload is not None else rid  # a plain resend has its own
-                turn = self._turn(item, generation, attempts, time.monotonic() - started, sent)
+                turn = self._turn(item, generation, retry.attempt, time.monotonic() - started, sent)
                 if not partials.extend(item, turn, generation.completion_tokens):
                     return turn
+                retry = retry.answered()
             except Transient as exc:
-                # The gateway's backpressure is not an attempt, up to --server-wait of holding off for one
-                # prompt: a gateway that sheds it for longer is treated as failing it.
-                if exc.shed is not None and self.fleet is not None and shed_waited < self.cfg.server_wait:
-                    shed_waited += await self._hold_off(self.fleet.shed(exc))
-                    attempts -= 1
-                    continue
                 if exc.partial is not None:
                     partials.keep(item, exc.partial)
                 if self.stopping.is_set() and exc.kind == "abort":
                     return None  # our own stop ended it: the prompt stays pending
                 # ServerOut: one of several servers went out under it; it goes to another (run/serverset.py).
-                if exc.outage and (isinstance(exc, ServerOut) or await health.suspect(exc.message)):
-                    # The server was down: usually this says nothing about the prompt, but a
-                    # prompt that keeps being in flight when the server dies may be killing it.
-                    outages += 1
-                    if outages >= OUTAGES_PER_PROMPT:
-                        self._server_died(item, outages, exc, attempts)
-                        return None
-                    attempts -= 1
-                    continue
-                if attempts >= self.cfg.max_attempts:
-                    self._failed(item, exc, attempts)
+                # Otherwise the server was down when its health says so: that says nothing about the prompt.
+                outage = exc.outage and (isinstance(exc, ServerOut) or await health.suspect(exc.message))
+                step = retry.after(Failure.of(exc.shed, outage))
+                retry = step.policy
+                if step.action == "give_up":
+                    self._give_up(item, exc, step)
                     return None
-                await self._backoff(attempts)
+                if step.cause == "shed":
+                    assert self.fleet is not None
+                    self.fleet.shed(exc)  # the in-flight target comes down
+                if step.action == "wait":
+                    await self._hold_off(step.wait)
             except Rejected as exc:
-                self._failed(item, exc, attempts)
+                self._failed(item, exc, retry.after(Failure("rejected")).policy.attempts)
                 return None
             finally:
                 self.live.pop(rid, None)
                 self.streams.pop(rid, None)
+
+    def _give_up(self, item: WorkItem, exc: Transient, step: Step) -> None:
+        if step.cause == "outage":
+            self._server_died(item, step.policy.outages, exc, step.policy.attempts)
+        else:
+            self._failed(item, exc, step.policy.attempts)
 
     def _server_died(self, item: WorkItem, outages: int, exc: Transient, attempts: int) -> None:
         message = f"the server went down {outages} times while this prompt was in flight (last: {exc.message})"
@@ -284,14 +278,7 @@ class Requests:
         turn.extended_by = item.extended_by
         return turn
 
-    async def _backoff(self, attempt: int) -> None:
-        cfg = self.cfg
-        delay = min(cfg.backoff_max, cfg.backoff_base * 2 ** (attempt - 1))
-        delay *= random.uniform(0.5, 1.0)  # jitter: retries from many workers do not arrive together
-        await self._hold_off(delay)
-
-    async def _hold_off(self, delay: float) -> float:
-        """Wait ``delay`` s (less if the run stops); returns the delay."""
+    async def _hold_off(self, delay: float) -> None:
+        """Wait ``delay`` s (less if the run stops)."""
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.stopping.wait(), timeout=delay)
-        return delay
