@@ -23,7 +23,8 @@ from synthgen.data.partials import Partial, continuation_blocker
 from synthgen.data.records import Turn
 from synthgen.run.dataset_run import WorkItem
 from synthgen.run.loopguard import LoopGuard, Repetition
-from synthgen.server.client import Generation, SGLangClient
+from synthgen.server.backend import Backend
+from synthgen.server.client import Generation
 from synthgen.server.discovery import ServerContext, fit_max_new_tokens
 
 
@@ -40,7 +41,7 @@ class Continuation:
 
     def __init__(
         self,
-        client: SGLangClient,
+        client: Backend,
         cfg: RunConfig,
         stopping: asyncio.Event,
         sampling: dict[str, Any],

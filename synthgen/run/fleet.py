@@ -49,14 +49,14 @@ class Fleet:
 
     def gateway_found(self, sampling_keys: Iterable[str]) -> None:
         """Behind a gateway (its /readiness, or smg's worker header on an answer): say once which of the
-        sampling keys the run sends it drops (smg 1.13 forwards a fixed set, gateway.SMG_FORWARDED_KEYS)."""
+        sampling keys the run sends it drops (smg 1.13 forwards a fixed set, gateways/smg.py)."""
         if self.told_keys:
             return
         self.told_keys = True
-        dropped = dropped_keys(sampling_keys)
-        if dropped:
+        for gateway, dropped in dropped_keys(sampling_keys):
             self.on_message(
-                f"warning: a gateway is in front and smg 1.13 does not pass {', '.join(dropped)} on to its workers: "
+                f"warning: a gateway is in front and {gateway.name} does not pass {', '.join(dropped)} on to its "
+                "workers: "
                 "those settings have no effect (settings.jsonl records them as sent); talk to a worker directly "
                 "to use them"
             )

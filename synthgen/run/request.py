@@ -36,6 +36,7 @@ from synthgen.run.dataset_run import WorkItem
 from synthgen.run.fleet import Fleet
 from synthgen.run.retry import Failure, RetryPolicy, Step
 from synthgen.run.serverset import ServerOut
+from synthgen.server.backend import Backend
 from synthgen.server.client import (
     DEFAULT_STREAM_INTERVAL,
     Closer,
@@ -43,7 +44,6 @@ from synthgen.server.client import (
     NoStreamIds,
     Rejected,
     RequestFailure,
-    SGLangClient,
     Transient,
     build_payload,
     new_rid,
@@ -57,7 +57,7 @@ class Requests:
 
     def __init__(
         self,
-        client: SGLangClient,
+        client: Backend,
         cfg: RunConfig,
         health: ServerHealth,
         stopping: asyncio.Event,

@@ -45,9 +45,9 @@ from synthgen.run.prepare import Preparer, Skip, first_request_report
 from synthgen.run.producer import Producer, record_skip
 from synthgen.run.progress import Progress, end_of_run, export_command, summary_table
 from synthgen.run.request import Requests
-from synthgen.run.serverset import ServerSet, make_client
+from synthgen.run.serverset import make_client
 from synthgen.run.stopping import RunStop
-from synthgen.server.client import SGLangClient, behind_router
+from synthgen.server.backend import Backend
 from synthgen.server.discovery import ServerContext, ServerHealth, changed_identity, discover
 
 # What a "rerun to retry" line prints when the caller does not say (the CLI passes the real command).
@@ -95,7 +95,7 @@ class Runner:
         config: RunConfig,
         progress: Progress,
         *,
-        client: SGLangClient | None = None,
+        client: Backend | None = None,
         stop: RunStop | None = None,
         before_connect: Callable[[], Awaitable[None]] | None = None,
         restarts: Callable[[], int] = no_restarts,
@@ -153,7 +153,7 @@ class Runner:
         self._end(text)
         return EXIT_FAILURES if left else EXIT_OK
 
-    async def _dry_run(self, client: SGLangClient) -> int:
+    async def _dry_run(self, client: Backend) -> int:
         self.plan()
         if not any(run.selection.pending for run in self.runs):  # before any server is started
             print(f"dry run: nothing to do\n{self.plan_report()}", file=self.progress.stream, flush=True)
@@ -162,7 +162,7 @@ class Runner:
         await self.connect(client, launch=self.config.tokenizer is None)
         return self.dry_run()
 
-    async def _go(self, client: SGLangClient) -> int:
+    async def _go(self, client: Backend) -> int:
         """Connect, check, send everything, sum up: a run with prompts to send."""
         cfg = self.config
         connecting = time.monotonic()
@@ -193,8 +193,7 @@ class Runner:
         summary = summary_table([run.counts for run in self.runs], time.monotonic() - self.progress.started)
         summary += "\n" + "\n".join([self.pool.monitor.summary_line(), run_tokens(self.runs).line()])
         summary += "".join("\n" + line for line in self.pool.fleet.summary_lines())
-        if isinstance(client, ServerSet):
-            summary += "".join("\n" + line for line in client.summary_lines())
+        summary += "".join("\n" + line for line in client.summary_lines())
         if startup >= 1.0 or cfg.launch_server is not None:
             summary += f"\nnot in these figures: {fmt_duration(startup)} before the first request (server start-up)"
         self.progress.print_block(summary)
@@ -241,7 +240,7 @@ class Runner:
     def plan_report(self) -> str:
         return "\n".join(line for run in self.runs for line in run.plan_lines())
 
-    async def connect(self, client: SGLangClient, launch: bool = True) -> None:
+    async def connect(self, client: Backend, launch: bool = True) -> None:
         """Start a launched server if there is one, ask the server, load what renders and parses."""
         if self.before_connect is not None and launch:
             await self.before_connect()
@@ -309,7 +308,7 @@ class Pool:
     def __init__(
         self,
         cfg: RunConfig,
-        client: SGLangClient,
+        client: Backend,
         preparer: Preparer,
         runs: list[DatasetRun],
         server: ServerContext,
@@ -365,7 +364,7 @@ class Pool:
         # The first target from the server's own load, before anything is sent; bounded, so a slow
         # load endpoint costs the start at most FIRST_POLL_TIMEOUT.
         await self.monitor.first_poll()
-        if behind_router(self.client):
+        if self.client.router_found:
             self.fleet.gateway_found(self.requests.sampling)
         self.producer.keep_ahead(self.limit.target)
         producer = self._producing = asyncio.create_task(self.producer.produce())
@@ -462,8 +461,8 @@ class Pool:
     def status_text(self) -> str:
         """The load monitor's part of the status line, and how much of what was generated is kept."""
         kept = run_tokens(self.runs).status()
-        servers = self.client.status_text() if isinstance(self.client, ServerSet) else ""
-        return "; ".join(part for part in (self.monitor.status_text(), kept, self.fleet.status_text(), servers) if part)
+        parts = (self.monitor.status_text(), kept, self.fleet.status_text(), self.client.status_text())
+        return "; ".join(part for part in parts if part)
 
     # ------------------------------------------------------------------ one prompt
     async def process(self, item: WorkItem) -> None:
