@@ -303,6 +303,10 @@ class AutoConcurrency:
     def _clamp(self, value: float) -> int:
         return max(1, min(self.max_concurrency, math.ceil(value)))
 
+    def hold(self, target: int) -> None:
+        """A target set from outside the load (a gateway's sheds, run/fleet.py); the next update goes on from it."""
+        self.target = target
+
     def start_target(self, load: ServerLoad) -> int:
         """The target to begin with, given the first load report (``initial`` wins when set)."""
         if self.initial is not None:

@@ -78,9 +78,7 @@ class Fleet:
         if worker not in self._told:
             self._told.add(worker)
             self.on_message(f"worker {worker} answered garbage ({reason}); such answers are retried, not written")
-        exc = Transient(GARBAGE.name, f"worker {worker} answered garbage: {reason}")
-        exc.worker = worker
-        raise exc
+        raise Transient(GARBAGE.name, f"worker {worker} answered garbage: {reason}", worker=worker)
 
     def answered(self, gen: Generation) -> None:
         self.finish[gen.worker or "?", gen.finish_type] += 1
@@ -111,7 +109,7 @@ class Fleet:
 
     def _set_target(self, target: int) -> None:
         target = max(1, target)
-        self.controller.target = target  # the load monitor sets the limit from the controller's target
+        self.controller.hold(target)  # the load monitor sets the limit from the controller's target
         self.limit.set_target(target)
 
     # ------------------------------------------------------------------ what is said

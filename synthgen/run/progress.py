@@ -31,6 +31,7 @@ from synthgen.data.records import ErrorRecord
 from synthgen.errors import StoreWriteError
 from synthgen.fmt import fmt_duration
 from synthgen.redact import redact
+from synthgen.run.ledger import TokenLedger
 
 WINDOW = 60.0  # seconds of history behind the "recent" rate
 
@@ -57,6 +58,8 @@ class DatasetStats:
     # Skips an earlier run settled (run.settled): not taken again, listed at the end with their fix.
     settled: dict[str, int] = field(default_factory=dict)
     cut: int = 0  # rows of this run with an answer that stopped at --max-tokens (finish_reason length)
+    in_flight: int = 0  # prompts of the dataset in flight
+    tokens: TokenLedger = field(default_factory=TokenLedger)  # where this run's output tokens went
 
     def hold_settled(self, records: Iterable[ErrorRecord]) -> None:
         for record in records:
@@ -190,6 +193,10 @@ class Progress:
             f"{dataset}: token budget {cap:,} reached ({done_tokens:,} done + {in_flight} in flight); "
             "no new requests for this dataset"
         )
+
+    def outages_to(self, event: Callable[[str, str], None]) -> None:
+        """Where outages and recoveries also go (the run's timeline): ``event(kind, detail)``."""
+        self.on_outage = event
 
     def outage_began(self, url: str, reason: str, wait: float) -> None:
         self.outage_since = time.monotonic()

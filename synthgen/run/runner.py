@@ -30,6 +30,7 @@ from synthgen.config import RunConfig
 from synthgen.data import provenance
 from synthgen.data.prompts import DatasetSource
 from synthgen.data.prompts import discover as discover_datasets
+from synthgen.data.records import Turn
 from synthgen.data.store import DatasetStore, ResumeState
 from synthgen.errors import EXIT_FAILURES, EXIT_OK, SynthgenError
 from synthgen.fmt import fmt_duration
@@ -37,16 +38,19 @@ from synthgen.report.figures import DatasetFigures
 from synthgen.report.folder import LiveReport
 from synthgen.report.timeline import sample_of
 from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor
-from synthgen.run.dataset_run import DatasetRun, WorkItem, claim_dataset, now_iso, open_dataset, recorded_settings
+from synthgen.run.dataset_run import DatasetRun, claim_dataset, now_iso, open_dataset, recorded_settings
 from synthgen.run.fleet import Fleet
+from synthgen.run.job import Job
 from synthgen.run.ledger import TokenLedger
 from synthgen.run.model import flag_settings, load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
-from synthgen.run.producer import Producer, record_skip
+from synthgen.run.procedure import Procedure
+from synthgen.run.producer import Producer
 from synthgen.run.progress import Progress, end_of_run, export_command, summary_table
 from synthgen.run.request import Requests
 from synthgen.run.serverset import make_client
 from synthgen.run.stopping import RunStop
+from synthgen.run.writer import Writer
 from synthgen.server.backend import Backend
 from synthgen.server.discovery import ServerContext, ServerHealth, changed_identity, discover
 
@@ -171,8 +175,9 @@ class Runner:
         self.check_settings()
         if self.stop.is_set():  # a signal during start-up: nothing was sent
             return self.exit_code()
+        writer = Writer(self.runs, cfg, self.progress, self.server.model)
         for run in self.writing():
-            run.begin(self.progress)  # every check passed: now the folders may change
+            writer.begin(run)  # every check passed: now the folders may change
         self.open_report()
         for note in self.server.notes:
             self.progress.message(f"note: {note}")
@@ -183,7 +188,7 @@ class Runner:
         )
         assert self.preparer is not None
         self.pool = Pool(
-            cfg, client, self.preparer, self.runs, self.server, self.progress, self.stop, self.report, self.restarts
+            cfg, client, self.preparer, writer, self.server, self.progress, self.stop, self.report, self.restarts
         )
         await self.pool.execute()
         # The last status line: a log under nohup ends on the final counts, however short the run.
@@ -202,7 +207,7 @@ class Runner:
     def open_report(self) -> None:
         seeds = [(self.seeds[run.name], run.resume.read) for run in self.runs if run.resume.read is not None]
         self.report = LiveReport.for_run(self.config, [run.name for run in self.runs], self.progress.message, seeds)
-        self.progress.on_outage = self.report.event
+        self.progress.outages_to(self.report.event)
 
     def finish_report(self) -> str:
         """The last page of the output folder (after the timeline's last sample); the line naming it."""
@@ -230,7 +235,7 @@ class Runner:
                     if settings is not None:
                         recorded[source.name] = settings
                 provenance.check_flags(recorded, flag_settings(cfg))
-            runs = [open_dataset(source, cfg, self.progress, store, resume) for source, store, resume in claims]
+            runs = [open_dataset(source, cfg, store, resume) for source, store, resume in claims]
         except BaseException:
             for _, store, _ in claims:
                 store.close()  # the locks taken so far
@@ -259,7 +264,7 @@ class Runner:
             self.config.allow_mixed_settings,
         )
         for run in writing:
-            run.settings = settings.id
+            run.settle(settings.id)
 
     def writing(self) -> list[DatasetRun]:
         """The datasets this run writes: not a dry run, and prompts to send."""
@@ -310,7 +315,7 @@ class Pool:
         cfg: RunConfig,
         client: Backend,
         preparer: Preparer,
-        runs: list[DatasetRun],
+        writer: Writer,
         server: ServerContext,
         progress: Progress,
         stop: RunStop,
@@ -334,7 +339,8 @@ class Pool:
         self.monitor = LoadMonitor(client, self.limit, controller, on_message=progress.message, steer=fixed is None)
         self.fleet = Fleet(self.limit, controller, on_message=progress.message)
         self.tasks: set[asyncio.Task[None]] = set()  # one per prompt admitted
-        self.runs = runs
+        self.writer = writer
+        self.runs = runs = list(writer.runs.values())
         tokenizer = preparer.renderer.tokenizer
         self.requests = Requests(
             client,
@@ -347,6 +353,7 @@ class Pool:
             lambda ids: str(tokenizer.decode(ids, skip_special_tokens=False)),
             progress.message,
             self.fleet,
+            writer.write,
         )
         if cfg.keep_partials and self.requests.blocker is not None:
             progress.message(
@@ -355,7 +362,8 @@ class Pool:
             )
         # Rendering and tokenizing: one worker for the producer, one for the next turns of conversations.
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
-        self.producer = Producer(cfg, runs, preparer, self._executor, stop, self.limit.target)
+        self.producer = Producer(cfg, runs, preparer, self._executor, stop, self.limit.target, writer.write)
+        self.procedure = Procedure(self.requests, writer, self._next_turn, cfg, stop.fail)
         self._producing: asyncio.Task[None] | None = None
         stop.attach(self)
 
@@ -410,7 +418,7 @@ class Pool:
         while (item := await self.producer.take()) is not None:
             if self.stop.is_set():
                 continue  # drain the queue so the producer is never left waiting
-            previous, finished = item.run.turn_order(item.key)
+            previous, finished = self.writer.run_of(item).turn_order(item.key)
             if previous is not None and not previous.is_set():
                 self._spawn(self._after(item, previous, finished))
                 continue
@@ -427,17 +435,17 @@ class Pool:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _one(self, item: WorkItem, finished: asyncio.Event) -> None:
+    async def _one(self, item: Job, finished: asyncio.Event) -> None:
         try:
-            if await item.run.admit():
-                await self.process(item)
+            if await self.writer.admit(item):
+                await self.procedure.run(item)
         except Exception as exc:  # a bug, not a prompt's failure: stop now rather than lose a worker
             self.stop.fail(exc)
         finally:
             self.limit.release()
             finished.set()
 
-    async def _after(self, item: WorkItem, previous: asyncio.Event, finished: asyncio.Event) -> None:
+    async def _after(self, item: Job, previous: asyncio.Event, finished: asyncio.Event) -> None:
         """--regenerate each: a turn goes out once the turn before it is answered, so the server has
         their shared history in its prefix cache (turns sent together are prefilled together, and
         none reuses another's)."""
@@ -465,32 +473,9 @@ class Pool:
         return "; ".join(part for part in parts if part)
 
     # ------------------------------------------------------------------ one prompt
-    async def process(self, item: WorkItem) -> None:
-        """All requests of one prompt: one, or with --regenerate all one per turn, in order."""
-        run = item.run
-        run.request_started()
-        try:
-            while True:
-                turn = await self.requests.request(item)
-                if turn is None:
-                    return
-                conversation = item.prompt.conversation
-                positions = 1 if conversation is None else len(conversation.all_positions())
-                ended = item.conversation_done(turn, positions)
-                if ended is not None:
-                    run.record_result(item, turn, self.cfg, self.server.model, ended)
-                    if any(t.finish_reason == "length" for t in [*item.turns, turn]):
-                        run.counts.cut += 1
-                    return
-                run.record_turn(item, turn)
-                following = await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self.preparer.next_turn, run, item.prompt, [*item.turns, turn], item.request
-                )
-                if isinstance(following, Skip):
-                    record_skip(run, following, self.cfg)
-                    return
-                item = following
-        except SynthgenError as exc:  # AuthError, StoreWriteError: the run cannot go on
-            self.stop.fail(exc)
-        finally:
-            run.request_ended()
+    async def _next_turn(self, job: Job, turn: Turn) -> Job | Skip:
+        """--regenerate all: the request of the turn after ``turn``, prepared in the worker thread."""
+        run = self.writer.run_of(job)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, self.preparer.next_turn, run, job.prompt, [*job.turns, turn], job.request
+        )

@@ -100,10 +100,10 @@ class ServerSet:
             raise Transient(CONNECTION.name, f"every server is out ({self.shown_url})", outage=True)
         slot, client = self.slots[index], self.clients[index]
         rid = payload.get("rid")
-        slot.sent += 1
-        slot.in_flight += 1
+        slot.sending()
         if isinstance(rid, str):
             self._rids[rid] = index
+        generation = None
         try:
             generation = await client.generate(payload, progress, stream_interval, routing_key, closer)
         except Transient as exc:
@@ -113,11 +113,10 @@ class ServerSet:
                     raise moved from exc
             raise
         finally:
-            slot.in_flight -= 1
+            slot.ended(answered=generation is not None)
             if isinstance(rid, str):
                 self._rids.pop(rid, None)
             self._note(client)
-        slot.answered += 1
         return generation
 
     def _note(self, client: SGLangClient) -> None:
@@ -130,10 +129,9 @@ class ServerSet:
         run waits for a server) when none is."""
         if not any(slot.up for slot in self.slots):
             return exc
-        self.slots[index].moved += 1
-        moved = ServerOut(exc.kind, f"{exc.message} (server {self.slots[index].url} is out)", exc.status, True)
-        moved.partial, moved.worker = exc.partial, exc.worker
-        return moved
+        self.slots[index].moved_away()
+        message = f"{exc.message} (server {self.slots[index].url} is out)"
+        return ServerOut(exc.kind, message, exc.status, True, exc.partial, worker=exc.worker)
 
     async def abort(self, rid: str) -> bool:
         index = self._rids.get(rid)
