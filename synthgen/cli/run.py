@@ -60,8 +60,9 @@ examples:
         'python -m sglang.launch_server --model-path moonshotai/Kimi-K2.5 --tp 8 --port 30000 --trust-remote-code'
   python run_inference.py --partition short --chat-template-kwargs '{"thinking": true}' --dry-run
 
-  # then: the rows as SpecForge training data
-  python export_training.py --partition short --out train.jsonl
+  # then: the rows as training data, the exact ids for drafters (SpecForge, speculators); --format messages
+  # re-renders the text for SFT trainers
+  python export_training.py --partition short --format tokens --out tokens.jsonl
 """
 
 
