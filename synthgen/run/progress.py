@@ -96,7 +96,6 @@ class Progress:
         self.tokens = 0
         self.in_flight = 0
         self.outage_since: float | None = None  # set while the server is down
-        self.on_outage: Callable[[str, str], None] = lambda event, detail: None  # the run's timeline
         self.started = time.monotonic()
         self._recent: deque[tuple[float, int, int]] = deque()  # (time, tokens, prompts)
         self._first_answer: float | None = None  # when this run's first prompt finished (the ETA's start)
@@ -198,20 +197,14 @@ class Progress:
             "no new requests for this dataset"
         )
 
-    def outages_to(self, event: Callable[[str, str], None]) -> None:
-        """Where outages and recoveries also go (the run's timeline): ``event(kind, detail)``."""
-        self.on_outage = event
-
     def outage_began(self, url: str, reason: str, wait: float) -> None:
         self.outage_since = time.monotonic()
-        self.on_outage("outage", reason)
         self.message(
             f"OUTAGE: server {url} is not healthy ({reason}); waiting up to {fmt_duration(wait)} for it to come back"
         )
 
     def outage_ended(self, seconds: float) -> None:
         self.outage_since = None
-        self.on_outage("recovered", f"after {seconds:.0f} s")
         self.message(f"RECOVERED: server is healthy again after {fmt_duration(seconds)} of outage; resuming")
 
     def gave_up(self, why: str) -> None:

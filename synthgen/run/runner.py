@@ -81,6 +81,25 @@ def longest_first(runs: list[DatasetRun], planned: dict[str, float]) -> list[Dat
     return sorted(runs, key=expected, reverse=True)  # stable: equal estimates keep discovery order
 
 
+def outage_hooks(
+    progress: Progress, report: LiveReport | None, url: str, wait: float
+) -> tuple[Callable[[str], None], Callable[[float], None]]:
+    """What the server going down and coming back do: a line (progress) and an event on the run's
+    timeline (the report, once the run writes one)."""
+
+    def down(reason: str) -> None:
+        progress.outage_began(url, reason, wait)
+        if report is not None:
+            report.event("outage", reason)
+
+    def up(seconds: float) -> None:
+        progress.outage_ended(seconds)
+        if report is not None:
+            report.event("recovered", f"after {seconds:.0f} s")
+
+    return down, up
+
+
 def no_restarts() -> int:
     return 0
 
@@ -207,7 +226,6 @@ class Runner:
     def open_report(self) -> None:
         seeds = [(self.seeds[run.name], run.resume.read) for run in self.runs if run.resume.read is not None]
         self.report = LiveReport.for_run(self.config, [run.name for run in self.runs], self.progress.message, seeds)
-        self.progress.outages_to(self.report.event)
 
     def finish_report(self) -> str:
         """The last page of the output folder (after the timeline's last sample); the line naming it."""
@@ -328,8 +346,7 @@ class Pool:
         self.health = ServerHealth(
             client,
             cfg.server_wait,
-            on_down=lambda reason: progress.outage_began(client.shown_url, reason, cfg.server_wait),
-            on_up=progress.outage_ended,
+            *outage_hooks(progress, report, client.shown_url, cfg.server_wait),
             on_gone=lambda gone: progress.gave_up(str(gone)),
             verify=lambda: changed_identity(client, server),
         )
