@@ -21,6 +21,7 @@ from synthgen.data.sampling_keys import FLAGGED, SAMPLING_KEYS, SamplingKey, doc
 from synthgen.errors import UsageError
 from synthgen.server import gateway
 from synthgen.server.client import build_payload
+from synthgen.server.gateways import smg
 
 REPO = Path(__file__).resolve().parents[2]
 CANDIDATES = (-2, -1, 0, 0.5, 1, 2, 7, 1.5, 1e9, math.inf, math.nan)
@@ -105,8 +106,9 @@ def test_a_changed_flag_is_named_by_its_flag_in_a_settings_refusal():
 
 
 def test_the_gateways_forwarded_keys_are_the_tables():
-    assert frozenset(row.key for row in SAMPLING_KEYS if row.smg) == gateway.SMG_FORWARDED_KEYS
-    assert gateway.dropped_keys(["temperature", "logit_bias", "stream_interval"]) == ["logit_bias", "stream_interval"]
+    assert frozenset(row.key for row in SAMPLING_KEYS if row.smg) == smg.FORWARDED_KEYS
+    dropped = dict(gateway.dropped_keys(["temperature", "logit_bias", "stream_interval"]))[smg.PROFILE]
+    assert dropped == ["logit_bias", "stream_interval"]
 
 
 def test_the_docs_table_is_the_generated_one():

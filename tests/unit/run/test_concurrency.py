@@ -20,11 +20,11 @@ from synthgen.run.concurrency import (
     ServerLoad,
     interleave,
     parse_loads,
-    router_worker_urls,
 )
 from synthgen.run.progress import Progress
 from synthgen.run.runner import Runner
 from synthgen.server.client import SGLangClient
+from synthgen.server.gateways.sglang_router import worker_urls as router_worker_urls
 
 
 def rank(
