@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from synthgen.data.samples import row_sample, sample_key
+from synthgen.data.samples import row_key
 from synthgen.redact import redact
 
 _LINE = orjson.OPT_APPEND_NEWLINE
@@ -144,7 +144,7 @@ class Turn:
     completion_tokens: int
     cached_tokens: int | None
     output_text: str
-    input_ids: list[int]
+    input_ids: list[int] | None  # None: a row written before ids were stored (as read back)
     output_ids: list[int] | None
     latency_s: float
     server_latency_s: float | None
@@ -308,10 +308,9 @@ class DoneEntry:
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> DoneEntry | None:
         """None for a line that is not a result row (no string id)."""
-        rid = row.get("id")
-        if not isinstance(rid, str):
+        rid = row_key(row)  # sample 0 keeps the id: resume is per (id, sample)
+        if rid is None:
             return None
-        rid = sample_key(rid, row_sample(row))  # sample 0 keeps the id: resume is per (id, sample)
         tokens = row.get("completion_tokens")
         count = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None
         source, digest, mode = row.get("source"), row.get("prompt_hash"), row.get("regenerate")

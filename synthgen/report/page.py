@@ -17,9 +17,10 @@ from datetime import datetime, timezone
 from html import escape
 from typing import Any
 
+from synthgen.data.rowread import LENGTH
 from synthgen.fmt import fmt_duration
 from synthgen.report import svg
-from synthgen.report.figures import LENGTH, STOP, DatasetFigures, bins, quantile, share
+from synthgen.report.figures import STOP, DatasetFigures, bins, quantile, share
 from synthgen.report.timeline import Timeline
 
 MAX_POINTS = 400  # per chart line: a day of 10 s samples is thinned to this
@@ -378,8 +379,12 @@ def dataset_section(d: DatasetFigures, index: int) -> str:
         )
         + "</li>",
     ]
-    if d.duplicates or d.unreadable:
-        facts.append(f"<li>not counted: {d.duplicates:,} duplicate ids, {d.unreadable:,} unreadable lines</li>")
+    if d.duplicates or d.unreadable or d.malformed:
+        facts.append(
+            f"<li>not counted: {stat(d.name + '/duplicates', f'{d.duplicates:,}')} duplicate rows (an id and sample "
+            f"already counted), {stat(d.name + '/malformed', f'{d.malformed:,}')} malformed rows, "
+            f"{stat(d.name + '/unreadable', f'{d.unreadable:,}')} unreadable lines</li>"
+        )
     return (
         f'<section class="dataset" id="ds-{escape(d.name)}"><h3>{escape(d.name)}</h3>'
         f'<ul class="facts">{"".join(facts)}</ul>'
