@@ -98,14 +98,8 @@ class ResultRecord:
     def from_dict(cls, row: dict[str, Any]) -> ResultRecord:
         """Any version of a result row: a field it does not have reads as its default (None where there
         is none); the values it has are taken as they are, unchecked (``DoneEntry`` checks what resume uses)."""
-        values = {}
-        for f in dataclasses.fields(cls):
-            if f.name in row:
-                values[f.name] = row[f.name]
-            elif f.default is not dataclasses.MISSING:
-                values[f.name] = f.default
-            else:
-                values[f.name] = None
+        get = row.get
+        values: dict[str, Any] = {name: get(name, default) for name, default in _RECORD_DEFAULTS}
         return cls(**values)
 
     @property
@@ -246,6 +240,10 @@ def build_result(
 
 
 MIX_FIELDS = ("sample", "sampling_seed", "recipe")
+# (name, default) of every ResultRecord field, None where it has none: from_dict reads a row through it.
+_RECORD_DEFAULTS = tuple(
+    (f.name, None if f.default is dataclasses.MISSING else f.default) for f in dataclasses.fields(ResultRecord)
+)
 
 
 @dataclass(slots=True)

@@ -77,21 +77,46 @@ class Malformed:
     row: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
 
-@dataclass(slots=True)
 class Row:
-    """A result row read once: its key, its counts checked, its record (fields as stored) and turns typed."""
+    """A result row read once: its key and counts checked, its record (the fields as stored) and its generated
+    turns typed (each a ``Turn``); the record and the turns are built when first asked for (the resume scan
+    asks for neither)."""
 
-    key: str  # samples.row_key: (id, sample)
-    sample: int
-    record: ResultRecord
-    turns: list[Turn]  # every generated turn (one, or regenerate=all's), in order
-    output_tokens: int  # completion_tokens over every turn; 0 when not a count (see ``measured``)
-    prompt_tokens: int
-    measured: bool  # the row's completion_tokens is a real count (a budget may average it)
+    __slots__ = ("_record", "_turns", "fields", "key", "measured", "output_tokens", "prompt_tokens", "sample")
+
+    def __init__(self, fields: dict[str, Any], key: str, sample: int, tokens: int | None, prompt_tokens: int):
+        self.fields = fields  # the row as parsed (checked by ``from_dict``)
+        self.key = key  # samples.row_key: (id, sample)
+        self.sample = sample
+        self.output_tokens = tokens or 0  # completion_tokens over every turn; 0 when not a count (``measured``)
+        self.measured = tokens is not None  # the row's completion_tokens is a real count (a budget may average it)
+        self.prompt_tokens = prompt_tokens
+        self._record: ResultRecord | None = None
+        self._turns: list[Turn] | None = None
 
     @property
     def id(self) -> str:
-        return self.record.id
+        rid: str = self.fields["id"]  # a string: from_dict checked it
+        return rid
+
+    @property
+    def worker(self) -> str | None:
+        """The replica that wrote the row's (last) turn."""
+        worker = self.fields.get("worker")
+        return worker if isinstance(worker, str) else None
+
+    @property
+    def record(self) -> ResultRecord:
+        if self._record is None:
+            self._record = ResultRecord.from_dict(self.fields)
+        return self._record
+
+    @property
+    def turns(self) -> list[Turn]:
+        """Every generated turn (one, or regenerate=all's), in order."""
+        if self._turns is None:
+            self._turns = [_turn(d) for d in self.fields.get("turns") or (self.fields,)]
+        return self._turns
 
     @property
     def finish(self) -> str:
@@ -128,50 +153,65 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _turn(d: dict[str, Any]) -> Turn | str:
-    """One generated turn of a row (the row itself, or one of its ``turns``) as a Turn, or why it is none."""
-    content = d.get("content")
-    if not isinstance(content, str):
+def _turn_problem(d: Any, full: bool) -> str | None:
+    """Why a generated turn (the row itself, or one of its ``turns``) is none, or None; ``full``: its token ids
+    were parsed, and are checked too."""
+    if not isinstance(d, dict):
+        return "a turn is not an object"
+    if not isinstance(d.get("content"), str):
         return "the generated content is not a string"
     reasoning = d.get("reasoning_content")
     if reasoning is not None and not isinstance(reasoning, str):
         return "reasoning_content is not a string"
-    ids = {}
-    for key in ("input_ids", "output_ids"):
-        value = d.get(key)
-        if value is not None and typed_list(value, int) is None:
-            return f"{key}: token ids are not a list of integers"
-        ids[key] = value
-    calls = d.get("tool_calls")
-    detail = d.get("finish_detail")
+    if full:
+        for key in ("input_ids", "output_ids"):
+            value = d.get(key)
+            if value is not None and typed_list(value, int) is None:
+                return f"{key}: token ids are not a list of integers"
+    return None
+
+
+def _turn(d: dict[str, Any]) -> Turn:
+    """A turn ``_turn_problem`` passed, as a Turn: counts that are none read as 0 (None where optional)."""
+    get = d.get
+    calls, detail, worker, reasoning = get("tool_calls"), get("finish_detail"), get("worker"), get("reasoning_content")
+    prompt, tokens, cached, attempts = (
+        get("prompt_tokens"),
+        get("completion_tokens"),
+        get("cached_tokens"),
+        get("attempts"),
+    )
+    finish, text, rid, extended = get("finish_reason"), get("output_text"), get("request_id"), get("extended_by")
+    segments = get("segments")
+    # type() is int: a bool is no count (a per-row hot path, so the checks are written out)
     return Turn(
         reasoning_content=reasoning or "",
-        content=content,
-        tool_calls=calls if isinstance(calls, list) else None,
+        content=d["content"],
+        tool_calls=calls if type(calls) is list else None,
         had_reasoning=bool(reasoning),
-        finish_reason=_text(d.get("finish_reason")),
-        finish_detail=detail if isinstance(detail, dict) else {},
-        reasoning_complete=d.get("reasoning_complete") is not False,
-        prompt_tokens=count(d.get("prompt_tokens")) or 0,
-        completion_tokens=count(d.get("completion_tokens")) or 0,
-        cached_tokens=count(d.get("cached_tokens")),
-        output_text=_text(d.get("output_text")),
-        input_ids=ids["input_ids"],
-        output_ids=ids["output_ids"],
+        finish_reason=finish if type(finish) is str else "",
+        finish_detail=detail if type(detail) is dict else {},
+        reasoning_complete=get("reasoning_complete") is not False,
+        prompt_tokens=prompt if type(prompt) is int and prompt >= 0 else 0,
+        completion_tokens=tokens if type(tokens) is int and tokens >= 0 else 0,
+        cached_tokens=cached if type(cached) is int and cached >= 0 else None,
+        output_text=text if type(text) is str else "",
+        input_ids=get("input_ids"),
+        output_ids=get("output_ids"),
         latency_s=0.0,
         server_latency_s=None,
-        attempts=count(d.get("attempts")) or 0,
-        request_id=_text(d.get("request_id")),
-        segments=typed_list(d.get("segments"), int),
-        extended_by=count(d.get("extended_by")),
-        worker=d.get("worker") if isinstance(d.get("worker"), str) else None,
+        attempts=attempts if type(attempts) is int and attempts >= 0 else 0,
+        request_id=rid if type(rid) is str else "",
+        segments=None if segments is None else typed_list(segments, int),
+        extended_by=extended if type(extended) is int and extended >= 0 else None,
+        worker=worker if type(worker) is str else None,
     )
 
 
 def record_turns(record: ResultRecord) -> list[Turn]:
     """The generated turns of a record the reader took (``Row.record``), typed again: for a format handed the
     record alone."""
-    return [t for d in record.finished_turns if isinstance(d, dict) and isinstance(t := _turn(d), Turn)]
+    return [_turn(d) for d in record.finished_turns if _turn_problem(d, full=False) is None]
 
 
 def _bad_messages(messages: Any) -> str | None:
@@ -191,8 +231,9 @@ def _bad_messages(messages: Any) -> str | None:
     return None
 
 
-def from_dict(row: dict[str, Any]) -> Row | Malformed:
-    """A parsed result line as a Row, or Malformed with why."""
+def from_dict(row: dict[str, Any], full: bool = True) -> Row | Malformed:
+    """A parsed result line as a Row, or Malformed with why; ``full``: its token ids were parsed (and are
+    checked), not passed over."""
     key = row_key(row)
     if key is None:
         return Malformed(None, "no string id", row)
@@ -202,24 +243,11 @@ def from_dict(row: dict[str, Any]) -> Row | Malformed:
         why = "tools is not a list"
     if why is None and turns is not None and not isinstance(turns, list):
         why = "turns is not a list"
+    for d in turns or (row,):
+        why = why or _turn_problem(d, full)
     if why is not None:
         return Malformed(key, why, row)
-    typed: list[Turn] = []
-    for d in turns or [row]:
-        turn = _turn(d) if isinstance(d, dict) else "a turn is not an object"
-        if isinstance(turn, str):
-            return Malformed(key, turn, row)
-        typed.append(turn)
-    tokens = count(row.get("completion_tokens"))
-    return Row(
-        key,
-        row_sample(row),
-        ResultRecord.from_dict(row),
-        typed,
-        tokens or 0,
-        count(row.get("prompt_tokens")) or 0,
-        tokens is not None,
-    )
+    return Row(row, key, row_sample(row), count(row.get("completion_tokens")), count(row.get("prompt_tokens")) or 0)
 
 
 def read_row(line: bytes, lean: bool = False) -> Outcome:
@@ -229,22 +257,23 @@ def read_row(line: bytes, lean: bool = False) -> Outcome:
         row = resume_row(line) if lean else parse_line(line)
     except RecursionError:  # a hostile line nested thousands deep
         row = None
-    return Unreadable() if row is None else from_dict(row)
+    return Unreadable() if row is None else from_dict(row, full=not lean)
 
 
 def done_entry(outcome: Outcome) -> DoneEntry | None:
     """What the resume keeps of a row: of a Row, and of a Malformed one with a key (its prompt is answered:
     sending it again would make a second row of that key); None for the rest, a bad line."""
     if isinstance(outcome, Row):
-        r = outcome.record
+        get = outcome.fields.get
+        source, digest, mode = get("source"), get("prompt_hash"), get("regenerate")
         return DoneEntry(
             outcome.key,
             outcome.output_tokens,
-            r.source if isinstance(r.source, str) else None,
-            r.prompt_hash if isinstance(r.prompt_hash, str) else None,
+            source if isinstance(source, str) else None,
+            digest if isinstance(digest, str) else None,
             outcome.measured,
-            r.finish_reason == LENGTH,
-            r.regenerate if isinstance(r.regenerate, str) else None,
+            get("finish_reason") == LENGTH,  # the row's (last turn's): cut
+            mode if isinstance(mode, str) else None,
         )
     if isinstance(outcome, Malformed) and outcome.key is not None:
         return DoneEntry.from_dict(outcome.row)

@@ -22,7 +22,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from synthgen.data.rowread import Malformed, Outcome, Row, Unreadable, from_dict
+from synthgen.data.rowread import (
+    Malformed,
+    Outcome,
+    Row,
+    Unreadable,
+    cut,
+    cut_unanswered,
+    empty_answer,
+    from_dict,
+    looped,
+)
 
 STOP = "stop"
 
@@ -99,26 +109,30 @@ class DatasetFigures:
 
     def _add_row(self, row: Row) -> None:
         self.rows += 1
-        turns = row.turns
-        finish = row.finish
+        turns = row.turns  # built once: every figure below is of the same typed turns
+        finish = turns[-1].finish_reason or "unknown"
         self.finish[finish] += 1
-        self.by_worker[_text(row.record.worker) or "-", finish] += 1
+        self.by_worker[row.worker or "-", finish] += 1
         output, prompt = row.output_tokens, row.prompt_tokens
         self.output_tokens += output
         self.prompt_tokens += prompt
-        reasoning = answer = 0
+        reasoning = answer = calls = 0
+        was_cut = was_empty = was_looped = False
         for turn in turns:
             r, a = split_tokens(turn.completion_tokens, turn.reasoning_content, turn.content)
             reasoning, answer = reasoning + r, answer + a
+            calls += len(turn.tool_calls or ())
+            was_cut = was_cut or cut(turn)
+            was_empty = was_empty or empty_answer(turn)
+            was_looped = was_looped or looped(turn)
         self.samples.append(RowFigures(finish, prompt, output, reasoning, answer))
-        self.cut += row.cut
-        self.empty += row.empty_answer
-        self.looped += row.looped
-        if row.looped:
+        self.cut += was_cut
+        self.empty += was_empty
+        self.looped += was_looped
+        if was_looped:
             self.looped_tokens += output
-        elif row.cut_unanswered:
+        elif cut_unanswered(turns[-1]):
             self.cut_unanswered_tokens += output
-        calls = sum(len(t.tool_calls or ()) for t in turns)
         self.tool_calls += calls
         self.rows_with_tool_calls += calls > 0
         self.turns += len(turns)
