@@ -80,6 +80,7 @@ class RunConfig:
     # --- what earlier runs left ----------------------------------------------------------------
     allow_mixed_settings: bool = False  # write rows under other settings than the recorded ones
     changed_prompts: str = "refuse"  # refuse | keep | regenerate: done prompts whose text changed
+    redo_loops: bool = False  # --redo repetition: rows the loop guard ended are moved aside and generated again
 
     # --- sampling (only what the user sets is sent, so the model's preferred params apply) -----
     max_tokens: int = 32768

@@ -7,7 +7,8 @@
 
 ``max_samples`` counts prompts (as ``--max-samples``); with ``samples_per_prompt`` N a run makes N rows
 of each (the key is left out for 1). An ``--existing`` dataset (a file of token rows) has ``max_samples``
-0, ``avg_source`` "existing" and its ``rows``: a run generates nothing for it.
+0, ``avg_source`` "existing", its ``rows`` and its ``path`` (as given to compute_budget.py): a run generates
+nothing for it, and ``export_training.py --budget`` merges that file into a ``--format tokens`` export.
 
 ``plan_json`` builds it from a ``budget.Plan``, ``write_budget`` writes it atomically (mode 0644,
 like any other file the user reads), ``read_budget`` reads and validates it back into the
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         }
         if d.existing:
             datasets[d.name]["rows"] = d.rows
+            datasets[d.name]["path"] = d.path
     out = {
         "tokens_per_dataset": plan.tokens_per_dataset,
         "datasets": datasets,
@@ -105,6 +107,8 @@ class Budget:
     averages: dict[str, float]  # dataset -> expected completion tokens, where the plan had one
     fixed: frozenset[str] = frozenset()  # --fixed and --existing datasets: never run here
     samples_per_prompt: int = 1  # what the plan counted each prompt as
+    # --existing datasets: name -> their token file as the plan recorded it (None: a plan file older than that)
+    existing: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def generated(self) -> list[str]:
@@ -129,6 +133,7 @@ def read_budget(path: Path) -> Budget:
     if not isinstance(datasets, dict):
         raise UsageError(f"{path}: no 'datasets' object; recreate it with compute_budget.py --out {path}")
     caps, averages, fixed = {}, {}, set()
+    existing: dict[str, str | None] = {}
     for name, entry in datasets.items():
         value = entry.get("max_samples") if isinstance(entry, dict) else None
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -139,7 +144,10 @@ def read_budget(path: Path) -> Budget:
             averages[name] = float(avg)
         if entry.get("avg_source") in (FIXED, EXISTING):
             fixed.add(name)
+        if entry.get("avg_source") == EXISTING:
+            where = entry.get("path")
+            existing[name] = where if isinstance(where, str) and where else None
     per_prompt = data.get("samples_per_prompt", 1)
     if isinstance(per_prompt, bool) or not isinstance(per_prompt, int) or per_prompt < 1:
         raise UsageError(f"{path}: samples_per_prompt must be a whole number of at least 1; recreate the file")
-    return Budget(caps, averages, frozenset(fixed), per_prompt)
+    return Budget(caps, averages, frozenset(fixed), per_prompt, existing)

@@ -181,6 +181,7 @@ class DatasetPlan:
     per_prompt: int = 1  # samples of each prompt
     rows: int | None = None  # an --existing dataset: its token rows (fixed is then True)
     total_tokens: int | None = None  # an --existing dataset: all its tokens, prompts included
+    path: str | None = None  # an --existing dataset: its file, as given (the export of the plan merges it)
 
     @property
     def has_estimate(self) -> bool:
@@ -219,10 +220,14 @@ def fixed_dataset(name: str, tokens: int) -> DatasetPlan:
     return DatasetPlan(name, None, None, 0, tokens, fixed=True)
 
 
-def existing_dataset(name: str, rows: int, trained_tokens: int, total_tokens: int) -> DatasetPlan:
+def existing_dataset(
+    name: str, rows: int, trained_tokens: int, total_tokens: int, path: str | None = None
+) -> DatasetPlan:
     """A file of token rows: in the samples and the tokens, never generated."""
     estimate = Estimate(Fraction(trained_tokens, rows), EXISTING)
-    return DatasetPlan(name, None, estimate, 0, trained_tokens, fixed=True, rows=rows, total_tokens=total_tokens)
+    return DatasetPlan(
+        name, None, estimate, 0, trained_tokens, fixed=True, rows=rows, total_tokens=total_tokens, path=path
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -262,6 +262,24 @@ def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
+def _refuse_existing_names_of_prompt_datasets(cfg: BudgetConfig) -> None:
+    """An --existing file named like a dataset of prompts would stand in for it: the plan would count the file
+    and never generate that dataset, and its export would hold the file's rows under the dataset's name."""
+    if not cfg.existing:
+        return
+    try:
+        prompt_sets = {s.name: s for s in discover(cfg.prompts_dir, cfg.partition)}
+    except UsageError:  # no prompts here at all: nothing to clash with
+        return
+    for source in cfg.existing:
+        clash = prompt_sets.get(source.name)
+        if clash is not None:
+            raise UsageError(
+                f"--existing {source.name}={source.path}: '{source.name}' is also the dataset {clash.path}; name "
+                f"the file apart, e.g. --existing {source.name}_tokens={source.path}"
+            )
+
+
 def build_plan(cfg: BudgetConfig) -> budget.Plan:
     # A --fixed or --existing dataset is never generated, so its prompt file (if any) is not scanned.
     given = cfg.avg_tokens
@@ -277,11 +295,16 @@ def build_plan(cfg: BudgetConfig) -> budget.Plan:
             "check the name, --partition and --dataset"
         )
 
+    _refuse_existing_names_of_prompt_datasets(cfg)
     # The token files first: a bad one stops the plan before the prompt files are scanned.
     existing = []
     for declared in cfg.existing:
         scan = scan_token_rows(declared.path)
-        existing.append(budget.existing_dataset(declared.name, scan.rows, scan.trained_tokens, scan.total_tokens))
+        existing.append(
+            budget.existing_dataset(
+                declared.name, scan.rows, scan.trained_tokens, scan.total_tokens, str(declared.path)
+            )
+        )
     rows = []
     for source in sources:
         index = scan_dataset(source, skip_bad_lines=cfg.skip_bad_lines)

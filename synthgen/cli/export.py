@@ -182,7 +182,7 @@ def request_from_args(args: argparse.Namespace) -> ExportRequest:
     plan = None
     if args.budget is not None:
         budget = read_budget(args.budget)
-        plan = Plan(tuple(budget.generated), budget.caps, budget.averages)
+        plan = Plan(tuple(budget.generated), budget.caps, budget.averages, budget.existing)
     return ExportRequest(
         partition=args.partition,
         datasets=tuple(args.dataset),

@@ -64,8 +64,9 @@ examples:
   # from another shell: what the folder holds (rows, failed, cut, loops, tokens), the live run's pid
   python run_inference.py --status --output-dir outputs
 
-  # then: the rows as SpecForge training data
-  python export_training.py --partition short --out train.jsonl
+  # then: the rows as training data, the exact ids for drafters (SpecForge, speculators); --format messages
+  # re-renders the text for SFT trainers
+  python export_training.py --partition short --format tokens --out tokens.jsonl
 """
 
 
@@ -217,6 +218,12 @@ def _model_and_template(g: argparse._ArgumentGroup) -> None:
         default=default_of("changed_prompts"),
         help="done prompts whose text changed (default: %(default)s)",
     )
+    g.add_argument(
+        "--redo",
+        choices=("repetition",),
+        help="generate again the rows the loop guard ended (old rows to looped_rows.jsonl; "
+        "with --loop-guard off, without the guard)",
+    )
 
 
 def _sampling(g: argparse._ArgumentGroup) -> None:
@@ -317,7 +324,8 @@ def _answers(g: argparse._ArgumentGroup) -> None:
         "--loop-guard",
         choices=("on", "off"),
         default="on",
-        help="end an answer that falls into a repetition loop; its row says so (on)",
+        help="end an answer whose tail repeats one pattern over 10%% of --max-tokens (text; at least 2,048 ids) or "
+        "40%% (rows of data): a loop; shorter repetition, a table's, is left alone; its row says so (on)",
     )
     g.add_argument(
         "--keep-partials",
@@ -395,6 +403,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         regenerate=args.regenerate,
         allow_mixed_settings=args.allow_mixed_settings,
         changed_prompts=args.changed_prompts,
+        redo_loops=args.redo == "repetition",
         max_tokens=args.max_tokens if args.max_tokens is not None else default_max_tokens(args.launch_server),
         max_seq_len=args.max_seq_len,
         temperature=args.temperature,

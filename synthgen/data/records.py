@@ -302,6 +302,7 @@ class DoneEntry:
     measured: bool = True  # the row's completion_tokens is a real count (a budget may average it)
     truncated: bool = False  # finish_reason "length": cut at max tokens
     regenerate: str | None = None  # the row's mode (None: a row written before modes existed, i.e. last)
+    looped: bool = False  # finish_reason "repetition": ended by the loop guard
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> DoneEntry | None:
@@ -320,6 +321,7 @@ class DoneEntry:
             count is not None,
             row.get("finish_reason") == "length",
             mode if isinstance(mode, str) else None,
+            row.get("finish_reason") == "repetition",
         )
 
 

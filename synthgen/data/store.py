@@ -21,6 +21,7 @@ when the process dies, like flock). Where those do not exist, POSIX record locks
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -129,11 +130,11 @@ class ResumeState:
 
 def rewrite_lines(path: Path, lines: list[bytes]) -> None:
     """Replace ``path`` atomically with ``lines`` (fsynced before the rename); no lines: no file."""
+    tmp = path.with_suffix(".jsonl.tmp")
     try:
         if not lines:
             path.unlink(missing_ok=True)
             return
-        tmp = path.with_suffix(".jsonl.tmp")
         with create_new(tmp) as fh:
             for line in lines:
                 fh.write(line)
@@ -141,7 +142,10 @@ def rewrite_lines(path: Path, lines: list[bytes]) -> None:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except OSError as exc:
-        raise limit_error(exc, path) or StoreWriteError(f"{path}: cannot rewrite ({exc.strerror})") from exc
+        with contextlib.suppress(OSError):  # a disk-full rewrite left a half-written (or empty) temp file
+            tmp.unlink(missing_ok=True)
+        reason = "disk full" if exc.errno == errno.ENOSPC else exc.strerror
+        raise limit_error(exc, path) or StoreWriteError(f"{path}: cannot rewrite ({reason})") from exc
 
 
 def scan_results(results_path: Path, tense: str = "will", on_row: RowSink | None = None) -> ResumeState:

@@ -470,6 +470,12 @@ def dir_size_gb(path: Path) -> float:
     return total / 1e9
 
 
+# What the demo server can hold, said by the server itself (its /v1/loads max_running_requests, which
+# --concurrency auto starts from): left to SGLang's CPU default, the KV pool let auto put 422-531 requests in
+# flight on a 2-core machine, each waiting minutes for its first token.
+DEMO_FLAGS = ("--max-running-requests", "64")
+
+
 def demo_command(port: int, say: Say = _quiet, paths: DemoPaths | None = None) -> list[str]:
     """argv that starts the demo server (real SGLang on the CPU, tiny model) on 127.0.0.1:`port`,
     installing it first if needed, with one progress line per step to `say`
@@ -484,11 +490,11 @@ def demo_command(port: int, say: Say = _quiet, paths: DemoPaths | None = None) -
     if not is_installed(paths):  # not when only the tiny model is rebuilt (setup says so)
         preflight(paths)
         progress(
-            f"first use: installing SGLang 0.5.23 (CPU) and a tiny model into {paths.cache} (minutes, ~3 GB; "
-            f"{CACHE_ENV}=DIR puts it elsewhere)"
+            f"first use: installing SGLang 0.5.23 (CPU) and a tiny model into {paths.cache} (about 3-8 minutes "
+            f"and ~3 GB of disk; {CACHE_ENV}=DIR puts it elsewhere)"
         )
     setup(paths, progress)
     # child_env() also creates the cache folders the variables point at.
     variables = {**{k: child_env(paths)[k] for k in _cache_vars(paths)}, **server_env(paths)}
     unset = [arg for name in ("VIRTUAL_ENV", "PYTHONHOME") for arg in ("-u", name)]
-    return ["env", *unset, *(f"{k}={v}" for k, v in variables.items()), *server_command(paths, port)]
+    return ["env", *unset, *(f"{k}={v}" for k, v in variables.items()), *server_command(paths, port, extra=DEMO_FLAGS)]

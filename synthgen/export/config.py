@@ -15,6 +15,7 @@ from pathlib import Path
 from synthgen.data.tokenrows import ExistingSource
 from synthgen.errors import UsageError
 from synthgen.export import formats
+from synthgen.export.existing import FORMAT as EXISTING_FORMAT
 from synthgen.export.existing import check_existing
 from synthgen.export.rendercheck import Route
 
@@ -36,6 +37,8 @@ class Plan:
     names: tuple[str, ...]
     caps: Mapping[str, int] = field(default_factory=dict)
     averages: Mapping[str, float] = field(default_factory=dict)
+    # its --existing datasets: name -> the token file it recorded (None: a plan file that predates recording it)
+    existing: Mapping[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,34 @@ class ExportRequest:
             raise UsageError(f"--val-fraction must be at least 0 and below 1, got {self.val_fraction}")
         if self.out is not None and self.val_fraction > 0 and val_path(self.out) == Path(self.out):
             raise UsageError(f"--out {self.out}: cannot name the validation file beside it; give FILE a name")
+
+    def merged_existing(self) -> tuple[tuple[ExistingSource, ...], list[str]]:
+        """The token files this export merges: --existing, and the plan's own --existing files in a --format
+        tokens export; with what is left out of the plan's, each as a note naming the file and the fix."""
+        merged = {source.name: source for source in self.existing}
+        notes = []
+        for name, where in (self.plan.existing if self.plan else {}).items():
+            given = merged.get(name)
+            if given is not None:
+                if where is not None and Path(where) != given.path:
+                    raise UsageError(
+                        f"--existing {name}={given.path}: the plan {self.budget} has '{name}' as {where}; "
+                        "drop the flag to use the plan's file, or rename one"
+                    )
+                continue
+            if where is None:
+                notes.append(
+                    f"{name}: left out: {self.budget} does not record this --existing dataset's file (an older "
+                    f"compute_budget.py wrote it); add --existing {name}=FILE, or rerun compute_budget.py"
+                )
+            elif self.format != EXISTING_FORMAT:
+                notes.append(
+                    f"{name}: left out: the plan's token file {where} joins a --format {EXISTING_FORMAT} export "
+                    f"only (this one is --format {self.format})"
+                )
+            else:
+                merged[name] = ExistingSource(name, Path(where))
+        return tuple(merged.values()), notes
 
     def targets(self) -> list[Path]:
         """The files an export writes: --out and, with --val-fraction, its validation file."""

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from synthgen.data.tokenrows import ExistingSource
 from synthgen.errors import UsageError
 from synthgen.export.config import ExportConfig, ExportRequest
 from synthgen.export.existing import scan_existing
@@ -74,12 +75,18 @@ def show_render_check(scans: Sequence[DatasetScan], config: ExportConfig, report
         voice.note(line)
 
 
-def _write(scans: Sequence[DatasetScan], config: ExportConfig, request: ExportRequest, voice: Voice) -> None:
+def _write(
+    scans: Sequence[DatasetScan],
+    config: ExportConfig,
+    request: ExportRequest,
+    existing: Sequence[ExistingSource],
+    voice: Voice,
+) -> None:
     report = request.report
-    for name, found in scan_existing(request.existing).items():
+    for name, found in scan_existing(existing).items():
         voice.say(f"{name}: {found.rows:,} existing token rows ({found.trained_tokens:,} trained tokens) merged")
     try:
-        written = write_export(scans, config, request.existing)
+        written = write_export(scans, config, existing)
     except DriftError:
         show_render_check(scans, config, report, voice)
         raise
@@ -106,12 +113,13 @@ def export(request: ExportRequest, voice: Voice | None = None) -> int:
         for scan in scans:
             if len(scan.settings) > 1:
                 voice.say(f"warning: {mixed_settings_warning(scan)}")
-    for line in drop_notes(scans):
+    existing, left_out = request.merged_existing()
+    for line in [*drop_notes(scans), *left_out]:
         voice.note(line)
-    if not any(scan.kept for scan in scans) and not request.existing:
+    if not any(scan.kept for scan in scans) and not existing:
         if request.report:
             voice.out.write(format_report(scans, config))
         read = sum(s.rows for s in scans)
         raise UsageError(f"nothing to export: {read:,} rows read, none kept; see why with --report")
-    _write(scans, config, request, voice)
+    _write(scans, config, request, existing, voice)
     return 0

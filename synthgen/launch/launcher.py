@@ -47,6 +47,7 @@ __all__ = ["ServerLaunchError", "ServerProcess", "decide_launch", "describe_exit
 
 DEFAULT_GRACE = 30.0  # SGLang drains for about 5 s after SIGTERM; give it room
 STATUS_INTERVAL = 5.0
+SAME_STATUS_EVERY = 60.0  # a loading line whose log line has not changed is said again at most this often
 POLL_INTERVAL = 0.5
 PUMP_WAIT = 10.0  # after the server's group is gone, the pump has this long to write what is left
 # The exec shim a server starts through on Linux: it asks the kernel to SIGTERM it when the run dies
@@ -285,7 +286,7 @@ class ServerProcess:
         """Poll `is_healthy()` until it returns True; returns the seconds that took.
 
         `is_healthy` must return False (not raise) while nothing answers. `on_status` gets
-        "loading, 37 s: <last log line>" at most every `status_interval` seconds. Raises
+        "loading, 37 s: <last log line>" at most every `status_interval` s (an unchanged one every minute). Raises
         ServerLaunchError when the process exits first or `timeout` passes; the process is left
         as it is (the caller's close()/stop() ends it).
         """
@@ -293,6 +294,7 @@ class ServerProcess:
             raise ServerLaunchError(f"{self.name} was never started")
         loop = asyncio.get_running_loop()
         started = last_status = loop.time()
+        last_text, last_said = "", started
         while True:
             code = self._proc.poll()
             if code is not None:
@@ -313,7 +315,10 @@ class ServerProcess:
                 )
             if on_status is not None and now - last_status >= status_interval:
                 last_status = now
-                on_status(f"{self.name} loading, {now - started:.0f} s: {self._log.progress() or 'starting'}")
+                text = self._log.progress() or "starting"
+                if text != last_text or now - last_said >= SAME_STATUS_EVERY:  # news, or a sign of life
+                    last_text, last_said = text, now
+                    on_status(f"{self.name} loading, {now - started:.0f} s: {text}")
             await asyncio.sleep(poll_interval)
 
     async def restart(self, reason: str, grace: float = DEFAULT_GRACE) -> None:

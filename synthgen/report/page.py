@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from html import escape
 from typing import Any
 
-from synthgen.data.rowread import LENGTH
+from synthgen.data.rowread import LENGTH, LOOPED
 from synthgen.fmt import fmt_duration
 from synthgen.report import svg
 from synthgen.report.figures import STOP, DatasetFigures, bins, quantile, share
@@ -116,7 +116,9 @@ def _points(samples: Sequence[dict[str, Any]], key: str) -> list[tuple[float, fl
 
 
 def legend_of(*items: tuple[str, str], lead: str = "") -> str:
-    keys = "".join(f'<span class="item"><span class="key {css}"></span>{escape(text)}</span>' for css, text in items)
+    keys = "".join(
+        f'<span class="item"><span class="key {escape(css)}"></span>{escape(text)}</span>' for css, text in items
+    )
     return f'<p class="legend">{escape(lead)}{keys}</p>'
 
 
@@ -220,6 +222,7 @@ def glance(data: PageData) -> str:
     rows = sum(d.rows for d in ds)
     tokens = sum(d.output_tokens for d in ds)
     cut, empty = sum(d.cut for d in ds), sum(d.empty for d in ds)
+    length, loops = sum(d.finish[LENGTH] for d in ds), sum(d.looped for d in ds)
     failed, skipped = sum(d.failed for d in ds), sum(d.skipped for d in ds)
     over = [d.name for d in ds if d.budget and d.output_tokens > d.budget]
     run, runs = last_run(data.timeline), len(data.timeline.runs)
@@ -231,6 +234,20 @@ def glance(data: PageData) -> str:
         card("output tokens", "total/output_tokens", f"{tokens:,}", _over(over), bool(over)),
         card(
             "cut at max tokens", "total/cut_share", share(cut, rows), stat("total/cut", f"{cut:,}") + " rows", cut > 0
+        ),
+        card(
+            "finish: length",
+            "total/length_share",
+            share(length, rows),
+            stat("total/length", f"{length:,}") + " rows ended at --max-tokens",
+            length > 0,
+        ),
+        card(
+            "ended by the loop guard",
+            "total/repetition_share",
+            share(loops, rows),
+            stat("total/repetition", f"{loops:,}") + " rows (finish: repetition), left out of exports",
+            loops > 0,
         ),
         card(
             "empty answer",
@@ -362,7 +379,8 @@ def dataset_section(d: DatasetFigures, index: int) -> str:
         desc = f"{title} in {d.name}, stacked by finish reason: " + "; ".join(
             f"{finish} {len(v):,} rows, median {quantile(v, 0.5):,}" for finish, v in sorted(split.items())
         )
-        figs.append(f"<figure>{svg.histogram(f'h{index}-{attr}', bins(split), order, title, desc, label)}</figure>")
+        chart = svg.histogram(f"h{index}-{attr}", bins(split), order, title, desc, label)
+        figs.append(f"<figure><figcaption>{escape(title)}</figcaption>{chart}</figure>")
     finish = ", ".join(f"{stat(f'{d.name}/finish/{k}', f'{n:,}')} {escape(k)}" for k, n in d.finish.most_common())
     facts = [
         f"<li>{stat(d.name + '/rows_n', f'{d.rows:,}')} rows: {finish or 'none yet'}</li>",
@@ -388,14 +406,24 @@ def dataset_section(d: DatasetFigures, index: int) -> str:
     return (
         f'<section class="dataset" id="ds-{escape(d.name)}"><h3>{escape(d.name)}</h3>'
         f'<ul class="facts">{"".join(facts)}</ul>'
-        f'{FINISH_LEGEND}<div class="figs">{"".join(figs)}</div>{lengths_table(d)}{workers_table(d)}'
+        f'{finish_legend(list(d.finish))}<div class="figs">{"".join(figs)}</div>{lengths_table(d)}{workers_table(d)}'
         f"{errors_table(d)}</section>"
     )
 
 
-FINISH_LEGEND = legend_of(
-    ("s-stop", "stop (ended on its own)"), ("s-length", "length (cut at --max-tokens)"), lead="finish reason:"
-)
+# Every finish reason a histogram can draw, with its colour's class and its words in the legend.
+FINISH_KEYS = {
+    STOP: "stop (ended on its own)",
+    LENGTH: "length (cut at --max-tokens)",
+    LOOPED: "repetition (ended by the loop guard)",
+    "abort": "abort",
+}
+
+
+def finish_legend(reasons: Sequence[str]) -> str:
+    """A key for every finish reason the dataset's charts draw (stop and length always)."""
+    shown = [STOP, LENGTH, *sorted(r for r in reasons if r not in (STOP, LENGTH))]
+    return legend_of(*((f"s-{r}", FINISH_KEYS.get(r, r)) for r in shown), lead="finish reason:")
 
 
 def workers_table(d: DatasetFigures) -> str:
@@ -448,7 +476,7 @@ h3{font-size:1.05rem;margin:1.4rem 0 .3rem}.status{margin:.2rem 0;color:var(--mu
 .figs{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,26rem),1fr));gap:.8rem}
 figure{margin:0}figure.wide{max-width:46rem}figcaption{font-size:.85rem;color:var(--muted)}.chart{width:100%;height:auto;display:block}
 .grid{stroke:var(--line)}.tick,.value,.label,.empty{font-size:11px;fill:var(--muted)}
-.s-stop{fill:#2b6cb0}.s-length{fill:#dd6b20}.s-unknown,.s-abort{fill:#718096}
+:where(rect[class^="s-"]){fill:#718096}.s-stop{fill:#2b6cb0}.s-length{fill:#dd6b20}.s-repetition{fill:#9b2c2c}
 .line{fill:none;stroke-width:1.8}.s-rate{stroke:#2b6cb0;fill:#2b6cb0}.s-inflight{stroke:#2f855a;fill:#2f855a}
 .s-running{stroke:#6b46c1;fill:#6b46c1}.s-waiting{stroke:#dd6b20;fill:#dd6b20}.line.s-rate,.line.s-inflight,
 .line.s-running,.line.s-waiting{fill:none}.outage{fill:#e53e3e;fill-opacity:.18}
@@ -457,7 +485,7 @@ figure{margin:0}figure.wide{max-width:46rem}figcaption{font-size:.85rem;color:va
 .key{display:inline-block;width:.9em;height:.9em;margin:0 .25em 0 .8em;
 vertical-align:-.1em;border-radius:2px;background:#718096}.key.s-rate{background:#2b6cb0}.key.s-inflight{background:#2f855a}
 .key.s-running{background:#6b46c1}.key.s-waiting{background:#dd6b20}.key.outage{background:#fbd5d5}.key.restart{background:#c53030}
-.key.s-stop{background:#2b6cb0}.key.s-length{background:#dd6b20}
+.key.s-stop{background:#2b6cb0}.key.s-length{background:#dd6b20}.key.s-repetition{background:#9b2c2c}
 .scroll{overflow-x:auto}
 table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0;font-variant-numeric:tabular-nums}
 th,td{border-bottom:1px solid var(--line);padding:.2rem .5rem;text-align:right;white-space:nowrap}

@@ -32,15 +32,20 @@ def fmt_count(value: float) -> str:
     return f"{value:g}" if value != int(value) else f"{int(value)}"
 
 
+TICKS = 4  # grid intervals on a value axis
+
+
 def nice_max(value: float) -> float:
-    """The smallest 1, 2, 2.5 or 5 times a power of ten at or above ``value`` (1 for nothing)."""
+    """The axis top for ``value``: ``TICKS`` steps of 1, 2 or 5 times a power of ten (at least 1), so every
+    tick is a round number and a count axis never shows a fraction (4 for nothing)."""
     if value <= 0:
-        return 1.0
-    power = 10 ** math.floor(math.log10(value))
-    for step in (1, 2, 2.5, 5, 10):
-        if step * power >= value:
-            return float(step * power)
-    return float(10 * power)
+        return float(TICKS)
+    need = value / TICKS
+    power = 10 ** math.floor(math.log10(need)) if need >= 1 else 1
+    for step in (1, 2, 5, 10):
+        if step * power >= need:
+            return float(TICKS * step * power)
+    return float(TICKS * 10 * power)
 
 
 def _open(ident: str, title: str, desc: str, height: int = HEIGHT) -> list[str]:
@@ -56,9 +61,9 @@ def _y_axis(top: float, height: float = HEIGHT) -> list[str]:
     """Grid lines and labels for 0..top on the plot's left."""
     out = []
     bottom = height - BOTTOM
-    for i in range(5):
-        value = top * i / 4
-        y = bottom - (bottom - TOP) * i / 4
+    for i in range(TICKS + 1):
+        value = top * i / TICKS
+        y = bottom - (bottom - TOP) * i / TICKS
         out.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>')
         out.append(f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{fmt_count(value)}</text>')
     return out
@@ -129,11 +134,11 @@ def bars(ident: str, items: Sequence[Bar], title: str, desc: str) -> str:
                 f"<title>budget {item.mark:,}</title></line>"
                 f'<text class="tick" x="{x + 3:.1f}" y="{y + 15}">budget {fmt_count(item.mark)}</text>'
             )
-    for i in range(5):
-        x = left + plot_w * i / 4
+    for i in range(TICKS + 1):
+        x = left + plot_w * i / TICKS
         out.append(
             f'<text class="tick" x="{x:.1f}" y="{height - BOTTOM + 16}" text-anchor="middle">'
-            f"{fmt_count(top * i / 4)}</text>"
+            f"{fmt_count(top * i / TICKS)}</text>"
         )
     return "\n".join([*out, "</svg>"])
 

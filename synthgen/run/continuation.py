@@ -74,7 +74,7 @@ class Continuation:
         run, carried = item.run, item.carried
         base = carried.output_ids if carried is not None else []
         segments = carried.segments if carried is not None else []
-        guard = LoopGuard() if self.cfg.loop_guard else None
+        guard = LoopGuard(item.max_new_tokens, self.decode) if self.cfg.loop_guard else None
         every = self.cfg.checkpoint_tokens if self.keeps_for(item) else 0
         saved = 0  # ids of this attempt on disk
 

@@ -39,6 +39,8 @@ from synthgen.run.progress import DatasetStats, Progress
 from synthgen.run.settled import set_aside, settled_skips
 from synthgen.server.client import Generation
 
+LOOPED_ROWS = "looped_rows.jsonl"  # --redo repetition: where the rows the loop guard ended are moved
+
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -148,6 +150,7 @@ class DatasetRun:
     partial_store: PartialTurns | None = None
     partial_rows: list[PartialTurn] = field(default_factory=list)  # regenerate=all: what partial_turns.jsonl held
     moving: list[str] = field(default_factory=list)  # --changed-prompts regenerate: rows begin() moves aside
+    redoing: list[str] = field(default_factory=list)  # --redo repetition: the loop guard's rows begin() moves aside
     settings: str | None = None  # the settings id rows of this run carry
     tokens: TokenLedger = field(default_factory=TokenLedger)  # where this run's output tokens went
     partial_outputs: PartialOutputs | None = None  # requests ended early, kept to continue (data/partials.py)
@@ -331,6 +334,9 @@ class DatasetRun:
         if self.moving:
             moved = move_rows(store.results_path, set(self.moving))
             progress.message(f"{self.name}: moved {moved:,} rows of changed prompts to changed_rows.jsonl")
+        if self.redoing:
+            moved = move_rows(store.results_path, set(self.redoing), LOOPED_ROWS)
+            progress.message(f"{self.name}: moved {moved:,} rows the loop guard ended to {LOOPED_ROWS}")
         if self.index.mode == "all":
             partial = PartialTurns(store.dir)
             self.partial = PartialTurns.usable(self.partial_rows, self.resume.done, self.index.hashes, self.settings)
@@ -421,6 +427,8 @@ def plan_lines(run: DatasetRun) -> list[str]:
     if ix.changed:
         how = "to generate again (old rows to changed_rows.jsonl)" if run.moving else "kept"
         extra.append(f"{len(ix.changed)} changed prompts {how}")
+    if run.redoing:
+        extra.append(f"{len(run.redoing):,} rows the loop guard ended to generate again (old rows to {LOOPED_ROWS})")
     if run.counts.settled:
         kinds = ", ".join(sorted(run.counts.settled))
         extra.append(f"{sum(run.counts.settled.values()):,} skipped for good by an earlier run ({kinds})")
@@ -498,8 +506,9 @@ def open_dataset(
         },
     )
     moving = changed_to_move(source, index.changed, cfg)
-    if moving:
-        resume = resume.without(set(moving))
+    redoing = [key for key, e in resume.entries.items() if e.looped and key not in moving] if cfg.redo_loops else []
+    if moving or redoing:
+        resume = resume.without({*moving, *redoing})
     selection, target, already_done = select_samples(index, resume.done, cfg, cfg.cap_for(source.name))
     selection, held = set_aside(selection, settled, index, cfg)
     counts = DatasetStats(
@@ -516,7 +525,7 @@ def open_dataset(
         budget = TokenBudget(cfg.max_tokens_per_dataset, cfg.max_tokens)
     run = DatasetRun(index, selection, resume, None if cfg.dry_run else store, counts, progress, budget)
     run.mix = Mix.from_config(cfg)
-    run.moving = moving  # a dry run never begins: nothing moves
+    run.moving, run.redoing = moving, redoing  # a dry run never begins: nothing moves
     run.keeps_partials, run.partial_output_rows = cfg.keep_partials, outputs
     if cfg.regenerate == "all":
         run.partial_rows = partial_rows

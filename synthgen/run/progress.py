@@ -33,6 +33,7 @@ from synthgen.fmt import fmt_duration
 from synthgen.redact import redact
 
 WINDOW = 60.0  # seconds of history behind the "recent" rate
+ETA_MIN_ANSWERS = 20  # answers before the status line gives an ETA ("estimating" until then)
 
 
 @dataclass
@@ -95,6 +96,7 @@ class Progress:
         self.on_outage: Callable[[str, str], None] = lambda event, detail: None  # the run's timeline
         self.started = time.monotonic()
         self._recent: deque[tuple[float, int, int]] = deque()  # (time, tokens, prompts)
+        self._first_answer: float | None = None  # when this run's first prompt finished (the ETA's start)
         self._log = None
         if log_file is not None:
             try:
@@ -163,6 +165,8 @@ class Progress:
         self._recent.append((time.monotonic(), completion_tokens, 0))
 
     def finished(self, completion_tokens: int) -> None:
+        if self._first_answer is None:
+            self._first_answer = time.monotonic()
         self.done += 1
         self.tokens += completion_tokens
         self._recent.append((time.monotonic(), completion_tokens, 1))
@@ -243,17 +247,25 @@ class Progress:
         return recent, self.tokens / elapsed
 
     def eta(self) -> float | None:
+        """Seconds left at the answers per second of the last minute, counted from the first answer; None
+        ("estimating") until ETA_MIN_ANSWERS answers came. Counting from the start instead read the wait for the
+        first wave of answers as the rate: with hundreds in flight the first answer after a minute made
+        "ETA 8h45m" of a run that took two."""
         now = time.monotonic()
         remaining = self.total - self.done - self.failed - self.skipped
         if remaining <= 0:
             return 0.0
-        window = min(WINDOW, max(now - self.started, 1e-9))
-        recent_prompts = sum(p for _, _, p in self._recent)
-        if recent_prompts:
-            return remaining / (recent_prompts / window)
-        if self.done:
-            return remaining / (self.done / (now - self.started))
-        return None
+        if self._first_answer is None or self.done < min(ETA_MIN_ANSWERS, self.total):
+            return None
+        window = min(WINDOW, now - self._first_answer)
+        recent_prompts = sum(p for at, _, p in self._recent if now - at <= window)
+        if window <= 0 or not recent_prompts:
+            return None
+        return remaining / (recent_prompts / window)
+
+    def _eta_text(self) -> str:
+        eta = self.eta()
+        return "estimating" if eta is None else fmt_duration(eta)
 
     def _postfix(self) -> str:
         recent, _ = self.rates()
@@ -266,7 +278,7 @@ class Progress:
         return (
             f"{self._stamp()} done {self.done}/{self.total} ({pct:.1f}%) | "
             f"out tok/s 1m {recent:,.0f} avg {lifetime:,.0f} | in-flight {self.in_flight} | "
-            f"failed {self.failed} | skipped {self.skipped} | ETA {fmt_duration(self.eta())}"
+            f"failed {self.failed} | skipped {self.skipped} | ETA {self._eta_text()}"
             + (
                 f" | SERVER DOWN {fmt_duration(time.monotonic() - self.outage_since)}"
                 if self.outage_since is not None
@@ -408,14 +420,22 @@ def _paths(paths: list[str]) -> str:
     return shown + (f" and {len(paths) - SHOWN_PATHS} more" if len(paths) > SHOWN_PATHS else "")
 
 
+# What the run prints as the next step: the exact route (the ids the model saw and wrote, for drafters), and the
+# re-rendered one for SFT trainers, whose render check says where the template renders other ids.
+EXACT_EXPORT = ("tokens", "tokens.jsonl")
+SFT_EXPORT = ("messages", "sft.jsonl")
+
+
 def export_command(
     output_dir: Path,
     names: list[str],
     partition: str,
     whole_partition: bool,
     prompts_dir: Path,
+    route: tuple[str, str] = EXACT_EXPORT,
 ) -> str:
-    """The export_training.py command for the rows of these datasets, runnable as printed."""
+    """The export_training.py command for the rows of these datasets in one route (format, file), runnable as
+    printed."""
     parts = ["python", "export_training.py"]
     if whole_partition:
         parts += ["--partition", partition]
@@ -426,10 +446,11 @@ def export_command(
             parts += ["--dataset", name]
     if output_dir != Path("outputs"):
         parts += ["--output-dir", str(output_dir)]
-    return " ".join(shlex.quote(p) for p in [*parts, "--out", "train.jsonl"])
+    fmt, out = route
+    return " ".join(shlex.quote(p) for p in [*parts, "--format", fmt, "--out", out])
 
 
-def end_of_run(stats: list[DatasetStats], output_dir: Path, rerun: str, export: str) -> tuple[str, bool]:
+def end_of_run(stats: list[DatasetStats], output_dir: Path, rerun: str, export: str, sft: str = "") -> tuple[str, bool]:
     """What to do next, as the run's last lines: the skips no rerun changes (by reason, with the fix and the
     real path), the failures a rerun retries (with the command), where the rows are and the export command.
     Returns (text, whether the exit code says "something is left": failures, retryable skips, or skips and
@@ -469,6 +490,11 @@ def end_of_run(stats: list[DatasetStats], output_dir: Path, rerun: str, export: 
             where += (
                 f" ({cut:,} of this run's {sum(s.done for s in stats):,} answers cut at --max-tokens: raise "
                 "--max-tokens for whole answers, or export the cut ones too with --keep-truncated)"
+            )
+        if sft:
+            lines.append(
+                "for SFT trainers, the text re-rendered by the chat template (the export's render check counts "
+                f"the rows whose text renders to other ids than the model saw): {sft}"
             )
         lines.append(f"rows: {where}; export them with: {export}")
     return "\n".join(lines), bool(failed or retry_skips or nothing)

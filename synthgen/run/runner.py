@@ -43,7 +43,7 @@ from synthgen.run.ledger import TokenLedger
 from synthgen.run.model import flag_settings, load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
 from synthgen.run.producer import Producer, record_skip
-from synthgen.run.progress import Progress, end_of_run, export_command, summary_table
+from synthgen.run.progress import SFT_EXPORT, Progress, end_of_run, export_command, summary_table
 from synthgen.run.request import Requests
 from synthgen.run.serverset import ServerSet, make_client
 from synthgen.run.stopping import RunStop
@@ -298,8 +298,9 @@ class Runner:
         cfg = self.config
         names = [run.name for run in self.runs]
         stats = [run.counts for run in self.runs]
-        export = export_command(cfg.output_dir, names, cfg.partition, not cfg.datasets, cfg.prompts_dir)
-        return end_of_run(stats, cfg.output_dir, self.rerun_command, export)
+        where = (cfg.output_dir, names, cfg.partition, not cfg.datasets, cfg.prompts_dir)
+        export, sft = export_command(*where), export_command(*where, route=SFT_EXPORT)
+        return end_of_run(stats, cfg.output_dir, self.rerun_command, export, sft)
 
 
 class Pool:

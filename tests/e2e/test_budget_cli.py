@@ -371,7 +371,45 @@ def test_an_existing_token_file_is_in_the_table_and_the_totals_without_inference
     plan = json.loads((project / "b.json").read_text())
     assert plan["datasets"]["A1_deepswekimi"]["max_samples"] == 0
     assert plan["datasets"]["A1_deepswekimi"]["avg_source"] == "existing"
+    assert plan["datasets"]["A1_deepswekimi"]["path"] == "pretok.jsonl"
     assert "--dataset math --budget b.json" in err
+
+
+def test_an_existing_file_named_like_a_dataset_of_prompts_is_one_line_not_a_silent_stand_in(project, capsys):
+    write_jsonl(project / "pretok.jsonl", [{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}])
+    code, out, err = run(capsys, "--avg-tokens", "chat=100", "--existing", "math=pretok.jsonl")
+    assert (code, out) == (2, "")
+    assert err == (
+        "compute_budget.py: error: --existing math=pretok.jsonl: 'math' is also the dataset "
+        "prompts/long/math.jsonl; name the file apart, e.g. --existing math_tokens=pretok.jsonl\n"
+    )
+
+
+def test_the_export_of_a_plan_merges_its_existing_files_and_names_them_when_the_format_leaves_them_out(project, capsys):
+    from result_rows import record, write_results
+
+    from synthgen.cli.export import main as export_main
+
+    write_jsonl(project / "pretok.jsonl", [{"input_ids": [1, 2, 3, 4], "loss_mask": [0, 0, 1, 1]}] * 2)
+    code, _, err = run(
+        capsys, "--dataset", "chat", "--avg-tokens", "chat=5", "--existing", "A1=pretok.jsonl", "--out", "b.json"
+    )
+    assert code == 0, err
+    write_results(project, "chat", [record("c0")])
+    code = export_main(["--budget", "b.json", "--format", "tokens", "--out", "t.jsonl", "--no-render-check"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "A1: 2 existing token rows (4 trained tokens) merged" in err
+    rows = [json.loads(line) for line in (project / "t.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in rows) == ["A1/1", "A1/2", "chat/c0"]
+
+    code = export_main(["--budget", "b.json", "--format", "messages", "--out", "m.jsonl", "--no-render-check"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert (
+        "note: A1: left out: the plan's token file pretok.jsonl joins a --format tokens export only "
+        "(this one is --format messages)"
+    ) in err.splitlines()
 
 
 @pytest.mark.parametrize(

@@ -127,9 +127,19 @@ def test_a_run_ends_with_where_the_rows_are_and_an_export_command_that_runs_as_p
     assert match, result.stderr
     assert match.group(1) == "outputs/alpha/raw_responses.jsonl, outputs/beta/raw_responses.jsonl"
     assert (ws.root / match.group(2)).is_file()  # the run's report page
+    assert match.group(3) == "python export_training.py --partition short --format tokens --out tokens.jsonl"
+    sft = (
+        "for SFT trainers, the text re-rendered by the chat template (the export's render check counts the rows "
+        "whose text renders to other ids than the model saw): python export_training.py --partition short "
+        "--format messages --out sft.jsonl"
+    )
+    assert result.stderr.splitlines()[-2] == sft
     exported = run_as_printed(ws, match.group(3))
     assert exported.returncode == 0, exported.stderr
-    assert len((ws.root / "train.jsonl").read_text().splitlines()) == 5
+    assert len((ws.root / "tokens.jsonl").read_text().splitlines()) == 5
+    exported = run_as_printed(ws, sft.split(": ")[-1])
+    assert exported.returncode == 0, exported.stderr
+    assert len((ws.root / "sft.jsonl").read_text().splitlines()) == 5
 
     again = ws.run("--partition", "short", "--server-url", sim.url, *COMMON)
     assert again.returncode == 0 and "nothing to do" in again.stderr
@@ -148,7 +158,7 @@ def test_the_printed_export_command_runs_when_one_dataset_of_the_partition_had_e
     command = re.search(r"export them with: (.*)", result.stderr).group(1)
     exported = run_as_printed(ws, command)
     assert exported.returncode == 0, exported.stderr
-    assert len((ws.root / "train.jsonl").read_text().splitlines()) == 2
+    assert len((ws.root / "tokens.jsonl").read_text().splitlines()) == 2
     assert (
         "note: tools: no results (outputs/tools/raw_responses.jsonl), left out: not run yet, or every prompt was "
         "skipped (see outputs/tools/errors.jsonl)"
@@ -342,11 +352,11 @@ def test_the_export_says_which_flag_brings_back_rows_cut_at_max_tokens(ws, make_
     exported = run_as_printed(ws, command)
     assert exported.returncode == 2  # nothing kept
     assert "note: 3 rows dropped as truncated: finish_reason length; --keep-truncated keeps them" in exported.stderr
+    assert run_as_printed(ws, command + " --keep-truncated").returncode == 0
     # Cut before any answer: SpecForge's validator refuses those rows, the export says so and what keeps them.
-    kept = run_as_printed(ws, command + " --keep-truncated")
+    kept = run_as_printed(ws, command.replace("--format tokens", "--format specforge") + " --keep-truncated")
     assert kept.returncode == 2
     assert "note: 3 rows dropped as cut_empty: kept by --keep-truncated but SpecForge's validator" in kept.stderr
-    assert run_as_printed(ws, command + " --keep-truncated --format tokens").returncode == 0
 
 
 def test_the_summary_of_a_launched_server_run_shows_the_start_up_apart(ws, tokenizers):

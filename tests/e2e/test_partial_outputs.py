@@ -129,9 +129,32 @@ def test_the_loop_guard_ends_a_looping_answer_and_keeps_it_as_a_repetition_row(w
     assert looped["finish_reason"] == "repetition" and looped["attempts"] == 1
     detail = looped["finish_detail"]
     assert detail["type"] == "repetition" and detail["count"] >= 4 and len(detail["pattern"]) == detail["pattern_size"]
-    assert 768 <= looped["completion_tokens"] < 2000  # ended well before --max-tokens
+    assert 2048 <= looped["completion_tokens"] < 3000  # ended well before --max-tokens (the text span: 2,048)
     assert looped["output_ids"][detail["start"] :][: detail["pattern_size"]] == detail["pattern"]
     assert f"{looped['completion_tokens']:,} loops" in result.stderr
+
+
+def test_redo_repetition_generates_the_guards_rows_again_and_each_id_keeps_one_row(ws, make_sim):
+    sim = make_sim("chatml")
+    ws.dataset("short", "d", [{"id": "ok", "prompt": "a question"}, {"id": "loop", "prompt": "go [sim:loop]"}])
+    assert ws.run("--server-url", sim.url, "--max-tokens", "6000").returncode == 0
+    cut = {r["id"]: r for r in ws.rows("d")}["loop"]
+    assert cut["finish_reason"] == "repetition"
+    # A plain rerun leaves the row alone (a greedy loop loops again).
+    again = ws.run("--server-url", sim.url, "--max-tokens", "6000")
+    assert again.returncode == 0 and {r["id"]: r for r in ws.rows("d")}["loop"] == cut
+    # --redo repetition with the guard off: the row moves aside and is generated whole, to the end.
+    redo = ws.run("--server-url", sim.url, "--max-tokens", "6000", "--redo", "repetition", "--loop-guard", "off")
+    assert redo.returncode == 0, redo.stderr
+    assert "1 rows the loop guard ended to generate again (old rows to looped_rows.jsonl)" in redo.stderr
+    rows = {r["id"]: r for r in ws.assert_exactly_once("d", ["ok", "loop"])}
+    assert rows["loop"]["finish_reason"] == "length" and rows["loop"]["completion_tokens"] > len(cut["output_ids"])
+    assert rows["loop"]["output_ids"][: len(cut["output_ids"])] == cut["output_ids"]
+    assert ws.rows("d", "looped_rows.jsonl") == [cut]
+    # Nothing is left to redo; the export reads the one row per id.
+    last = ws.run("--server-url", sim.url, "--max-tokens", "6000", "--redo", "repetition")
+    assert last.returncode == 0 and "to generate again" not in last.stderr
+    assert ws.assert_exactly_once("d", ["ok", "loop"])[0]["id"] in {"ok", "loop"}
 
 
 def test_where_abort_request_is_refused_a_stop_ends_each_stream_after_its_next_chunk(ws, make_sim):

@@ -206,7 +206,7 @@ def test_a_looping_prompt_loops_and_a_long_one_does_not_for_the_loop_guard(sim, 
     looping, long = answer("think [sim:loop]"), answer("write [sim:long=2500]")
     assert looping["meta_info"]["finish_reason"] == {"type": "length", "length": 3000}
     assert looping["text"].count("Wait, let me check that step again.") > 100
-    assert LoopGuard().check(looping["output_ids"]) is not None
+    assert LoopGuard(3000).check(looping["output_ids"]) is not None
     assert len(long["output_ids"]) == 2500 and long["meta_info"]["finish_reason"]["type"] == "stop"
     guard, ids = LoopGuard(min_tokens=0), long["output_ids"]
     assert all(guard.check(ids[:end]) is None for end in range(64, len(ids) + 1, 64))

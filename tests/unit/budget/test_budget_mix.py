@@ -116,5 +116,6 @@ def test_the_budget_file_says_how_many_samples_per_prompt_and_marks_existing_dat
         "avg_source": "existing",
         "expected_tokens": 8_400_000,
         "rows": 2_800,
+        "path": None,
     }
     assert "samples_per_prompt" not in plan_json(seed_plan())

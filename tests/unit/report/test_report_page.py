@@ -189,3 +189,30 @@ def test_a_folder_of_many_datasets_charts_those_with_the_most_tokens_and_tables_
     assert sections == [f"d{i:02d}" for i in range(6, 30)]  # the 24 with the most output tokens, in folder order
     assert all(page_stats(page)[f"d{i:02d}/rows"] == "1" for i in range(30))
     assert "the 24 of 30 datasets with the most output tokens" in page
+
+
+def test_count_axes_tick_at_round_whole_numbers():
+    from synthgen.report.svg import nice_max
+
+    for value, top in [(0, 4), (1, 4), (3, 4), (5, 8), (9, 20), (21, 40), (130, 200), (2_600, 4_000), (0.5, 4)]:
+        assert nice_max(value) == top, value
+    for value in range(1, 3_000, 7):
+        top = nice_max(value)
+        assert top >= value and all(float(top * i / 4).is_integer() for i in range(5)), value
+
+
+def test_every_finish_reason_drawn_has_a_key_and_loops_and_length_have_cards():
+    rows = make_rows("d", 12)
+    rows[0]["finish_reason"] = "repetition"
+    rows[1]["finish_reason"] = "length"
+    page = build_page(PageData("o", [figures("d", rows)], timeline(), START))
+    legend = re.search(r'<p class="legend">finish reason:(.*?)</p>', page).group(1)
+    keys = re.findall(r'class="key (s-[a-z]+)"', legend)
+    drawn = set(re.findall(r'<rect class="(s-[a-z]+)"', page))
+    assert drawn <= set(keys) and "s-repetition" in drawn
+    assert "repetition (ended by the loop guard)" in legend
+    assert ".s-repetition{fill:" in page  # a colour of its own, not the default black
+    stats = page_stats(page)
+    assert (stats["total/repetition"], stats["total/length"]) == ("1", "1")
+    captions = re.findall(r"<figcaption>([^<]+)</figcaption>", page)
+    assert "Output tokens per row (every generated turn)" in captions

@@ -74,3 +74,25 @@ def test_summary_reports_the_token_budget_overshoot():
 
 def test_durations_are_human_readable():
     assert [fmt_duration(x) for x in (5, 125, 7325, None)] == ["5s", "2m05s", "2h02m", "?"]
+
+
+def test_the_eta_says_estimating_until_answers_come_then_counts_from_the_first_answer(monkeypatch):
+    from synthgen.run import progress as progress_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    progress = Progress(0, out, tty=False)
+    progress.start(630)
+    progress.in_flight = 500
+    clock[0] += 50
+    assert progress.eta() is None and "ETA estimating" in progress.status_line()
+    progress.finished(40)  # the first answer after 50 s of a full server: no rate yet
+    clock[0] += 5
+    assert progress.eta() is None and "ETA estimating" in progress.status_line()
+    for _ in range(19):
+        clock[0] += 0.5
+        progress.finished(40)
+    # 20 answers in the 14.5 s since the first: 610 left at that rate, not at 20 answers a minute (30m30s)
+    assert progress.eta() == 610 / (20 / 14.5)
+    assert "ETA 7m22s" in progress.status_line()
