@@ -261,20 +261,11 @@ def read_row(line: bytes, lean: bool = False) -> Outcome:
 
 
 def done_entry(outcome: Outcome) -> DoneEntry | None:
-    """What the resume keeps of a row: of a Row, and of a Malformed one with a key (its prompt is answered:
-    sending it again would make a second row of that key); None for the rest, a bad line."""
+    """What the resume keeps of a row (``DoneEntry.from_dict``, the one place its fields are taken): of a Row,
+    and of a Malformed one with a key (its prompt is answered: sending it again would make a second row of that
+    key); None for the rest, a bad line."""
     if isinstance(outcome, Row):
-        get = outcome.fields.get
-        source, digest, mode = get("source"), get("prompt_hash"), get("regenerate")
-        return DoneEntry(
-            outcome.key,
-            outcome.output_tokens,
-            source if isinstance(source, str) else None,
-            digest if isinstance(digest, str) else None,
-            outcome.measured,
-            get("finish_reason") == LENGTH,  # the row's (last turn's): cut
-            mode if isinstance(mode, str) else None,
-        )
+        return DoneEntry.from_dict(outcome.fields)
     if isinstance(outcome, Malformed) and outcome.key is not None:
         return DoneEntry.from_dict(outcome.row)
     return None
