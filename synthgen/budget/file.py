@@ -68,10 +68,11 @@ def plan_json(plan: Plan) -> dict[str, Any]:
     return out
 
 
-def write_budget(path: Path, plan: Plan) -> None:
-    """Temp file in the same folder, fsync, os.replace: a reader sees the old file or the new one."""
+def write_budget(path: Path, plan: Plan, extra: dict[str, Any] | None = None) -> None:
+    """Temp file in the same folder, fsync, os.replace: a reader sees the old file or the new one. ``extra``:
+    more top-level keys (``teacher``: compute_budget.py --teacher-topk)."""
     path = Path(path)
-    payload = orjson.dumps(plan_json(plan), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+    payload = orjson.dumps({**plan_json(plan), **(extra or {})}, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

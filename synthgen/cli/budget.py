@@ -15,10 +15,11 @@ from fractions import Fraction
 from pathlib import Path
 
 from synthgen.budget import plan as budget
+from synthgen.budget import teacher
 from synthgen.budget.file import write_budget
 from synthgen.data.prompts import DatasetSource, discover, scan_dataset
 from synthgen.data.samples import MAX_SAMPLES_PER_PROMPT
-from synthgen.data.store import RESULTS, iter_done
+from synthgen.data.store import RESULTS, iter_done, iter_rows
 from synthgen.data.tokenrows import ExistingSource, parse_existing, scan_token_rows
 from synthgen.errors import InputFileError, OneLineParser, UsageError, run_guarded
 
@@ -157,6 +158,13 @@ def _output(g: argparse._ArgumentGroup) -> None:
         metavar="FILE",
         help="also write the plan as JSON (atomically) for run_inference.py --budget FILE",
     )
+    g.add_argument(
+        "--teacher-topk",
+        type=int,
+        metavar="K",
+        help="also say what scoring the planned rows with the teacher costs (score_teacher.py --top-k K): "
+        "prefill tokens and side-file size per dataset, in the table and budget.json",
+    )
     g.add_argument("--debug", action="store_true", help="show the traceback of an error instead of one line")
 
 
@@ -180,6 +188,7 @@ class BudgetConfig:
     throughput: tuple[Fraction, ...] = (Fraction(1000), Fraction(1500))
     # --- output
     out: Path | None = None
+    teacher_topk: int | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> BudgetConfig:
@@ -217,6 +226,7 @@ class BudgetConfig:
             samples_per_prompt=per_prompt,
             throughput=throughput,
             out=args.out,
+            teacher_topk=args.teacher_topk,
         )
 
 
@@ -331,12 +341,32 @@ def build_plan(cfg: BudgetConfig) -> budget.Plan:
     return budget.Plan(cfg.tokens_per_dataset, tuple(rows), cfg.throughput, cfg.samples_per_prompt)
 
 
+def measure_prompts(output_dir: Path, dataset: str) -> Fraction | None:
+    """The average prompt_tokens of the stored rows (None without any)."""
+    total = count = 0
+    for row in iter_rows(Path(output_dir) / dataset / RESULTS):
+        value = row.get("prompt_tokens")
+        if isinstance(value, int) and not isinstance(value, bool) and isinstance(row.get("id"), str):
+            total, count = total + value, count + 1
+    return Fraction(total, count) if count else None
+
+
 def run(cfg: BudgetConfig) -> int:
     plan = build_plan(cfg)
+    costs = None
+    if cfg.teacher_topk is not None:
+        if cfg.teacher_topk < 1:
+            raise UsageError(f"--teacher-topk {cfg.teacher_topk}: give 1 or more (20 is usual)")
+        prompts = {d.name: measure_prompts(cfg.output_dir, d.name) for d in plan.datasets}
+        costs = teacher.plan_costs(plan, prompts, cfg.teacher_topk)
     # The file first: if it cannot be written, no table suggests that the plan was saved.
     if cfg.out is not None:
-        write_budget(cfg.out, plan)
+        extra = None if costs is None else {"teacher": teacher.teacher_json(costs, cfg.teacher_topk or 0)}
+        write_budget(cfg.out, plan, extra)
     print(budget.format_table(plan))
+    if costs is not None:
+        print()
+        print(teacher.format_teacher_table(costs, cfg.teacher_topk or 0))
     if cfg.out is not None:
         print(f"wrote {cfg.out}; use it with: {run_hint(cfg, plan)}", file=sys.stderr)
     return 0

@@ -7,6 +7,8 @@ import asyncio
 import os
 import shlex
 import sys
+from collections.abc import Callable, Mapping
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -18,7 +20,9 @@ from synthgen.budget.plan import parse_count
 from synthgen.config import CHANGED_PROMPTS, RunConfig, default_of
 from synthgen.data.mix import load_mix
 from synthgen.data.prompts import REGENERATE_MODES
+from synthgen.data.sampling_keys import FLAGGED
 from synthgen.data.selection import SAMPLE_MODES
+from synthgen.data.shards import env_hint, parse_shard, prepare_folder, token_share
 from synthgen.errors import OneLineParser, UsageError, run_guarded
 from synthgen.launch.supervisor import DEMO_MAX_TOKENS, Supervisor, default_max_tokens
 from synthgen.redact import redact
@@ -29,6 +33,8 @@ from synthgen.run.stopping import RunStop
 
 PROG = "run_inference.py"
 PROG_CALL = "python run_inference.py"
+# RunConfig's fields: a sampling flag with one of its own (--max-tokens) goes there, the others to sampling_flags.
+RUN_FIELDS = frozenset(one.name for one in fields(RunConfig))
 
 EXAMPLES = """\
 exit codes:
@@ -145,6 +151,12 @@ def _how_many(g: argparse._ArgumentGroup) -> None:
         help="seed of --sample random, of each sample's sampling_seed and recipe draw (default: %(default)s)",
     )
     g.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run shard I (0..N-1) of every dataset, in <output-dir>/shard-I-of-N; the cap counts all shards "
+        "(e.g. --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT; docs/cluster.md)",
+    )
+    g.add_argument(
         "--samples-per-prompt",
         type=int,
         default=default_of("samples_per_prompt"),
@@ -227,16 +239,12 @@ def _model_and_template(g: argparse._ArgumentGroup) -> None:
 
 
 def _sampling(g: argparse._ArgumentGroup) -> None:
-    g.add_argument(
-        "--max-tokens",
-        type=int,
-        metavar="N",
-        help=f"per answer (default: {default_of('max_tokens')}; {DEMO_MAX_TOKENS} with the demo)",
-    )
+    for row in FLAGGED:  # synthgen.data.sampling_keys: one row a flag
+        default = default_of(row.name) if row.name in RUN_FIELDS else None
+        assert row.flag is not None and row.name is not None
+        help_text = row.help.format(default=default, demo=DEMO_MAX_TOKENS)
+        g.add_argument(row.flag, dest=row.name, type=row.kind, metavar=row.metavar, help=help_text)
     g.add_argument("--max-seq-len", type=int, metavar="N", help="prompt + answer (default: the server's)")
-    g.add_argument("--temperature", type=float, metavar="T", help="default: the model's")
-    g.add_argument("--top-p", type=float, metavar="P", help="default: the server's")
-    g.add_argument("--top-k", type=int, metavar="K", help="default: the server's")
     g.add_argument(
         "--sampling-params",
         default="{}",
@@ -383,6 +391,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         sample=args.sample,
         seed=args.seed,
         samples_per_prompt=args.samples_per_prompt,
+        shard=parse_shard(args.shard) if args.shard is not None else None,
         sampling_mix=load_mix(args.sampling_mix) if args.sampling_mix is not None else None,
         server_url=(args.server_url or [default_of("server_url")])[0],
         server_urls=tuple(args.server_url or ()),
@@ -406,9 +415,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         redo_loops=args.redo == "repetition",
         max_tokens=args.max_tokens if args.max_tokens is not None else default_max_tokens(args.launch_server),
         max_seq_len=args.max_seq_len,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
+        sampling_flags=sampling_flags(args),
         extra_sampling=extra_sampling,
         concurrency=args.concurrency,
         max_concurrency=args.max_concurrency,
@@ -426,6 +433,37 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         report_interval=args.report_interval,
         dry_run=args.dry_run,
     ).validate()
+
+
+def in_shard_folder(cfg: RunConfig, environ: Mapping[str, str], say: Callable[[str], None]) -> RunConfig:
+    """The config of a --shard run: its shard folder as the output folder (checked, and its shard.json written
+    unless a dry run) and its share of --max-tokens-per-dataset. Without --shard, a scheduler's array variables
+    in the environment get one line saying how to pass them (never used unasked)."""
+    hint = env_hint(environ) if cfg.shard is None else None
+    if hint:
+        say(hint)
+    record = {
+        "seed": cfg.seed,
+        "sample": cfg.sample,
+        "samples_per_prompt": cfg.samples_per_prompt,
+        "regenerate": cfg.regenerate,
+        "max_samples": cfg.max_samples,
+        "budget": cfg.budget,
+        "max_tokens_per_dataset": cfg.max_tokens_per_dataset,
+    }
+    folder = prepare_folder(cfg.output_dir, cfg.shard, record, write=cfg.shard is not None and not cfg.dry_run)
+    if cfg.shard is None:
+        return cfg
+    tokens = token_share(cfg.max_tokens_per_dataset, cfg.shard)
+    say(f"shard {cfg.shard} into {folder}: every cap counts the whole dataset, this run makes its slice of it")
+    log = cfg.server_log if cfg.server_log != cfg.output_dir / "server.log" else None
+    return replace(cfg, output_dir=folder, server_log=log, max_tokens_per_dataset=tokens).validate()
+
+
+def sampling_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling flags given (synthgen.data.sampling_keys), by option name, but those RunConfig has a field for."""
+    given = {row.name: getattr(args, row.name or "") for row in FLAGGED if row.name not in RUN_FIELDS}
+    return {name: value for name, value in given.items() if name is not None and value is not None}
 
 
 def _budget_of(args: argparse.Namespace) -> Budget | None:
@@ -514,6 +552,7 @@ def main(argv: list[str] | None = None, stream: TextIO | None = None, tty: bool 
             given = args.partition != default_of("partition") or any(a.startswith("--partition") for a in argv)
             names = selected(args.output_dir, args.prompts_dir, args.partition if given else None, args.dataset)
             return show_status(args.output_dir, names, sys.stdout)
-        return asyncio.run(run(config_from_args(args)))
+        config = in_shard_folder(config_from_args(args), os.environ, lambda line: write_last(line, out, None))
+        return asyncio.run(run(config))
 
     return run_guarded(PROG, body, out, "--debug" in argv)

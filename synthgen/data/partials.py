@@ -38,31 +38,21 @@ import orjson
 from synthgen.data.openfiles import limit_error, open_output
 from synthgen.data.records import typed_list
 from synthgen.data.rowread import Row
+from synthgen.data.sampling_keys import continuation_rows
 from synthgen.data.store import WRITE_POOL, iter_rows, rewrite_lines
 from synthgen.errors import StoreWriteError
 
 NAME = "partial_outputs.jsonl"
 
-# Sampling keys whose effect depends on the tokens already generated (or on the request being one
-# whole draw): a continuation would not sample from the same distribution. key -> its neutral value.
-OUTPUT_SIDE_KEYS: dict[str, Any] = {
-    "frequency_penalty": 0.0,
-    "presence_penalty": 0.0,
-    "repetition_penalty": 1.0,
-    "min_new_tokens": 0,
-    "sampling_seed": None,
-}
-
 
 def continuation_blocker(sampling: dict[str, Any]) -> str | None:
     """Why a request with these sampling params cannot be continued from a partial output (None: it
     can): penalties that count output tokens, min_new_tokens and a fixed sampling_seed are not
-    carried over by a new request."""
-    for key, neutral in OUTPUT_SIDE_KEYS.items():
-        value = sampling.get(key, neutral)
-        if value is not None and value != neutral:
-            what = "a fixed seed draws another sequence" if key == "sampling_seed" else "it counts output tokens"
-            return f"{key} {value}: {what}, so a continuation is not the same distribution"
+    carried over by a new request (the rows of sampling_keys with a ``continuation``)."""
+    for row in continuation_rows():
+        value = sampling.get(row.key, row.neutral)
+        if row.blocks_continuation(value):
+            return f"{row.key} {value}: {row.continuation}, so a continuation is not the same distribution"
     return None
 
 

@@ -16,7 +16,7 @@ from synthgen.data.tokenrows import ExistingSource
 from synthgen.errors import UsageError
 from synthgen.export import formats
 from synthgen.export.existing import FORMAT as EXISTING_FORMAT
-from synthgen.export.existing import check_existing
+from synthgen.export.existing import TOKEN_FORMATS, check_existing
 from synthgen.export.rendercheck import Route
 
 PROG = "export_training.py"  # the script, named in pages and messages
@@ -101,7 +101,7 @@ class ExportRequest:
                     f"{name}: left out: {self.budget} does not record this --existing dataset's file (an older "
                     f"compute_budget.py wrote it); add --existing {name}=FILE, or rerun compute_budget.py"
                 )
-            elif self.format != EXISTING_FORMAT:
+            elif self.format not in TOKEN_FORMATS:
                 notes.append(
                     f"{name}: left out: the plan's token file {where} joins a --format {EXISTING_FORMAT} export "
                     f"only (this one is --format {self.format})"

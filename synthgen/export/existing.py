@@ -16,10 +16,11 @@ from synthgen.data.tokenrows import ExistingSource, TokenRowsScan, iter_token_ro
 from synthgen.errors import UsageError
 
 FORMAT = "tokens"
+TOKEN_FORMATS = (FORMAT, "axolotl-kd", "topk-sparse")  # formats made of token rows, which --existing joins
 
 
 def check_existing(existing: Sequence[ExistingSource], fmt: str) -> None:
-    if existing and fmt != FORMAT:
+    if existing and fmt not in TOKEN_FORMATS:
         raise UsageError(
             f"--existing: files of token rows join a --format {FORMAT} export only (this one is --format {fmt}); "
             f"add --format {FORMAT}"

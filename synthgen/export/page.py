@@ -24,7 +24,9 @@ def write_html(request: ExportRequest, datasets: Sequence[DatasetRef], say: Call
     names = [ref.name for ref in datasets]
     plan = request.plan
     budgets = token_budgets(names, None, plan.caps, plan.averages) if plan else {}
-    page = FolderReport(Path(request.output_dir), names, budgets).page(
+    # Each dataset folder read, as a path under --output-dir: a sharded run's shards are shown one by one.
+    folders = [folder_of(ref, Path(request.output_dir)) for ref in datasets]
+    page = FolderReport(Path(request.output_dir), folders, budgets).page(
         None, PROG, f"{request.output_dir} ({', '.join(names)})"
     )
     try:
@@ -32,3 +34,11 @@ def write_html(request: ExportRequest, datasets: Sequence[DatasetRef], say: Call
     except OSError as exc:
         raise StoreWriteError(f"--html {target}: cannot write the page ({exc.strerror or exc})") from exc
     say(f"wrote {target} (the report as a page)")
+
+
+def folder_of(ref: DatasetRef, output_dir: Path) -> str:
+    """``<dataset>``, or ``shard-I-of-N/<dataset>`` for one shard of a sharded run."""
+    try:
+        return ref.path.parent.relative_to(output_dir).as_posix()
+    except ValueError:
+        return ref.name

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 from synthgen.data.tokenrows import ExistingSource
 from synthgen.errors import UsageError
 from synthgen.export.config import ExportConfig, ExportRequest
 from synthgen.export.existing import scan_existing
+from synthgen.export.formats.kd import TeacherJoin
 from synthgen.export.page import write_html
 from synthgen.export.report import drop_notes, format_report, mixed_settings_warning, render_notes, summary_line
 from synthgen.export.routes import resolve
@@ -85,11 +87,14 @@ def _write(
     report = request.report
     for name, found in scan_existing(existing).items():
         voice.say(f"{name}: {found.rows:,} existing token rows ({found.trained_tokens:,} trained tokens) merged")
+    join = TeacherJoin(Path(request.output_dir)) if config.fmt.teacher else None
     try:
-        written = write_export(scans, config, existing)
+        written = write_export(scans, config, existing, join)
     except DriftError:
         show_render_check(scans, config, report, voice)
         raise
+    if join is not None:
+        voice.say(join.summary())
     for path, rows in written.items():
         voice.say(f"wrote {path} ({rows:,} rows, {config.format})")
         if not rows:

@@ -18,6 +18,7 @@ from synthgen.data.store import RESULTS
 from synthgen.errors import UsageError
 from synthgen.export.config import DatasetRef, ExportConfig, ExportRequest
 from synthgen.export.scan import RowRef
+from synthgen.export.sharded import sharded_refs
 
 
 def choose_datasets(
@@ -31,7 +32,10 @@ def choose_datasets(
     output_dir = Path(request.output_dir)
     if request.partition is not None:
         names = [source.name for source in discover(request.prompts_dir, request.partition, names)]
-    elif not names:
+    sharded = sharded_refs(output_dir, names, note)  # a --shard run's folder: its shards read as one
+    if sharded is not None:
+        return sharded
+    if not names:
         found = sorted(p.parent.name for p in output_dir.glob(f"*/{RESULTS}"))
         if not found:
             raise UsageError(

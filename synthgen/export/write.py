@@ -16,6 +16,7 @@ from synthgen.errors import EXIT_FAILURES, StoreWriteError, SynthgenError
 from synthgen.export.config import ExportConfig, val_path
 from synthgen.export.existing import existing_rows
 from synthgen.export.formats import Exported
+from synthgen.export.formats.kd import TeacherJoin, write_parquet
 from synthgen.export.rendercheck import TEXT, Route, Tally, verdict
 from synthgen.export.scan import DatasetScan, RowRef, reread
 from synthgen.export.select import split_rows
@@ -94,28 +95,38 @@ def _file_mode() -> int:
     return 0o666 & ~umask
 
 
-def _write_rows(
-    path: Path,
+def _rows(
     refs: Sequence[RowRef],
     config: ExportConfig,
     handles: dict[Path, BinaryIO],
     checks: dict[str, Tally],
     merged: Iterable[dict[str, Any]] = (),
+) -> Iterator[dict[str, Any]]:
+    for ref in refs:
+        tally = checks.get(ref.dataset)
+        for exported in _exported(ref, config, handles):
+            yield exported.row
+            if tally is not None:
+                check_row(tally, config.checkers[ref.dataset], exported)
+    yield from merged  # --existing token rows
+
+
+def _write_rows(
+    path: Path,
+    rows: Iterator[dict[str, Any]],
+    join: TeacherJoin | None = None,
+    fmt: str = "",
 ) -> tuple[str, int]:
-    """Rows to a temp file beside ``path``; returns (temp path, rows written). The caller renames it."""
+    """Rows to a temp file beside ``path``; returns (temp path, rows written). The caller renames it.
+    With a teacher ``join`` (formats/kd.py), parquet rows with the teacher's targets, else JSON lines."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     written = 0
     try:
         os.fchmod(fd, _file_mode())
         with os.fdopen(fd, "wb") as out:
-            for ref in refs:
-                tally = checks.get(ref.dataset)
-                for exported in _exported(ref, config, handles):
-                    out.write(json_line(exported.row))
-                    written += 1
-                    if tally is not None:
-                        check_row(tally, config.checkers[ref.dataset], exported)
-            for row in merged:  # --existing token rows
+            if join is not None:
+                written = write_parquet(out, rows, fmt, join)
+            for row in rows if join is None else ():
                 out.write(json_line(row))
                 written += 1
             out.flush()
@@ -137,7 +148,10 @@ def _refuse_drift(checks: dict[str, Tally], config: ExportConfig) -> None:
 
 
 def write_export(
-    scans: Sequence[DatasetScan], config: ExportConfig, existing: Sequence[ExistingSource] = ()
+    scans: Sequence[DatasetScan],
+    config: ExportConfig,
+    existing: Sequence[ExistingSource] = (),
+    join: TeacherJoin | None = None,
 ) -> dict[Path, int]:
     """Write the train file (and the validation file); returns rows written per file.
 
@@ -154,7 +168,8 @@ def write_export(
         with _sources() as handles:
             for path, refs, validation in targets:
                 merged = existing_rows(existing, config.seed, config.val_fraction, validation)
-                tmp, written = _write_rows(path, refs, config, handles, checks, merged)
+                rows = _rows(refs, config, handles, checks, merged)
+                tmp, written = _write_rows(path, rows, join, config.format)
                 temps.append((tmp, path, written))
         _refuse_drift(checks, config)
         for tmp, path, _ in temps:

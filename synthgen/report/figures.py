@@ -138,9 +138,6 @@ class DatasetFigures:
         self.turns += len(turns)
         self.turns_per_row[len(turns)] += 1
 
-    def has_id(self, rid: str) -> bool:
-        return rid in self._ids
-
     def set_errors(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """errors.jsonl: the latest line of each prompt counts, and only prompts that have no row (an error
         row's id is its sample's key, ``samples.sample_key``, as a result row's key)."""

@@ -427,7 +427,7 @@ def finish_legend(reasons: Sequence[str]) -> str:
 
 
 def workers_table(d: DatasetFigures) -> str:
-    """Finish reasons and failures by the worker that answered (issue 28), when more than one did."""
+    """Finish reasons and failures by the worker that answered, when more than one did."""
     workers = sorted({w for w, _ in d.by_worker})
     if len(workers) < 2:
         return ""

@@ -30,6 +30,7 @@ from synthgen.data.prompts import DatasetIndex, DatasetSource, Prompt, scan_data
 from synthgen.data.records import ErrorRecord, RowContext, Turn, build_result
 from synthgen.data.samples import sample_key, sample_work, split_key, touched_prompts
 from synthgen.data.selection import Selection, select
+from synthgen.data.shards import shard_selection
 from synthgen.data.store import DatasetStore, PartialTurn, PartialTurns, ResumeState, RowSink, move_rows
 from synthgen.errors import UsageError
 from synthgen.run.ledger import TokenLedger
@@ -542,13 +543,18 @@ def select_samples(index: DatasetIndex, done: set[str], cfg: RunConfig, cap: int
     per_prompt = cfg.samples_per_prompt
     if per_prompt == 1 and not cfg.mixed:
         selection = select(index.ids, done, cap, cfg.sample, cfg.seed, grouped=cfg.regenerate == "each")
-        return selection, selection.target, selection.already_done
-    touched = touched_prompts(done)
-    selection = select(index.ids, touched, cap, cfg.sample, cfg.seed, grouped=cfg.regenerate == "each")
-    started = [pid for pid in index.ids if pid in touched]
-    work = [sample_key(pid, k) for pid, k in sample_work([*started, *selection.pending], done, per_prompt)]
-    held = sum(1 for pid in started for k in range(per_prompt) if sample_key(pid, k) in done)
-    return replace(selection, pending=work), selection.target * per_prompt, held
+        target, held = selection.target, selection.already_done
+    else:
+        touched = touched_prompts(done)
+        selection = select(index.ids, touched, cap, cfg.sample, cfg.seed, grouped=cfg.regenerate == "each")
+        started = [pid for pid in index.ids if pid in touched]
+        work = [sample_key(pid, k) for pid, k in sample_work([*started, *selection.pending], done, per_prompt)]
+        held = sum(1 for pid in started for k in range(per_prompt) if sample_key(pid, k) in done)
+        selection, target = replace(selection, pending=work), selection.target * per_prompt
+    if cfg.shard is not None:  # the whole dataset's selection, then this shard's members of it
+        how = (cfg.sample, cfg.seed, cfg.regenerate == "each", per_prompt)
+        selection, target = shard_selection(selection, index.ids, cap, how, cfg.shard, index.source.name)
+    return selection, target, held
 
 
 def check_source(store: DatasetStore, source: DatasetSource, resume: ResumeState) -> None:

@@ -8,7 +8,7 @@
     Fleet.status_text()        the fleet's part of the status line ("gateway shedding", sick workers)
     Fleet.summary_lines()      finish reasons and errors by worker, when more than one worker answered
 
-Sheds are backpressure (issue 28): they never use up ``--max-attempts``; each one cuts the in-flight
+Sheds are backpressure: they never use up ``--max-attempts``; each one cuts the in-flight
 target by a quarter (multiplicative decrease) and every ``target`` answers without a shed give one back,
 up to where it was (additive increase), so a gateway's admission limit is found and kept.
 """

@@ -104,7 +104,7 @@ class Requests:
         Where the server refuses (smg 1.13 answers 404), a streamed request's stream is closed
         instead, after its next chunk (at once when called again: the drain ran out, or a second
         signal): the ids it delivered are kept the same way, and the server, seeing its client
-        gone, ends the request (sglang_api.md §10); an unstreamed one is left to the drain."""
+        gone, ends the request (docs/sglang_api.md §10); an unstreamed one is left to the drain."""
         rids = list(self.live)
         accepted = await asyncio.gather(*(self.client.abort(rid) for rid in rids))
         refused = [rid for rid, ok in zip(rids, accepted, strict=True) if not ok]
@@ -191,7 +191,7 @@ class Requests:
         item.run.record_error(item.key, FAILED, SERVER_DIED.name, message, attempts, exc.status)
 
     def _judge(self, item: WorkItem, generation: Generation) -> None:
-        """Issue 28: a garbage answer raises (retried, or the run stops on a burst); a good one is counted
+        """A garbage answer raises (retried, or the run stops on a burst); a good one is counted
         for its worker; smg's worker header makes the run say which sampling keys it drops."""
         if self.fleet is None:
             return

@@ -298,7 +298,9 @@ class Runner:
         cfg = self.config
         names = [run.name for run in self.runs]
         stats = [run.counts for run in self.runs]
-        where = (cfg.output_dir, names, cfg.partition, not cfg.datasets, cfg.prompts_dir)
+        # A shard's rows are exported with every other shard's: from the folder holding the shards.
+        shards_dir = cfg.output_dir.parent if cfg.shard is not None else cfg.output_dir
+        where = (shards_dir, names, cfg.partition, not cfg.datasets, cfg.prompts_dir)
         export, sft = export_command(*where), export_command(*where, route=SFT_EXPORT)
         return end_of_run(stats, cfg.output_dir, self.rerun_command, export, sft)
 

@@ -1,5 +1,5 @@
 """One /generate answer read: the failures an attempt ends in, the Generation it makes, and the
-checks of statuses and bodies (sglang_api.md §1.4) behind both.
+checks of statuses and bodies (docs/sglang_api.md §1.4) behind both.
 
     Transient(outage=True)    connection refused/reset, timeouts, 502/503/504: the server may
                               be down; the runner checks /health and waits for it
@@ -80,7 +80,7 @@ class Generation:
 
 
 def error_message(body: bytes) -> str:
-    """The human part of any SGLang/router error body shape (see sglang_api.md §1.4)."""
+    """The human part of any SGLang/router error body shape (see docs/sglang_api.md §1.4)."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:

@@ -3,7 +3,7 @@ router in front changes.
 
 httpx exceptions are translated here (transport_failure), HTTP statuses and bodies in answers.py, and
 nowhere else, into Transient, Rejected and AuthError (answers.py says which is which). A streamed
-``generate(payload, progress=...)`` reads its chunks with streaming.py (sglang_api.md §10).
+``generate(payload, progress=...)`` reads its chunks with streaming.py (docs/sglang_api.md §10).
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ class SGLangClient:
     ):
         self.base_url = base_url.rstrip("/")
         # Whether streamed requests got chunks at the interval they asked for: None until a
-        # stream could tell, False for good once one did not (sglang_api.md §11: smg drops it).
+        # stream could tell, False for good once one did not (docs/sglang_api.md §11: smg drops it).
         self.stream_interval_honoured: bool | None = None
         self.gateway_seen = False  # an answer named its worker (x-smg-routed-worker-id): smg is in front
         self.shown_url = redact(self.base_url)  # for messages: a credential in the URL is never printed
@@ -294,7 +294,7 @@ class SGLangClient:
 
     async def abort(self, rid: str) -> bool:
         """End the request ``rid`` through SGLang's ``POST /abort_request``: its pending ``/generate``
-        then answers 200 with ``finish_reason.type == "abort"`` and the output so far (sglang_api.md
+        then answers 200 with ``finish_reason.type == "abort"`` and the output so far (docs/sglang_api.md
         §10). Only a rid in flight reaches the scheduler, which then also ends every request whose
         rid starts with it (measured on 0.5.23): a rid must not be the prefix of another's. False
         when the server could not be asked or refused (smg 1.13 answers 404: behind it, closing a

@@ -23,7 +23,7 @@ from synthgen.fmt import fmt_duration
 from synthgen.server.client import SGLangClient
 
 # SGLang's scheduler refuses inputs of max_req_input_len = context_len - 1 - 5 tokens or more,
-# even when the tokenizer-side check passed (sglang_api.md §1.3).
+# even when the tokenizer-side check passed (docs/sglang_api.md §1.3).
 SCHEDULER_RESERVED = 6
 
 

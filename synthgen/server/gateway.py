@@ -2,7 +2,7 @@
 
 ``smg`` (PyPI ``smg``, the maintained successor of sglang-router) and sglang-router answer like one
 SGLang server, plus a few signals of their own (``docs/server.md``; measured on smg 1.13, see
-``sglang_api.md`` §11):
+``docs/sglang_api.md`` §11):
 
 - **Sheds.** Admission control answers 429 (queue full, or concurrency limit with queueing off) or 503
   (queue timeout) with ``Retry-After: 2``; that is backpressure, not a failure of the prompt.
@@ -19,6 +19,8 @@ import hashlib
 import time
 from collections.abc import Iterable, Mapping
 
+from synthgen.data.sampling_keys import SMG_FORWARDED
+
 WORKER_HEADER = "x-smg-routed-worker-id"
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
 SHED_STATUSES = frozenset({429, 503})
@@ -29,34 +31,9 @@ MAX_SHED_SECONDS = 60.0  # a Retry-After longer than this is waited out in steps
 SHED_CODES = frozenset({"admission_queue_full", "admission_queue_timeout", "concurrency_limit", "rate_limited"})
 SHED_MESSAGES = ("concurrency limit reached", "queue is full", "queue timeout", "rate limit")
 
-# The sampling keys smg 1.13 forwards to a worker's /generate, measured by sending every key SGLang
-# 0.5.23 accepts through smg to a server that prints what it receives (2026-12-02). The others
-# (stream_interval, stop_regex, logit_bias, spaces_between_special_tokens, thinking_budget,
-# structural_tag, ...) are dropped without a word.
-SMG_FORWARDED_KEYS = frozenset(
-    {
-        "max_new_tokens",
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "frequency_penalty",
-        "presence_penalty",
-        "repetition_penalty",
-        "min_new_tokens",
-        "stop",
-        "stop_token_ids",
-        "ignore_eos",
-        "skip_special_tokens",
-        "no_stop_trim",
-        "n",
-        "sampling_seed",
-        "regex",
-        "json_schema",
-        "ebnf",
-        "custom_params",
-    }
-)
+# The sampling keys smg 1.13 forwards to a worker's /generate (the ``smg`` column of the sampling-key table,
+# measured); it drops the others (stream_interval, stop_regex, logit_bias, ...) without a word.
+SMG_FORWARDED_KEYS = SMG_FORWARDED
 
 
 def retry_after(value: str | None, now: float | None = None) -> float | None:

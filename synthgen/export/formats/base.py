@@ -33,20 +33,28 @@ class Format:
     render_check: bool  # a trainer renders the row again, so the render check applies
     refuse: Refusal | None = None
     note: str = ""  # printed after an export of this format: what the trainer needs to know
+    teacher: bool = False  # parquet rows joined with the teacher side file (formats/kd.py)
 
 
 FORMATS: dict[str, Format] = {}
 
 
 def register(
-    name: str, *, shape: str, needs_ids: bool, render_check: bool, refuse: Refusal | None = None, note: str = ""
+    name: str,
+    *,
+    shape: str,
+    needs_ids: bool,
+    render_check: bool,
+    refuse: Refusal | None = None,
+    note: str = "",
+    teacher: bool = False,
 ) -> Callable[[RowMaker], RowMaker]:
     """Enter the decorated row maker in the table under ``name`` (once: a second entry is a programming error)."""
 
     def enter(rows: RowMaker) -> RowMaker:
         if name in FORMATS:
             raise ValueError(f"export format {name!r} registered twice")
-        FORMATS[name] = Format(name, rows, shape, needs_ids, render_check, refuse, note)
+        FORMATS[name] = Format(name, rows, shape, needs_ids, render_check, refuse, note, teacher)
         return rows
 
     return enter
@@ -58,4 +66,4 @@ def get(name: str) -> Format:
 
 
 def names() -> tuple[str, ...]:
-    return tuple(FORMATS)
+    return tuple(sorted(FORMATS))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,10 +12,17 @@ from synthgen.export.formats.tokens import token_rows
 
 
 def test_every_format_is_one_entry_of_the_table_and_the_default_is_in_it():
-    assert set(formats.names()) == {"specforge", "tokens", "messages"}
+    assert set(formats.names()) == {"specforge", "tokens", "messages", "axolotl-kd", "topk-sparse"}
     assert formats.DEFAULT in formats.names()
     table = {name: (f.needs_ids, f.render_check) for name, f in formats.FORMATS.items()}
-    assert table == {"specforge": (False, True), "tokens": (True, False), "messages": (False, True)}
+    assert table == {
+        "specforge": (False, True),
+        "tokens": (True, False),
+        "messages": (False, True),
+        "axolotl-kd": (True, False),
+        "topk-sparse": (True, False),
+    }
+    assert [name for name, f in formats.FORMATS.items() if f.teacher] == ["axolotl-kd", "topk-sparse"]
     assert formats.get("specforge").refuse is not None and formats.get("tokens").refuse is None
 
 
@@ -54,9 +59,3 @@ def test_the_formats_table_of_docs_export_md_follows_the_code():
             "yes" if entry.render_check else "no"
         )
         assert (own == "-") == (entry.refuse is None), name
-
-
-@pytest.mark.parametrize("module", ["fields", "filters"])
-def test_the_rows_pieces_and_the_table_import_on_their_own_without_a_cycle(module):
-    done = subprocess.run([sys.executable, "-c", f"import synthgen.export.{module}"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr

@@ -1,4 +1,4 @@
-"""What a gateway's answers mean (smg 1.13 as measured, sglang_api.md §11)."""
+"""What a gateway's answers mean (smg 1.13 as measured, docs/sglang_api.md §11)."""
 
 import email.utils
 
