@@ -27,6 +27,7 @@ from synthgen.data.shards import env_hint, parse_shard, prepare_folder, token_sh
 from synthgen.errors import OneLineParser, UsageError, run_guarded
 from synthgen.launch.supervisor import DEMO_MAX_TOKENS, Supervisor, default_max_tokens
 from synthgen.redact import redact
+from synthgen.report.status import selected, show_status
 from synthgen.run.progress import Progress, write_last
 from synthgen.run.runner import Runner
 from synthgen.run.stopping import RunStop
@@ -66,6 +67,9 @@ examples:
   python run_inference.py --partition all --launch-server \\
         'python -m sglang.launch_server --model-path moonshotai/Kimi-K2.5 --tp 8 --port 30000 --trust-remote-code'
   python run_inference.py --partition short --chat-template-kwargs '{"thinking": true}' --dry-run
+
+  # from another shell: what the folder holds (rows, failed, cut, loops, tokens), the live run's pid
+  python run_inference.py --status --output-dir outputs
 
   # then: the rows as training data, the exact ids for drafters (SpecForge, speculators); --format messages
   # re-renders the text for SFT trainers
@@ -347,6 +351,12 @@ def _answers(g: argparse._ArgumentGroup) -> None:
 
 def _status_and_errors(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--dry-run", action="store_true", help="print the plan and the first request; send nothing")
+    g.add_argument(
+        "--status",
+        action="store_true",
+        help="print what --output-dir holds (rows, failed, cut, loops, tokens, the live run's pid) and exit; "
+        "reads only, safe beside a running run",
+    )
     g.add_argument("--log-file", type=Path, metavar="FILE", help="also append status lines here")
     g.add_argument(
         "--status-interval",
@@ -545,6 +555,10 @@ def main(argv: list[str] | None = None, stream: TextIO | None = None, tty: bool 
     def body() -> int:
         # A mistyped flag or value is a UsageError here: one line with the closest valid one.
         args = build_parser().parse_args(argv)
+        if args.status:
+            given = args.partition != default_of("partition") or any(a.startswith("--partition") for a in argv)
+            names = selected(args.output_dir, args.prompts_dir, args.partition if given else None, args.dataset)
+            return show_status(args.output_dir, names, sys.stdout)
         config = in_shard_folder(config_from_args(args), os.environ, lambda line: write_last(line, out, None))
         return asyncio.run(run(config))
 

@@ -36,7 +36,8 @@ from typing import Any
 import orjson
 
 from synthgen.data.openfiles import limit_error, open_output
-from synthgen.data.records import ResultRecord, typed_list
+from synthgen.data.records import typed_list
+from synthgen.data.rowread import Row
 from synthgen.data.sampling_keys import continuation_rows
 from synthgen.data.store import WRITE_POOL, iter_rows, rewrite_lines
 from synthgen.errors import StoreWriteError
@@ -210,21 +211,21 @@ TOKEN_KEYS = (
 )
 
 
-def add_row_tokens(out: dict[str, int], row: ResultRecord) -> None:
+def add_row_tokens(out: dict[str, int], row: Row) -> None:
     """Count one row into a :func:`token_report` tally."""
-    tokens = row.completion_tokens if isinstance(row.completion_tokens, int) else 0
+    tokens = row.output_tokens
     out["tokens"] += tokens
-    if row.finish_reason == "repetition":
+    if row.looped:
         out["loop_rows"] += 1
         out["loop_tokens"] += tokens
-    elif row.finish_reason == "length" and (not row.reasoning_complete or not (row.content or "").strip()):
+    elif row.cut_unanswered:
         out["cut_rows"] += 1
         out["cut_tokens"] += tokens
-    segments = typed_list(row.segments, int)
-    if segments and len(segments) > 1:
+    last = row.turns[-1]
+    if last.segments and len(last.segments) > 1:
         out["continued_rows"] += 1
-        out["continued_tokens"] += sum(segments[:-1])
-    out["extended_rows"] += bool(row.extended_by)
+        out["continued_tokens"] += sum(last.segments[:-1])
+    out["extended_rows"] += bool(last.extended_by)
 
 
 def add_waiting(out: dict[str, int], folder: Path) -> None:
@@ -233,7 +234,7 @@ def add_waiting(out: dict[str, int], folder: Path) -> None:
     out["partials"], out["partial_tokens"] = len(waiting), sum(p.tokens for p in waiting.values())
 
 
-def token_report(rows: Iterable[ResultRecord], folder: Path | None = None) -> dict[str, int]:
+def token_report(rows: Iterable[Row], folder: Path | None = None) -> dict[str, int]:
     """What a dataset's tokens went into, for ``export_training.py --report``: output tokens in rows;
     of them, rows the exports leave out (loops the loop guard ended, answers cut at --max-tokens with
     their reasoning open); rows continued from partial outputs (and the tokens of their earlier

@@ -111,7 +111,7 @@ def test_the_scan_hands_on_every_row_it_reads_and_where_the_rows_end_after_the_r
     seen = []
     state = store.scan("will", seen.append)
     complete = end_after_repair == "size+1"
-    assert [r and r["id"] for r in seen] == ["p1", None, "p2", "p1", *(["p4"] if complete else [])]
+    assert [getattr(r, "key", None) for r in seen] == ["p1", None, "p2", "p1", *(["p4"] if complete else [])]
     store.lock()
     store.repair(state)
     store.close()
