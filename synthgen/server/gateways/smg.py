@@ -1,5 +1,5 @@
 """smg (PyPI ``smg``, the maintained successor of sglang-router), as measured on smg 1.13
-(``docs/server.md``, ``sglang_api.md`` §11):
+(``docs/server.md``, ``docs/sglang_api.md`` §11):
 
 - **Sheds.** Admission control answers 429 (queue full, or concurrency limit with queueing off) or 503
   (queue timeout) with ``Retry-After: 2`` and an ``x-smg-error-code``.
