@@ -27,9 +27,8 @@ from typing import Any
 
 import orjson
 
-from synthgen.data.records import parse_line
-from synthgen.data.rowscan import resume_row
-from synthgen.data.samples import row_sample, sample_key, split_key
+from synthgen.data import rowread
+from synthgen.data.samples import sample_key, split_key
 from synthgen.data.selection import Selection, select
 from synthgen.data.store import RESULTS
 from synthgen.errors import UsageError
@@ -268,10 +267,11 @@ def _row_keys(path: Path) -> Iterable[str]:
     except FileNotFoundError:
         return
     with fh:
-        for line in fh:
-            row = resume_row(line) if line.endswith(b"\n") else parse_line(line)
-            if row is not None and isinstance(row.get("id"), str):
-                yield sample_key(row["id"], row_sample(row))
+        for line in fh:  # through the one reader of a row: a malformed row with an id still holds its key
+            outcome = rowread.read_row(line, lean=line.endswith(b"\n"))
+            key = None if isinstance(outcome, rowread.Unreadable) else outcome.key
+            if key is not None:
+                yield key
 
 
 def merge(output_dir: Path, names: Sequence[str], records: dict[Shard, dict[str, Any]]) -> list[ShardedDataset]:

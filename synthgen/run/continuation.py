@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from synthgen.config import RunConfig
+from synthgen.data import rowread
 from synthgen.data.partials import Partial, continuation_blocker
 from synthgen.data.records import Turn
 from synthgen.run.job import Carry, Job
@@ -142,7 +143,7 @@ class Continuation:
         extra = self.cfg.continue_cut
         if not extra or carry.extended_by or self.unlike_for(job) is not None or turn.output_ids is None:
             return None
-        if turn.finish_reason != "length" or (turn.reasoning_complete and turn.content.strip()):
+        if not rowread.cut_unanswered(turn):
             return None
         ctx = self.server
         room, _ = fit_max_new_tokens(

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from synthgen.chat.parsers import OutputParser
+from synthgen.data import rowread
 from synthgen.data.prompts import Prompt
 from synthgen.data.records import Turn
 from synthgen.data.samples import sample_key
@@ -88,9 +89,9 @@ class Job:
         if self.prompt.conversation is None:
             return ""
         positions = len(self.prompt.conversation.all_positions())
-        if turn.finish_reason == "length":
+        if rowread.cut(turn):
             return f"turn {len(self.turns) + 1} of {positions} was cut at --max-tokens"
-        if turn.finish_reason == "repetition":
+        if rowread.looped(turn):
             return f"turn {len(self.turns) + 1} of {positions} fell into a loop (the loop guard ended it)"
         return "" if len(self.turns) + 1 >= positions else None
 

@@ -16,6 +16,7 @@ import asyncio
 import time
 
 from synthgen.config import RunConfig
+from synthgen.data import rowread
 from synthgen.data.failures import FAILED, SKIPPED
 from synthgen.data.partials import Partial
 from synthgen.data.records import ErrorRecord, RowContext, Turn, build_result
@@ -120,7 +121,7 @@ class Writer:
         self._count_turn(run, turn, answer.carry)  # earlier turns were counted as they finished
         c.done += 1
         c.last_finish = time.monotonic()
-        if any(t.finish_reason == "length" for t in turns):
+        if any(rowread.cut(t) for t in turns):
             c.cut += 1
         self.progress.finished(turn.completion_tokens)
 
@@ -132,14 +133,14 @@ class Writer:
         c.prompt_tokens += turn.prompt_tokens
         c.cached_tokens += turn.cached_tokens or 0
         t, before = c.tokens, carry.before
-        if turn.finish_reason == "repetition":
+        if rowread.looped(turn):
             t.loops += turn.completion_tokens - before  # kept as a row, left out of exports
         else:
             t.rows += turn.completion_tokens - before
         t.earlier += before
         if carry.output_ids is not None:
             t.partials -= carry.tokens - before  # counted as kept when this run kept them
-        if turn.finish_reason == "length" and (not turn.reasoning_complete or not turn.content.strip()):
+        if rowread.cut_unanswered(turn):
             t.cut += turn.completion_tokens - before
         if turn.extended_by:
             t.extended += 1
