@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from synthgen.data import teacherfile
 from synthgen.data.prompts import discover
+from synthgen.data.shards import ENV_HINTS, parse_shard, shard_folders
 from synthgen.data.store import RESULTS
 from synthgen.data.tokenrows import FLAG, parse_existing
 from synthgen.errors import OneLineParser, UsageError, run_guarded
@@ -29,6 +31,9 @@ examples:
   # top-20 teacher logprobs of every stored row of a partition, into outputs/<dataset>/teacher/
   python score_teacher.py --partition short --server-url http://127.0.0.1:30000
 
+  # a sharded run (run_inference.py --shard I/N): on each host, its own shard, as the run was given
+  python score_teacher.py --output-dir outputs --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT
+
   # what it would cost (prefill tokens, side-file size), sending nothing
   python score_teacher.py --dataset glaive --top-k 20 --dry-run
 """
@@ -46,7 +51,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dataset", action="append", default=[], help="a dataset to score (repeatable)")
     parser.add_argument(FLAG, action="append", default=[], metavar="NAME=PATH", help="token rows to score too")
     parser.add_argument("--prompts-dir", type=Path, default=Path("prompts"))
-    parser.add_argument("--output-dir", type=Path, default=Path("outputs"))
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=Path("outputs"),
+        help="the run's output folder; one of a sharded run's is scored shard by shard (default outputs)",
+    )
+    parser.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="score only shard I of a sharded run's --output-dir (its folder shard-I-of-N), as run with --shard I/N",
+    )
     parser.add_argument("--server-url", action="append", default=[], help="SGLang server (repeatable)")
     parser.add_argument("--api-key", default=None)
     parser.add_argument("--top-k", type=int, default=20, help="distribution entries per position (default 20)")
@@ -62,34 +77,78 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def datasets(args: argparse.Namespace) -> list[str]:
+def folders(args: argparse.Namespace) -> list[Path]:
+    """The output folders to score: --output-dir itself, or the shard folders of a sharded run under it
+    (every one, or that of --shard I/N). Each shard's side files go beside its rows."""
+    if args.shard is not None:
+        shard = parse_shard(args.shard)
+        path = args.output_dir / shard.folder
+        if not path.is_dir():
+            raise UsageError(
+                f"--shard {shard}: no folder {path}; run run_inference.py --shard {shard} "
+                f"--output-dir {args.output_dir} first (or check --output-dir)"
+            )
+        return [path]
+    found = shard_folders(args.output_dir)
+    if not found:
+        return [args.output_dir]
+    splits = sorted({shard.count for shard in found})
+    if len(splits) > 1:
+        raise UsageError(
+            f"{args.output_dir} holds shards of {' and '.join(f'{n}-way' for n in splits)} splits: score one "
+            "with --shard I/N, or move the other split's folders aside"
+        )
+    for names, how in ENV_HINTS:
+        if all(os.environ.get(name) for name in names):
+            print(
+                f"note: {', '.join(f'{n}={os.environ[n]}' for n in names)} is set but --shard is not: scoring "
+                f"every shard under {args.output_dir}; pass {how} to score this task's shard only",
+                file=sys.stderr,
+            )
+            break
+    return [found[shard] for shard in sorted(found, key=lambda shard: shard.index)]
+
+
+def datasets(args: argparse.Namespace, output_dir: Path) -> list[str]:
     names = list(dict.fromkeys(args.dataset))
     if args.partition is not None:
         names = [source.name for source in discover(args.prompts_dir, args.partition, names)]
     elif not names and not args.existing:
-        names = sorted(p.parent.name for p in args.output_dir.glob(f"*/{RESULTS}"))
-    return [n for n in names if (args.output_dir / n / RESULTS).is_file()]
+        names = sorted(p.parent.name for p in output_dir.glob(f"*/{RESULTS}"))
+    return [n for n in names if (output_dir / n / RESULTS).is_file()]
 
 
-def sources(args: argparse.Namespace) -> list[tuple[str, Callable[[], Iterator[Unit]]]]:
-    """(name, a function iterating its units) per dataset and --existing file."""
-    out: list[tuple[str, Callable[[], Iterator[Unit]]]] = []
-    for name in datasets(args):
-        path = args.output_dir / name / RESULTS
-        out.append((name, functools.partial(dataset_units, path, UnitCounts())))
+Source = tuple[str, Path, Callable[[], Iterator[Unit]]]
+
+
+def label(args: argparse.Namespace, name: str, folder: Path) -> str:
+    """A dataset as messages name it: with its shard folder when the shards of --output-dir are scored."""
+    return name if folder == args.output_dir else f"{folder.name}/{name}"
+
+
+def sources(args: argparse.Namespace) -> list[Source]:
+    """(name, output folder, a function iterating its units) per dataset (per shard) and --existing file."""
+    out: list[Source] = []
+    where = folders(args)
+    for folder in where:
+        for name in datasets(args, folder):
+            path = folder / name / RESULTS
+            out.append((name, folder, functools.partial(dataset_units, path, UnitCounts())))
     for source in parse_existing(args.existing):
-        out.append((source.name, functools.partial(existing_units, source, UnitCounts())))
+        out.append((source.name, args.output_dir, functools.partial(existing_units, source, UnitCounts())))
     if not out:
-        raise UsageError(f"nothing to score under {args.output_dir}; pass --dataset NAME or --partition P")
+        shards = f" (shards {', '.join(f.name for f in where)})" if where != [args.output_dir] else ""
+        raise UsageError(f"nothing to score under {args.output_dir}{shards}; pass --dataset NAME or --partition P")
     return out
 
 
 def dry_run(args: argparse.Namespace) -> int:
     print(f"{'dataset':<28} {'rows':>9} {'positions':>12} {'prefill tokens':>15} {'side file':>10}")
     total = cost.Cost()
-    for name, units_of in sources(args):
+    for name, folder, units_of in sources(args):
         c = cost.cost_of(units_of(), args.top_k)
-        print(f"{name:<28} {c.rows:>9} {c.positions:>12} {c.prefill_tokens:>15} {cost.human_bytes(c.side_bytes):>10}")
+        size = cost.human_bytes(c.side_bytes)
+        print(f"{label(args, name, folder):<28} {c.rows:>9} {c.positions:>12} {c.prefill_tokens:>15} {size:>10}")
         for key in ("rows", "positions", "prefill_tokens", "side_bytes"):
             setattr(total, key, getattr(total, key) + getattr(c, key))
     print(
@@ -115,13 +174,13 @@ async def score_all(args: argparse.Namespace) -> int:
     outcomes: list[DatasetOutcome] = []
     try:
         await scorer.describe_server()
-        for name, units_of in sources(args):
+        for name, folder, units_of in sources(args):
             outcome = await run_dataset(
                 scorer,
-                name,
+                label(args, name, folder),
                 units_of,
-                teacherfile.folder(args.output_dir, name),
-                teacherfile.meta_path(args.output_dir, name),
+                teacherfile.folder(folder, name),
+                teacherfile.meta_path(folder, name),
             )
             outcomes.append(outcome)
             if outcome.stopped:
