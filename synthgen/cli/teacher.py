@@ -10,15 +10,17 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from synthgen.config import RunConfig, default_of
 from synthgen.data import teacherfile
 from synthgen.data.prompts import discover
 from synthgen.data.shards import ENV_HINTS, parse_shard, shard_folders
 from synthgen.data.store import RESULTS
 from synthgen.data.tokenrows import FLAG, parse_existing
 from synthgen.errors import OneLineParser, UsageError, run_guarded
+from synthgen.launch.supervisor import Supervisor
 from synthgen.signals import exit_code
 from synthgen.teacher import cost
-from synthgen.teacher.scorer import DatasetOutcome, ScoreConfig, Scorer, run_dataset
+from synthgen.teacher.scorer import DatasetOutcome, ScoreConfig, Scorer, has_work, run_dataset
 from synthgen.teacher.units import Unit, UnitCounts, dataset_units, existing_units
 
 PROG = "score_teacher.py"
@@ -33,6 +35,10 @@ examples:
 
   # a sharded run (run_inference.py --shard I/N): on each host, its own shard, as the run was given
   python score_teacher.py --output-dir outputs --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT
+
+  # start the teacher server only if something needs scoring, stop it at the end (as run_inference.py does)
+  python score_teacher.py --partition short --launch-server \\
+        'python -m sglang.launch_server --model-path Qwen/Qwen3-8B --port 30000'
 
   # what it would cost (prefill tokens, side-file size), sending nothing
   python score_teacher.py --dataset glaive --top-k 20 --dry-run
@@ -64,6 +70,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--server-url", action="append", default=[], help="SGLang server (repeatable)")
     parser.add_argument("--api-key", default=None)
+    parser.add_argument(
+        "--launch-server",
+        metavar="CMD|demo",
+        help="start this server command (or demo) when something needs scoring, watch it, stop it at the end",
+    )
+    parser.add_argument("--keep-server", action="store_true", help="leave the launched server running")
+    parser.add_argument("--server-log", type=Path, metavar="FILE", help="its output (default: <output-dir>/server.log)")
+    parser.add_argument(
+        "--server-start-timeout",
+        type=float,
+        default=default_of("server_start_timeout"),
+        metavar="S",
+        help="its start-up limit (default: %(default).0f)",
+    )
+    parser.add_argument(
+        "--server-restarts",
+        type=int,
+        default=default_of("server_restarts"),
+        metavar="N",
+        help="restarts if it dies (default: %(default)s)",
+    )
     parser.add_argument("--top-k", type=int, default=20, help="distribution entries per position (default 20)")
     parser.add_argument(
         "--concurrency",
@@ -158,8 +185,27 @@ def dry_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def launch_config(args: argparse.Namespace, urls: list[str]) -> RunConfig:
+    """The server part of a run's config, for the launched server's supervisor (synthgen.launch)."""
+    return RunConfig(
+        output_dir=args.output_dir,
+        server_url=urls[0],
+        server_urls=tuple(urls),
+        api_key=args.api_key,
+        launch_server=args.launch_server,
+        keep_server=args.keep_server,
+        server_log=args.server_log,
+        server_start_timeout=args.server_start_timeout,
+        server_restarts=args.server_restarts,
+    ).validate()
+
+
+def say(line: str) -> None:
+    print(f"teacher: {line}", file=sys.stderr, flush=True)
+
+
 async def score_all(args: argparse.Namespace) -> int:
-    urls = args.server_url or ["http://127.0.0.1:30000"]
+    urls = args.server_url or [default_of("server_url")]
     concurrency = None if args.concurrency == "auto" else int(args.concurrency)
     config = ScoreConfig(
         args.output_dir,
@@ -170,23 +216,30 @@ async def score_all(args: argparse.Namespace) -> int:
         transport=args.transport,
         part_rows=args.part_rows,
     )
+    todo = sources(args)
     scorer = Scorer(config)
     outcomes: list[DatasetOutcome] = []
-    try:
-        await scorer.describe_server()
-        for name, folder, units_of in sources(args):
-            outcome = await run_dataset(
-                scorer,
-                label(args, name, folder),
-                units_of,
-                teacherfile.folder(folder, name),
-                teacherfile.meta_path(folder, name),
-            )
-            outcomes.append(outcome)
-            if outcome.stopped:
-                break
-    finally:
-        await scorer.aclose()
+    # The server (launched only when a row needs scoring) is asked once, before the first row is sent.
+    async with Supervisor(launch_config(args, urls), say, on_fatal=scorer.fail, lazy=True) as supervisor:
+        try:
+            for name, folder, units_of in todo:
+                if not scorer.server and has_work(units_of(), teacherfile.folder(folder, name)):
+                    await supervisor.start()
+                    await scorer.describe_server()
+                outcome = await run_dataset(
+                    scorer,
+                    label(args, name, folder),
+                    units_of,
+                    teacherfile.folder(folder, name),
+                    teacherfile.meta_path(folder, name),
+                )
+                outcomes.append(outcome)
+                if outcome.stopped:
+                    break
+        finally:
+            await scorer.aclose()
+        if not scorer.server and args.launch_server is not None:
+            say("every row is scored already: the server was not started")
     for o in outcomes:
         print(
             f"{o.name}: {o.already + o.scored}/{o.units} rows scored ({o.scored} now, {o.rescored} rescored "
