@@ -186,9 +186,10 @@ def dry_run(args: argparse.Namespace) -> int:
 
 
 def launch_config(args: argparse.Namespace, urls: list[str]) -> RunConfig:
-    """The server part of a run's config, for the launched server's supervisor (synthgen.launch)."""
+    """The server part of a run's config, for the launched server's supervisor (synthgen.launch). With --shard,
+    its record and log go in the shard's folder, as the run's do: hosts sharing the parent never share them."""
     return RunConfig(
-        output_dir=args.output_dir,
+        output_dir=args.output_dir / parse_shard(args.shard).folder if args.shard else args.output_dir,
         server_url=urls[0],
         server_urls=tuple(urls),
         api_key=args.api_key,

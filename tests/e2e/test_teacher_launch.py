@@ -25,8 +25,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def sim_command(tokenizer_dir: Path, port: int) -> str:
-    return " ".join([sys.executable, str(SIM_SCRIPT), "--tokenizer-dir", str(tokenizer_dir), "--port", str(port)])
+def sim_command(tokenizer_dir: Path, port: int, *extra: str) -> str:
+    return " ".join(
+        [sys.executable, str(SIM_SCRIPT), "--tokenizer-dir", str(tokenizer_dir), "--port", str(port), *extra]
+    )
 
 
 def launched_pgids(text: str) -> list[int]:
@@ -108,3 +110,27 @@ def test_a_launch_that_fails_is_one_line_and_exit_3(ws, make_sim):
     )  # fmt: skip
     assert two.returncode == 2 and "--launch-server starts one server" in two.stderr, two.stderr
     assert len(two.stderr.strip().splitlines()) == 1
+
+
+def test_a_launched_server_gone_for_good_ends_the_pass_with_exit_3_and_a_rerun_scores_the_rest_once(
+    ws, make_sim, tokenizers
+):
+    sim = make_sim("chatml")
+    ws.dataset("short", "d", 30)
+    assert ws.run("--server-url", sim.url, "--max-tokens", "16").returncode == 0
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    dying = sim_command(tokenizers["chatml"], port, "--exit-after", "8")
+    args = ("--dataset", "d", "--top-k", "4", "--server-url", url, "--part-rows", "1", "--concurrency", "2")
+    result = ws.run(*args, "--launch-server", dying, "--server-restarts", "1", script=SCORE, timeout=DEADLINE)
+    assert result.returncode == 3, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("score_teacher.py: error: server exited with code 1") and "giving up" in last, last
+    assert_nothing_left(port, launched_pgids(result.stderr))
+    ids = pads.dataset(ws.outputs / "d" / "teacher", format="parquet").to_table().column("id").to_pylist()
+    assert 0 < len(ids) == len(set(ids)) < 30
+    rerun = ws.run(*args, "--launch-server", sim_command(tokenizers["chatml"], port), script=SCORE, timeout=DEADLINE)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"d: 30/30 rows scored ({30 - len(ids)} now" in rerun.stdout
+    ids = pads.dataset(ws.outputs / "d" / "teacher", format="parquet").to_table().column("id").to_pylist()
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 30
