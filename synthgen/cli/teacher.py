@@ -13,7 +13,7 @@ from pathlib import Path
 from synthgen.config import RunConfig, default_of
 from synthgen.data import teacherfile
 from synthgen.data.prompts import discover
-from synthgen.data.shards import ENV_HINTS, parse_shard, shard_folders
+from synthgen.data.shards import ENV_HINTS, check_shards, dataset_names, merge, parse_shard, shard_folders
 from synthgen.data.store import RESULTS
 from synthgen.data.tokenrows import FLAG, parse_existing
 from synthgen.errors import OneLineParser, UsageError, run_guarded
@@ -119,12 +119,12 @@ def folders(args: argparse.Namespace) -> list[Path]:
     found = shard_folders(args.output_dir)
     if not found:
         return [args.output_dir]
-    splits = sorted({shard.count for shard in found})
-    if len(splits) > 1:
-        raise UsageError(
-            f"{args.output_dir} holds shards of {' and '.join(f'{n}-way' for n in splits)} splits: score one "
-            "with --shard I/N, or move the other split's folders aside"
-        )
+    try:  # every shard read as one, as the export reads them: the same refusals, before anything is sent
+        records = check_shards(args.output_dir)
+        assert records is not None
+        merge(args.output_dir, requested(args) or dataset_names(args.output_dir, records), records)
+    except UsageError as exc:
+        raise UsageError(f"{exc}; or score each shard there is on its own: --shard I/N") from None
     for names, how in ENV_HINTS:
         if all(os.environ.get(name) for name in names):
             print(
@@ -136,11 +136,17 @@ def folders(args: argparse.Namespace) -> list[Path]:
     return [found[shard] for shard in sorted(found, key=lambda shard: shard.index)]
 
 
-def datasets(args: argparse.Namespace, output_dir: Path) -> list[str]:
+def requested(args: argparse.Namespace) -> list[str]:
+    """The datasets --dataset and --partition name (none: every one with results)."""
     names = list(dict.fromkeys(args.dataset))
     if args.partition is not None:
         names = [source.name for source in discover(args.prompts_dir, args.partition, names)]
-    elif not names and not args.existing:
+    return names
+
+
+def datasets(args: argparse.Namespace, output_dir: Path) -> list[str]:
+    names = requested(args)
+    if args.partition is None and not names and not args.existing:
         names = sorted(p.parent.name for p in output_dir.glob(f"*/{RESULTS}"))
     return [n for n in names if (output_dir / n / RESULTS).is_file()]
 

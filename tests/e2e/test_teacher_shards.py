@@ -114,7 +114,21 @@ def test_each_shard_scored_where_it_ran_and_the_kd_export_joins_every_shard_once
     assert result.returncode == 2 and "different teachers" in result.stderr, result.stderr
     meta_path.write_text(json.dumps(meta))
 
-    # The shard checks still hold: a missing shard is refused before anything is written.
+    # The shard checks still hold: a missing shard is refused before anything is written or sent.
     shutil.move(shards[1], ws.root / "shard-aside")
     result = export()
     assert result.returncode != 0 and "shard shard-1-of-3 missing" in result.stderr, result.stderr
+    before = sim.stats()["generate_requests"]
+    result = score("--output-dir", "sharded")
+    assert result.returncode == 2 and "shard shard-1-of-3 missing" in result.stderr, result.stderr
+    assert "--shard I/N" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert score("--output-dir", "sharded", "--shard", "2/3").returncode == 0  # a shard there is, on its own
+    assert sim.stats()["generate_requests"] == before
+    shutil.move(ws.root / "shard-aside", shards[1])
+    # A row copied into another shard: scoring every shard refuses it, as the export does.
+    line = (shards[0] / "ds" / "raw_responses.jsonl").read_bytes().splitlines(keepends=True)[0]
+    with open(shards[1] / "ds" / "raw_responses.jsonl", "ab") as fh:
+        fh.write(line)
+    result = score("--output-dir", "sharded")
+    assert result.returncode == 2 and "is in two shards (shard-0-of-3 and shard-1-of-3)" in result.stderr
+    assert sim.stats()["generate_requests"] == before
