@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Auto concurrency behind smg (issue 28, point 7): is a two-worker fleet kept as busy as one server?
+"""Auto concurrency behind smg: is a two-worker fleet kept as busy as one server?
 
 smg 1.13 answers 404 on ``/v1/loads`` but lists its workers at ``GET /workers``; ``--concurrency auto``
 then polls each worker's own ``/v1/loads`` and steers by their sum (``synthgen/run/concurrency.py``,

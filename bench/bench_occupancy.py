@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Occupancy at a fixed concurrency: run_inference.py against a SpecForge-script-like peer (issue 30.11).
+"""Occupancy at a fixed concurrency: run_inference.py against a SpecForge-script-like peer.
 
 The server: the simulator's scheduler with a KV pool too large to matter, so only its slots bound
 it (``--max-running-requests``, 32 by default), answers drawn from a long tail

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Scale: a 1,000,000-prompt dataset and a 5 GB results file, through run_inference.py (issue 30.12).
+"""Scale: a 1,000,000-prompt dataset and a 5 GB results file, through run_inference.py.
 
 Two start-up measurements, each a ``run_inference.py`` subprocess against the simulator
 (``tests/support/sglang_sim.py``) on data written to a temp dir, stopped (SIGTERM) once its first

@@ -6,6 +6,11 @@ Usage::
     # validate() raises UsageError with a one-line fix, or returns a new config with the derived
     # values filled in (the server log's path, the API key stripped); a RunConfig never changes.
     default_of("max_tokens")  # 32768: the one source of every default, the CLI's included
+    flag_of("backoff_base")  # "--retry-backoff": every message names a field by its flag
+
+A field's flag is ``--`` and its name with ``-`` for ``_`` unless its ``flag`` metadata says otherwise
+(None: no flag). The sampling flags are rows of synthgen.data.sampling_keys: ``max_tokens`` is a field of
+its own, the others are ``sampling_flags`` entries by their option name.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ import httpx
 from synthgen.chat.parsers import KNOWN_REASONING, KNOWN_TOOL_CALL, unsupported_note
 from synthgen.data.mix import SamplingMix
 from synthgen.data.prompts import REGENERATE_MODES
+from synthgen.data.readers.base import NO_COLUMNS, Columns
 from synthgen.data.samples import MAX_SAMPLES_PER_PROMPT
+from synthgen.data.sampling_keys import BY_NAME, FLAGGED, reserved
 from synthgen.data.selection import SAMPLE_MODES
 from synthgen.data.shards import Shard
 from synthgen.errors import UsageError
@@ -37,16 +44,18 @@ RESTART_ALLOWANCE = 120.0
 class RunConfig:
     # --- what to run -----------------------------------------------------------------------
     partition: str = "all"  # a folder under prompts_dir, or all
-    datasets: tuple[str, ...] = ()  # empty: every dataset of the partition
+    datasets: tuple[str, ...] = field(default=(), metadata={"flag": "--dataset"})  # empty: every dataset
     prompts_dir: Path = Path("prompts")
     output_dir: Path = Path("outputs")
     skip_bad_lines: bool = False
+    columns: Columns = NO_COLUMNS  # --columns: the dataset's column of each record field (data/readers/base.py)
 
     # --- how many of each dataset ------------------------------------------------------------
     max_samples: int | None = None  # overrides the budget file for every dataset
     budget: dict[str, int] = field(default_factory=dict)  # dataset -> max_samples, from --budget
-    budget_path: Path | None = None
-    expected_tokens: dict[str, float] = field(default_factory=dict)  # dataset -> mean completion, from --budget
+    budget_path: Path | None = field(default=None, metadata={"flag": "--budget"})
+    # dataset -> mean completion, from --budget
+    expected_tokens: dict[str, float] = field(default_factory=dict, metadata={"flag": "--budget"})
     max_tokens_per_dataset: int | None = None  # precise output-token cap per dataset
     sample: str = "first"  # first | random
     seed: int = 0  # of --sample random, and of each sample's sampling_seed and recipe draw
@@ -58,7 +67,7 @@ class RunConfig:
     server_url: str = "http://127.0.0.1:30000"  # the first of server_urls
     # --server-url more than once: several servers without a gateway (run/serverset.py); () means server_url.
     # Where the rows are made, not what makes them: settings.jsonl records neither.
-    server_urls: tuple[str, ...] = ()
+    server_urls: tuple[str, ...] = field(default=(), metadata={"flag": "--server-url"})
     api_key: str | None = field(default=None, repr=False)  # never printed
 
     # --- launching the server (synthgen.launch.supervisor) ----------------------------------------------
@@ -82,24 +91,25 @@ class RunConfig:
     # --- what earlier runs left ----------------------------------------------------------------
     allow_mixed_settings: bool = False  # write rows under other settings than the recorded ones
     changed_prompts: str = "refuse"  # refuse | keep | regenerate: done prompts whose text changed
-    redo_loops: bool = False  # --redo repetition: rows the loop guard ended are moved aside and generated again
+    # --redo repetition: rows the loop guard ended are moved aside and generated again
+    redo_loops: bool = field(default=False, metadata={"flag": "--redo"})
 
     # --- sampling (only what the user sets is sent, so the model's preferred params apply) -----
     max_tokens: int = 32768
     max_seq_len: int | None = None  # None: the server's max_model_len from /v1/models
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    extra_sampling: dict[str, Any] = field(default_factory=dict)  # --sampling-params: more SGLang sampling keys
+    # The other sampling flags the user set, by option name (synthgen.data.sampling_keys): {"top_p": 0.95}
+    sampling_flags: dict[str, Any] = field(default_factory=dict, metadata={"flag": None})
+    # --sampling-params: more SGLang sampling keys
+    extra_sampling: dict[str, Any] = field(default_factory=dict, metadata={"flag": "--sampling-params"})
 
     # --- execution -------------------------------------------------------------------------------
     concurrency: int | None = None  # None: auto, driven by the server's load (concurrency.LoadMonitor)
     max_concurrency: int = 1024  # the bound of auto
     request_timeout: float = 3600.0  # one generation may take many minutes
-    connect_timeout: float = 10.0
+    connect_timeout: float = field(default=10.0, metadata={"flag": None})
     max_attempts: int = 5  # per prompt, per run; outage retries do not count
-    backoff_base: float = 1.0
-    backoff_max: float = 60.0
+    backoff_base: float = field(default=1.0, metadata={"flag": "--retry-backoff"})
+    backoff_max: float = field(default=60.0, metadata={"flag": None})
     server_wait: float = 600.0  # give up after this long of continuous outage
     drain_timeout: float = 30.0  # grace for in-flight requests after SIGTERM/SIGINT
     status_interval: float = 10.0  # seconds between status lines when stderr is not a TTY
@@ -113,47 +123,37 @@ class RunConfig:
 
     def validate(self) -> RunConfig:
         """This config checked (UsageError naming the fix), as a new config with the derived values."""
-        positive = {
-            "--max-tokens": self.max_tokens,
-            "--concurrency": 1 if self.concurrency is None else self.concurrency,
-            "--max-concurrency": self.max_concurrency,
-            "--max-attempts": self.max_attempts,
-            "--request-timeout": self.request_timeout,
-            "--status-interval": self.status_interval,
-            "--retry-backoff": self.backoff_base,
-        }
-        for flag, value in positive.items():
+        self._check_sampling()
+        positive = ("concurrency", "max_concurrency", "max_attempts", "request_timeout", "status_interval")
+        for option in (*positive, "backoff_base"):
+            value = 1 if option == "concurrency" and self.concurrency is None else getattr(self, option)
             if value is None or value <= 0 or (isinstance(value, float) and not math.isfinite(value)):
-                raise UsageError(f"{flag} must be a positive number, got {value}")
-        optional = {"--max-seq-len": self.max_seq_len, "--max-tokens-per-dataset": self.max_tokens_per_dataset}
-        for flag, limit in optional.items():
+                raise UsageError(f"{flag_of(option)} must be a positive number, got {value}")
+        for option in ("max_seq_len", "max_tokens_per_dataset"):
+            limit = getattr(self, option)
             if limit is not None and limit <= 0:
-                raise UsageError(f"{flag} must be a positive number, got {limit}")
+                raise UsageError(f"{flag_of(option)} must be a positive number, got {limit}")
         if self.max_samples is not None and self.max_samples < 0:
-            raise UsageError(f"--max-samples must be 0 or more, got {self.max_samples}")
-        waits = {"--server-wait": self.server_wait, "--drain-timeout": self.drain_timeout}
-        for flag, value in {**waits, "--report-interval": self.report_interval}.items():
+            raise UsageError(f"{flag_of('max_samples')} must be 0 or more, got {self.max_samples}")
+        for option in ("server_wait", "drain_timeout", "report_interval"):
+            value = getattr(self, option)
             if not (value >= 0 and math.isfinite(value)):  # nan compares false to everything
-                raise UsageError(f"{flag} must be a number of seconds, 0 or more, got {value}")
+                raise UsageError(f"{flag_of(option)} must be a number of seconds, 0 or more, got {value}")
         if not 1 <= self.samples_per_prompt <= MAX_SAMPLES_PER_PROMPT:
             raise UsageError(
-                f"--samples-per-prompt must be between 1 and {MAX_SAMPLES_PER_PROMPT:,}, got {self.samples_per_prompt}"
+                f"{flag_of('samples_per_prompt')} must be between 1 and {MAX_SAMPLES_PER_PROMPT:,}, "
+                f"got {self.samples_per_prompt}"
             )
-        if self.sample not in SAMPLE_MODES:
-            raise UsageError(f"--sample must be one of {', '.join(SAMPLE_MODES)}")
-        if self.temperature is not None and not (self.temperature >= 0 and math.isfinite(self.temperature)):
-            raise UsageError(f"--temperature must be 0 or more, got {self.temperature}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise UsageError(f"--top-p must be in (0, 1], got {self.top_p}")
-        if self.top_k is not None and not (self.top_k == -1 or self.top_k >= 1):
-            raise UsageError(f"--top-k must be -1 or at least 1, got {self.top_k}")
-        if self.regenerate not in REGENERATE_MODES:
-            raise UsageError(f"--regenerate must be one of {', '.join(REGENERATE_MODES)}")
-        if self.changed_prompts not in CHANGED_PROMPTS:
-            raise UsageError(f"--changed-prompts must be one of {', '.join(CHANGED_PROMPTS)}")
+        for option, value, modes in (
+            ("sample", self.sample, SAMPLE_MODES),
+            ("regenerate", self.regenerate, REGENERATE_MODES),
+            ("changed_prompts", self.changed_prompts, CHANGED_PROMPTS),
+        ):
+            if value not in modes:
+                raise UsageError(f"{flag_of(option)} must be one of {', '.join(modes)}")
         for flag, kind, name, known in (
-            ("--reasoning-parser", "reasoning", self.reasoning_parser, KNOWN_REASONING),
-            ("--tool-call-parser", "tool-call", self.tool_call_parser, KNOWN_TOOL_CALL),
+            (flag_of("reasoning_parser"), "reasoning", self.reasoning_parser, KNOWN_REASONING),
+            (flag_of("tool_call_parser"), "tool-call", self.tool_call_parser, KNOWN_TOOL_CALL),
         ):
             if name is not None and name not in known:
                 # Why (left out on purpose, or no SGLang name), the closest name, and every name this tool applies.
@@ -162,17 +162,28 @@ class RunConfig:
                 raise UsageError(
                     f"{flag}: {unsupported_note(kind, name)}{hint} (names this tool applies: {', '.join(known)})"
                 )
-        for flag, count in (("--continue-cut", self.continue_cut), ("--checkpoint-tokens", self.checkpoint_tokens)):
-            if count < 0:
-                raise UsageError(f"{flag} must be 0 or more, got {count}")
-        reserved = {"max_new_tokens", "skip_special_tokens", "stream", "n"} & self.extra_sampling.keys()
-        if reserved:
-            raise UsageError(f"--sampling-params: {', '.join(sorted(reserved))} is set by the run; leave it out")
+        for option in ("continue_cut", "checkpoint_tokens"):
+            if getattr(self, option) < 0:
+                raise UsageError(f"{flag_of(option)} must be 0 or more, got {getattr(self, option)}")
         if not self.think_start or not self.think_end:
-            raise UsageError("--think-start and --think-end must not be empty")
+            raise UsageError(f"{flag_of('think_start')} and {flag_of('think_end')} must not be empty")
         urls = self.urls
         api_key = self._check_server(urls)
         return replace(self, server_url=urls[0], server_urls=urls, api_key=api_key, **self._check_launch())
+
+    def _check_sampling(self) -> None:
+        """The sampling flags (each row's range) and --sampling-params (no key the run sets itself)."""
+        unknown = self.sampling_flags.keys() - BY_NAME.keys() - {"max_tokens"}
+        if unknown:
+            raise KeyError(f"sampling_flags has no row for {', '.join(sorted(unknown))}")
+        for row in FLAGGED:
+            value = self.max_tokens if row.name == "max_tokens" else self.sampling_flags.get(row.name or "")
+            problem = None if value is None else row.problem(value)
+            if problem:
+                raise UsageError(f"{row.flag} {problem}, got {value}")
+        taken = set(reserved(samples=False)) & self.extra_sampling.keys()
+        if taken:
+            raise UsageError(f"{flag_of('extra_sampling')}: {', '.join(sorted(taken))} is set by the run; leave it out")
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -217,9 +228,11 @@ class RunConfig:
         if not self.launch_server.strip():
             raise UsageError("--launch-server needs a command, e.g. 'python -m sglang.launch_server ...', or demo")
         if not (self.server_start_timeout > 0 and math.isfinite(self.server_start_timeout)):
-            raise UsageError(f"--server-start-timeout must be a positive number, got {self.server_start_timeout}")
+            raise UsageError(
+                f"{flag_of('server_start_timeout')} must be a positive number, got {self.server_start_timeout}"
+            )
         if self.server_restarts < 0:
-            raise UsageError(f"--server-restarts must be 0 or more, got {self.server_restarts}")
+            raise UsageError(f"{flag_of('server_restarts')} must be 0 or more, got {self.server_restarts}")
         # The run waits out a server the supervisor restarts: one restart is a stop, a backoff
         # and a whole start-up, which must not look like an outage to give up on.
         return {
@@ -247,7 +260,7 @@ class RunConfig:
 
     def sampling_params(self) -> dict[str, Any]:
         """The user-chosen sampling keys, by SGLang's names; max_new_tokens is set per request."""
-        chosen = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
+        chosen = {row.key: self.sampling_flags.get(row.name or "") for row in FLAGGED if row.name != "max_tokens"}
         return self.extra_sampling | {k: v for k, v in chosen.items() if v is not None}
 
 
@@ -264,6 +277,15 @@ def check_url(server_url: str) -> None:
         raise UsageError(f"--server-url {shown!r} has no host; e.g. http://127.0.0.1:30000")
     if url.port is not None and not 1 <= url.port <= 65535:
         raise UsageError(f"--server-url {shown!r}: port {url.port} is not between 1 and 65535")
+
+
+def flag_of(name: str) -> str | None:
+    """The command-line flag of one RunConfig field (None: it has none), as every message names it."""
+    for one in fields(RunConfig):
+        if one.name == name:
+            flag: str | None = one.metadata.get("flag", "--" + name.replace("_", "-"))
+            return flag
+    raise KeyError(f"RunConfig has no field {name!r}")
 
 
 def default_of(name: str) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from model_tokenizers import build_model_tokenizer
 from simharness import start_sim
 from tiny_tokenizers import build_all
 from workspace import Workspace
@@ -37,6 +38,12 @@ def pytest_xdist_make_scheduler(config, log):
 @pytest.fixture(scope="session")
 def tokenizers(tmp_path_factory) -> dict:
     return build_all(tmp_path_factory.mktemp("tokenizers"))
+
+
+@pytest.fixture(scope="session")
+def qwen3(tmp_path_factory) -> Path:
+    """Qwen3's real chat template on a tiny tokenizer with its special tokens (model_tokenizers.py)."""
+    return build_model_tokenizer(tmp_path_factory.getbasetemp() / "model-tokenizers" / "qwen3", "qwen3")
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from synthgen.budget import plan as budget
 from synthgen.budget import teacher
 from synthgen.budget.file import write_budget
 from synthgen.data.prompts import DatasetSource, discover, scan_dataset
+from synthgen.data.readers.base import NO_COLUMNS, Columns
 from synthgen.data.samples import MAX_SAMPLES_PER_PROMPT
 from synthgen.data.store import RESULTS, iter_done, iter_rows
 from synthgen.data.tokenrows import ExistingSource, parse_existing, scan_token_rows
@@ -93,6 +94,11 @@ def _which_datasets(g: argparse._ArgumentGroup) -> None:
         "--skip-bad-lines",
         action="store_true",
         help="count around malformed prompt lines instead of stopping, as the runner does",
+    )
+    g.add_argument(
+        "--columns",
+        metavar="FIELD=COLUMN,...",
+        help="which column holds each field, e.g. prompt=question,id=uid, as the runner's --columns",
     )
 
 
@@ -177,6 +183,7 @@ class BudgetConfig:
     partition: str = "all"
     datasets: tuple[str, ...] = ()
     skip_bad_lines: bool = False
+    columns: Columns = NO_COLUMNS
     # --- budget and averages
     tokens_per_dataset: int = 10_000_000
     output_dir: Path = DEFAULT_OUTPUT_DIR
@@ -217,6 +224,7 @@ class BudgetConfig:
             partition=args.partition,
             datasets=tuple(dict.fromkeys(args.dataset)),
             skip_bad_lines=args.skip_bad_lines,
+            columns=Columns.parse(args.columns) if args.columns else NO_COLUMNS,
             tokens_per_dataset=tokens,
             output_dir=args.output_dir,
             avg_tokens=given,  # type: ignore[arg-type]
@@ -317,7 +325,7 @@ def build_plan(cfg: BudgetConfig) -> budget.Plan:
         )
     rows = []
     for source in sources:
-        index = scan_dataset(source, skip_bad_lines=cfg.skip_bad_lines)
+        index = scan_dataset(source, skip_bad_lines=cfg.skip_bad_lines, columns=cfg.columns)
         if index.bad_lines:
             _warn(f"{source.path}: skipped {index.bad_lines:,} bad line(s); first: {index.first_bad[0]}")
         if index.duplicates:

@@ -8,7 +8,7 @@ import os
 import shlex
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,17 +20,22 @@ from synthgen.budget.plan import parse_count
 from synthgen.config import CHANGED_PROMPTS, RunConfig, default_of
 from synthgen.data.mix import load_mix
 from synthgen.data.prompts import REGENERATE_MODES
+from synthgen.data.readers.base import NO_COLUMNS, Columns
+from synthgen.data.sampling_keys import FLAGGED
 from synthgen.data.selection import SAMPLE_MODES
 from synthgen.data.shards import env_hint, parse_shard, prepare_folder, token_share
 from synthgen.errors import OneLineParser, UsageError, run_guarded
 from synthgen.launch.supervisor import DEMO_MAX_TOKENS, Supervisor, default_max_tokens
 from synthgen.redact import redact
+from synthgen.report.status import selected, show_status
 from synthgen.run.progress import Progress, write_last
 from synthgen.run.runner import Runner
 from synthgen.run.stopping import RunStop
 
 PROG = "run_inference.py"
 PROG_CALL = "python run_inference.py"
+# RunConfig's fields: a sampling flag with one of its own (--max-tokens) goes there, the others to sampling_flags.
+RUN_FIELDS = frozenset(one.name for one in fields(RunConfig))
 
 EXAMPLES = """\
 exit codes:
@@ -62,6 +67,9 @@ examples:
   python run_inference.py --partition all --launch-server \\
         'python -m sglang.launch_server --model-path moonshotai/Kimi-K2.5 --tp 8 --port 30000 --trust-remote-code'
   python run_inference.py --partition short --chat-template-kwargs '{"thinking": true}' --dry-run
+
+  # from another shell: what the folder holds (rows, failed, cut, loops, tokens), the live run's pid
+  python run_inference.py --status --output-dir outputs
 
   # then: the rows as training data, the exact ids for drafters (SpecForge, speculators); --format messages
   # re-renders the text for SFT trainers
@@ -118,6 +126,11 @@ def _what_to_run(g: argparse._ArgumentGroup) -> None:
         "--output-dir", type=Path, default=default_of("output_dir"), metavar="DIR", help="default: %(default)s"
     )
     g.add_argument("--skip-bad-lines", action="store_true", help="skip malformed prompt lines instead of stopping")
+    g.add_argument(
+        "--columns",
+        metavar="FIELD=COLUMN,...",
+        help="which column holds each field, e.g. prompt=question,id=uid (docs/inputs.md)",
+    )
     g.add_argument(
         "--regenerate",
         choices=REGENERATE_MODES,
@@ -232,16 +245,12 @@ def _model_and_template(g: argparse._ArgumentGroup) -> None:
 
 
 def _sampling(g: argparse._ArgumentGroup) -> None:
-    g.add_argument(
-        "--max-tokens",
-        type=int,
-        metavar="N",
-        help=f"per answer (default: {default_of('max_tokens')}; {DEMO_MAX_TOKENS} with the demo)",
-    )
+    for row in FLAGGED:  # synthgen.data.sampling_keys: one row a flag
+        default = default_of(row.name) if row.name in RUN_FIELDS else None
+        assert row.flag is not None and row.name is not None
+        help_text = row.help.format(default=default, demo=DEMO_MAX_TOKENS)
+        g.add_argument(row.flag, dest=row.name, type=row.kind, metavar=row.metavar, help=help_text)
     g.add_argument("--max-seq-len", type=int, metavar="N", help="prompt + answer (default: the server's)")
-    g.add_argument("--temperature", type=float, metavar="T", help="default: the model's")
-    g.add_argument("--top-p", type=float, metavar="P", help="default: the server's")
-    g.add_argument("--top-k", type=int, metavar="K", help="default: the server's")
     g.add_argument(
         "--sampling-params",
         default="{}",
@@ -342,6 +351,12 @@ def _answers(g: argparse._ArgumentGroup) -> None:
 
 def _status_and_errors(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--dry-run", action="store_true", help="print the plan and the first request; send nothing")
+    g.add_argument(
+        "--status",
+        action="store_true",
+        help="print what --output-dir holds (rows, failed, cut, loops, tokens, the live run's pid) and exit; "
+        "reads only, safe beside a running run",
+    )
     g.add_argument("--log-file", type=Path, metavar="FILE", help="also append status lines here")
     g.add_argument(
         "--status-interval",
@@ -374,6 +389,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         prompts_dir=args.prompts_dir,
         output_dir=args.output_dir,
         skip_bad_lines=args.skip_bad_lines,
+        columns=Columns.parse(args.columns) if args.columns else NO_COLUMNS,
         max_samples=args.max_samples,
         budget=budget.caps if budget else {},
         expected_tokens=budget.averages if budget else {},
@@ -406,9 +422,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         redo_loops=args.redo == "repetition",
         max_tokens=args.max_tokens if args.max_tokens is not None else default_max_tokens(args.launch_server),
         max_seq_len=args.max_seq_len,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
+        sampling_flags=sampling_flags(args),
         extra_sampling=extra_sampling,
         concurrency=args.concurrency,
         max_concurrency=args.max_concurrency,
@@ -451,6 +465,12 @@ def in_shard_folder(cfg: RunConfig, environ: Mapping[str, str], say: Callable[[s
     say(f"shard {cfg.shard} into {folder}: every cap counts the whole dataset, this run makes its slice of it")
     log = cfg.server_log if cfg.server_log != cfg.output_dir / "server.log" else None
     return replace(cfg, output_dir=folder, server_log=log, max_tokens_per_dataset=tokens).validate()
+
+
+def sampling_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling flags given (synthgen.data.sampling_keys), by option name, but those RunConfig has a field for."""
+    given = {row.name: getattr(args, row.name or "") for row in FLAGGED if row.name not in RUN_FIELDS}
+    return {name: value for name, value in given.items() if name is not None and value is not None}
 
 
 def _budget_of(args: argparse.Namespace) -> Budget | None:
@@ -535,6 +555,10 @@ def main(argv: list[str] | None = None, stream: TextIO | None = None, tty: bool 
     def body() -> int:
         # A mistyped flag or value is a UsageError here: one line with the closest valid one.
         args = build_parser().parse_args(argv)
+        if args.status:
+            given = args.partition != default_of("partition") or any(a.startswith("--partition") for a in argv)
+            names = selected(args.output_dir, args.prompts_dir, args.partition if given else None, args.dataset)
+            return show_status(args.output_dir, names, sys.stdout)
         config = in_shard_folder(config_from_args(args), os.environ, lambda line: write_last(line, out, None))
         return asyncio.run(run(config))
 

@@ -6,6 +6,14 @@ Accepted records (one JSON object each):
     {"conversations": [{"from": "system|human|gpt|tool", "value": ...}, ...]}
     {"conversations": [{"role": ..., "content": ...}, ...]}
     {"prompt": "...", "system": "..." (optional)}
+    {"instruction": "...", "input": "..." (optional), "output": "..." (optional), "system": (optional)}
+
+``messages``, ``conversations``, ``input_ids`` and ``tools`` may also be a JSON string of their value
+(a parquet column often holds one). An Alpaca record is one user turn, ``instruction`` and then, when
+it is not empty, ``input`` on the next line (``"\n".join``, as LLaMA-Factory's Alpaca converter does),
+and ``output``, when given, the assistant's reply after it: the reference answer, which ``last`` cuts
+(never sent), ``each`` regenerates as turn 0 and ``all`` regenerates; the same conversation, id and
+hash as the ``messages`` record of those turns.
 
 Messages may be OpenAI-style agent turns: an assistant turn with ``tool_calls``
 (``[{id, type, function: {name, arguments}}]``, arguments a JSON string or an object) and empty or
@@ -283,14 +291,45 @@ def _check_tool_flow(messages: list[dict[str, Any]], key: str) -> None:
             raise ConversationError(f"{where} is a {role} turn with tool_calls; only assistant turns call tools")
 
 
+def _json_value(value: Any, key: str) -> Any:
+    """A field's value, read from JSON when it is a string of a list (a parquet column of JSON strings)."""
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            raise ConversationError(f"'{key}' is a string that is not valid JSON") from None
+    return value
+
+
+def _alpaca(record: dict[str, Any]) -> Conversation:
+    """An Alpaca record: [system], the user turn of instruction (+ input), [the output as the assistant's reply]."""
+    messages = []
+    dropped = 0
+    if record.get("system") is not None:
+        system = _text(record["system"], "'system'", allow_empty=True)
+        if system.strip():
+            messages.append({"role": "system", "content": system})
+        else:
+            dropped = 1
+    parts = [_text(record["instruction"], "'instruction'")]
+    if record.get("input") is not None and _text(record["input"], "'input'", allow_empty=True).strip():
+        parts.append(record["input"])
+    messages.append({"role": "user", "content": "\n".join(parts)})
+    if record.get("output") is not None and _text(record["output"], "'output'", allow_empty=True).strip():
+        messages.append({"role": "assistant", "content": record["output"]})
+    return Conversation(messages, _tools(record.get("tools")), dropped)
+
+
 def parse_record(record: dict[str, Any]) -> Conversation:
     """The conversation of one input record; raises ConversationError naming what is wrong."""
     if "messages" in record:
-        raw, key = record["messages"], "messages"
+        raw, key = _json_value(record["messages"], "messages"), "messages"
     elif "conversations" in record:
-        raw, key = record["conversations"], "conversations"
+        raw, key = _json_value(record["conversations"], "conversations"), "conversations"
     elif "input_ids" in record:
-        return Conversation([], input_ids=_input_ids(record["input_ids"]))
+        return Conversation([], input_ids=_input_ids(_json_value(record["input_ids"], "input_ids")))
+    elif "instruction" in record and "prompt" not in record:
+        return _alpaca(record)
     elif "prompt" in record:
         messages = []
         dropped = 0
@@ -303,7 +342,7 @@ def parse_record(record: dict[str, Any]) -> Conversation:
         messages.append({"role": "user", "content": _text(record["prompt"], "'prompt'")})
         return Conversation(messages, _tools(record.get("tools")), dropped)
     else:
-        raise ConversationError("no 'messages', 'conversations', 'prompt' or 'input_ids' field")
+        raise ConversationError("no 'messages', 'conversations', 'prompt', 'instruction' or 'input_ids' field")
     if not isinstance(raw, list) or not raw:
         raise ConversationError(f"'{key}' must be a non-empty list of messages")
     messages = []

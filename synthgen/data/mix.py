@@ -5,8 +5,8 @@ A mix is a JSON list of recipes, given inline or as a file::
     [{"weight": 3, "temperature": 0.0},
      {"weight": 1, "temperature": 0.8, "top_p": 0.95, "chat_template_kwargs": {"thinking": false}}]
 
-A recipe may set every sampling flag of run_inference.py, by the flag's name with ``_`` for ``-``
-(``RECIPE_KEYS``; ``sampling_params`` as ``--sampling-params``: more SGLang sampling keys), and
+A recipe may set every sampling flag of run_inference.py, by its option name (``RECIPE_KEYS``: the rows of
+synthgen.data.sampling_keys with a flag; ``sampling_params`` as ``--sampling-params``: more SGLang sampling keys), and
 ``chat_template_kwargs``; ``weight`` (default 1) is its share of the draws. A key
 the recipe leaves out takes the run's flag (``--temperature``, ``--chat-template-kwargs``, ...), and the
 recipe's kwargs are laid over the run's. Each (prompt, sample) draws one recipe with a generator seeded by
@@ -18,7 +18,7 @@ from __future__ import annotations
 import difflib
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ import orjson
 
 from synthgen.data.openfiles import read_input
 from synthgen.data.samples import draw_key
+from synthgen.data.sampling_keys import BY_NAME, SamplingKey, reserved
 from synthgen.errors import UsageError
 
 FLAG = "--sampling-mix"
@@ -35,45 +36,18 @@ MAX_MIX_BYTES = 1 << 20
 MAX_RECIPES = 1000
 
 
-def _temperature(value: Any) -> str | None:
-    ok = _is_number(value) and value >= 0 and math.isfinite(value)
-    return None if ok else "must be a number, 0 or more"
-
-
-def _top_p(value: Any) -> str | None:
-    return None if _is_number(value) and 0 < value <= 1 else "must be a number in (0, 1]"
-
-
-def _top_k(value: Any) -> str | None:
-    return None if _is_int(value) and (value == -1 or value >= 1) else "must be -1 or a whole number of at least 1"
-
-
-def _max_tokens(value: Any) -> str | None:
-    return None if _is_int(value) and value >= 1 else "must be a whole number of at least 1"
-
-
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-# recipe key -> (the run's flag, SGLang's sampling_params key, the check). Every sampling flag of
-# run_inference.py is here: a new one is added in this table (and RunConfig) and recipes take it.
-RECIPE_KEYS: dict[str, tuple[str, str, Callable[[Any], str | None]]] = {
-    "temperature": ("--temperature", "temperature", _temperature),
-    "top_p": ("--top-p", "top_p", _top_p),
-    "top_k": ("--top-k", "top_k", _top_k),
-    "max_tokens": ("--max-tokens", "max_new_tokens", _max_tokens),
-}
+# recipe key -> its row: every sampling flag of run_inference.py, checked as the flag is.
+RECIPE_KEYS: dict[str, SamplingKey] = BY_NAME
 KWARGS = "chat_template_kwargs"
 EXTRA = "sampling_params"  # as --sampling-params: SGLang sampling keys the flags above do not name
 WEIGHT = "weight"
 ALL_KEYS = (WEIGHT, *RECIPE_KEYS, EXTRA, KWARGS)
 # Set by the run for each request: a recipe that sets one would not be what was sent.
-RESERVED = ("max_new_tokens", "skip_special_tokens", "stream", "n", "sampling_seed")
+RESERVED = reserved(samples=True)
 
 
 @dataclass(frozen=True)
@@ -157,7 +131,7 @@ def effective(
         if key == "max_tokens":
             limit = int(value)
         else:
-            chosen[RECIPE_KEYS[key][1]] = value
+            chosen[RECIPE_KEYS[key].key] = value
     return Effective(recipe.index, chosen, limit, {**kwargs, **recipe.kwargs})
 
 
@@ -207,12 +181,12 @@ def parse_recipe(item: Any, index: int, where: str) -> Recipe:
     if not _is_number(weight) or not (weight > 0 and math.isfinite(weight)):
         raise UsageError(f"{at}: weight must be a positive number, got {orjson.dumps(weight).decode()}")
     params = {}
-    for key, (flag, _, check) in RECIPE_KEYS.items():
+    for key, row in RECIPE_KEYS.items():
         if key in item and item[key] is not None:
-            problem = check(item[key])
+            problem = row.problem(item[key])
             if problem:
                 shown = orjson.dumps(item[key]).decode()
-                raise UsageError(f"{at}: {key} {problem} (as {flag}), got {shown}")
+                raise UsageError(f"{at}: {key} {problem} (as {row.flag}), got {shown}")
             params[key] = item[key]
     kwargs = item.get(KWARGS) or {}
     if not isinstance(kwargs, dict):
@@ -223,8 +197,8 @@ def parse_recipe(item: Any, index: int, where: str) -> Recipe:
     reserved = [key for key in RESERVED if key in extra]
     if reserved:
         raise UsageError(f"{at}: {EXTRA}: {reserved[0]} is set by the run for each sample; leave it out")
-    named = [key for key, (_, sglang, _) in RECIPE_KEYS.items() if sglang in extra]
+    named = [key for key, row in RECIPE_KEYS.items() if row.key in extra]
     if named:
         key = named[0]
-        raise UsageError(f"{at}: {EXTRA} sets {RECIPE_KEYS[key][1]}; give it as the recipe's own key '{key}'")
+        raise UsageError(f"{at}: {EXTRA} sets {RECIPE_KEYS[key].key}; give it as the recipe's own key '{key}'")
     return Recipe(index, weight, params, kwargs, extra)

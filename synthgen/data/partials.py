@@ -36,32 +36,23 @@ from typing import Any
 import orjson
 
 from synthgen.data.openfiles import limit_error, open_output
-from synthgen.data.records import ResultRecord, typed_list
+from synthgen.data.records import typed_list
+from synthgen.data.rowread import Row
+from synthgen.data.sampling_keys import continuation_rows
 from synthgen.data.store import WRITE_POOL, iter_rows, rewrite_lines
 from synthgen.errors import StoreWriteError
 
 NAME = "partial_outputs.jsonl"
 
-# Sampling keys whose effect depends on the tokens already generated (or on the request being one
-# whole draw): a continuation would not sample from the same distribution. key -> its neutral value.
-OUTPUT_SIDE_KEYS: dict[str, Any] = {
-    "frequency_penalty": 0.0,
-    "presence_penalty": 0.0,
-    "repetition_penalty": 1.0,
-    "min_new_tokens": 0,
-    "sampling_seed": None,
-}
-
 
 def continuation_blocker(sampling: dict[str, Any]) -> str | None:
     """Why a request with these sampling params cannot be continued from a partial output (None: it
     can): penalties that count output tokens, min_new_tokens and a fixed sampling_seed are not
-    carried over by a new request."""
-    for key, neutral in OUTPUT_SIDE_KEYS.items():
-        value = sampling.get(key, neutral)
-        if value is not None and value != neutral:
-            what = "a fixed seed draws another sequence" if key == "sampling_seed" else "it counts output tokens"
-            return f"{key} {value}: {what}, so a continuation is not the same distribution"
+    carried over by a new request (the rows of sampling_keys with a ``continuation``)."""
+    for row in continuation_rows():
+        value = sampling.get(row.key, row.neutral)
+        if row.blocks_continuation(value):
+            return f"{row.key} {value}: {row.continuation}, so a continuation is not the same distribution"
     return None
 
 
@@ -220,21 +211,21 @@ TOKEN_KEYS = (
 )
 
 
-def add_row_tokens(out: dict[str, int], row: ResultRecord) -> None:
+def add_row_tokens(out: dict[str, int], row: Row) -> None:
     """Count one row into a :func:`token_report` tally."""
-    tokens = row.completion_tokens if isinstance(row.completion_tokens, int) else 0
+    tokens = row.output_tokens
     out["tokens"] += tokens
-    if row.finish_reason == "repetition":
+    if row.looped:
         out["loop_rows"] += 1
         out["loop_tokens"] += tokens
-    elif row.finish_reason == "length" and (not row.reasoning_complete or not (row.content or "").strip()):
+    elif row.cut_unanswered:
         out["cut_rows"] += 1
         out["cut_tokens"] += tokens
-    segments = typed_list(row.segments, int)
-    if segments and len(segments) > 1:
+    last = row.turns[-1]
+    if last.segments and len(last.segments) > 1:
         out["continued_rows"] += 1
-        out["continued_tokens"] += sum(segments[:-1])
-    out["extended_rows"] += bool(row.extended_by)
+        out["continued_tokens"] += sum(last.segments[:-1])
+    out["extended_rows"] += bool(last.extended_by)
 
 
 def add_waiting(out: dict[str, int], folder: Path) -> None:
@@ -243,7 +234,7 @@ def add_waiting(out: dict[str, int], folder: Path) -> None:
     out["partials"], out["partial_tokens"] = len(waiting), sum(p.tokens for p in waiting.values())
 
 
-def token_report(rows: Iterable[ResultRecord], folder: Path | None = None) -> dict[str, int]:
+def token_report(rows: Iterable[Row], folder: Path | None = None) -> dict[str, int]:
     """What a dataset's tokens went into, for ``export_training.py --report``: output tokens in rows;
     of them, rows the exports leave out (loops the loop guard ended, answers cut at --max-tokens with
     their reasoning open); rows continued from partial outputs (and the tokens of their earlier

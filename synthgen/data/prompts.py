@@ -1,11 +1,13 @@
-"""Finding datasets and reading their prompt lines.
+"""Finding datasets and reading their prompt rows.
 
-Layout: ``<prompts_dir>/<partition>/<dataset>.jsonl``. One JSON object per line, in any of:
+Layout: ``<prompts_dir>/<partition>/<dataset>.jsonl`` (or ``.parquet``, ``.arrow``, or a folder of
+shards: ``synthgen.data.readers``, which reads each format). One record per row, in any of:
 
     {"id": ..., "messages": [{"role": ..., "content": ...}, ...]}
     {"id": ..., "conversations": [{"from": "system|human|gpt", "value": ...}, ...]}
     {"id": ..., "conversations": [{"role": ..., "content": ...}, ...]}
     {"id": ..., "prompt": "...", "system": "..." (optional)}
+    {"id": ..., "instruction": "...", "input": "..." (optional), "output": "..." (optional)}
 
 Messages may carry OpenAI-style tool calls, tool results and earlier reasoning, and a row may
 carry ``tools`` (see ``conversations``). Which prompts a line makes depends on the regeneration
@@ -15,19 +17,19 @@ regenerated turn by turn, id ``<id>``). A missing id becomes a stable hash of th
 prompt's hash does not depend on the mode: ``last`` and ``all`` give a conversation's own id the
 same hash (``conversations.conversation_hash``); a change of mode is a change of settings.
 
-Files are streamed twice: ``scan_dataset`` validates every line and keeps only prompt ids and
-byte offsets (so a bad line stops the run before any request), and ``PromptReader`` reads the
-chosen prompts lazily. The scan also compares the prompts that earlier runs answered with what
+Files are streamed twice: ``scan_dataset`` validates every row and keeps only prompt ids and the
+positions the reader gives (so a bad row stops the run before any request), and ``PromptReader``
+reads the chosen prompts lazily. The scan also compares the prompts that earlier runs answered with what
 the file holds now (``DatasetIndex.changed``). Duplicates are found by the record's id: the
 first line with an id wins, whatever prompts the mode makes of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Container, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 
@@ -42,25 +44,37 @@ from synthgen.data.conversations import (
     prompt_hash,
 )
 from synthgen.data.idtable import PromptOffsets
-from synthgen.data.openfiles import FilePool, Oversize, limit_error, open_input, pool_size
+from synthgen.data.openfiles import Oversize, limit_error
+from synthgen.data.readers import SUFFIXES, folder_dataset, format_of, open_reader
+from synthgen.data.readers.base import NO_COLUMNS, Columns, Reader, RowData
+from synthgen.data.readers.jsonl import MAX_LINE
 from synthgen.data.records import DoneEntry
-from synthgen.data.rowscan import lines
-from synthgen.errors import InputFileError, UsageError
+from synthgen.errors import UsageError
 
 REGENERATE_MODES = ("last", "each", "all")
 # Lines longer than this have their size kept, so a prompt too long to fit is skipped before it is read.
 LONG_LINE = 1 << 20
-# The longest line a prompt file may have (more tokens than any context): a longer one is a bad
-# line, passed over in chunks, never read into memory whole (a file without newlines, /dev/zero).
-MAX_LINE = 64 << 20
-NOT_A_FILE = "a prompt file must be a regular file (or a link to one): replace it or move it out of the partition"
 
 
 @dataclass(frozen=True, slots=True)
 class DatasetSource:
     name: str
     partition: str
-    path: Path
+    path: Path  # the file, or the folder of shards
+    format: str = "jsonl"
+    files: tuple[Path, ...] = ()  # a folder's shards, in reading order; () for a single file
+
+    @property
+    def shards(self) -> tuple[Path, ...]:
+        return self.files or (self.path,)
+
+    @property
+    def label(self) -> str:
+        """The prompt file as rows record it: partition/name.jsonl, or partition/name/ for a folder."""
+        return f"{self.partition}/{self.path.name}" + ("/" if self.files else "")
+
+    def reader(self, columns: Columns = NO_COLUMNS) -> Reader:
+        return open_reader(self.format, self.shards, columns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +94,10 @@ class DatasetIndex:
     """What one validation pass learned about a dataset file; ids only, in file order."""
 
     source: DatasetSource
+    reader: Reader
     ids: list[str] = field(default_factory=list)
-    offsets: PromptOffsets = field(init=False)  # id -> (byte offset, line number)
-    lines: int = 0
+    offsets: PromptOffsets = field(init=False)  # id -> (the reader's position of its row, row number from 1)
+    lines: int = 0  # rows
     mode: str = "last"
     changed: list[str] = field(default_factory=list)  # done prompts whose text is no longer what was answered
     hashes: dict[str, str] = field(default_factory=dict)  # prompt id -> hash, for the ids the scan was asked to track
@@ -97,14 +112,7 @@ class DatasetIndex:
 
 
 class BadLine(ValueError):
-    """One line's problem, without the location (the caller adds file:line)."""
-
-
-# Open prompt files across all readers; a small share of the descriptor limit.
-READ_POOL: FilePool[BinaryIO] = FilePool(pool_size(32), lambda fh: fh.close())
-
-
-SUFFIX = ".jsonl"
+    """One row's problem, without the location (the caller adds file:line or file: row n)."""
 
 
 def name_problem(name: str) -> str | None:
@@ -120,9 +128,21 @@ def name_problem(name: str) -> str | None:
     return None
 
 
-def _is_hidden(path: Path) -> bool:
+def _is_hidden(path: Path, stem: str) -> bool:
     """Hidden files (``.name.jsonl``, macOS's ``._name.jsonl``) are not datasets; ``..jsonl`` is no hidden file."""
-    return path.name.startswith(".") and bool(path.name[: -len(SUFFIX)].strip("."))
+    return path.name.startswith(".") and bool(stem.strip("."))
+
+
+def _dataset(path: Path) -> DatasetSource | None:
+    """The dataset an entry of a partition folder is (without its partition), or None."""
+    fmt = format_of(path.name)
+    stem = path.name[: -len(fmt) - 1] if fmt else path.name
+    if _is_hidden(path, stem) or (fmt is None and path.name.startswith(".")):
+        return None
+    if path.is_dir():
+        found = folder_dataset(path)
+        return None if found is None else DatasetSource(stem, "", path, found[0], found[1])
+    return None if fmt is None else DatasetSource(stem, "", path, fmt)
 
 
 def _entries(folder: Path, what: str) -> list[Path]:
@@ -157,9 +177,10 @@ def discover(prompts_dir: Path, partition: str, names: Iterable[str] = ()) -> li
     sources: dict[str, DatasetSource] = {}
     for folder in folders:
         for path in _entries(folder, "partition folder"):
-            if not path.name.endswith(SUFFIX) or _is_hidden(path):
+            found = _dataset(path)
+            if found is None:
                 continue
-            name = path.name[: -len(SUFFIX)]
+            name = found.name
             problem = name_problem(name)
             if problem:
                 raise UsageError(
@@ -171,7 +192,7 @@ def discover(prompts_dir: Path, partition: str, names: Iterable[str] = ()) -> li
                     f"{path}: dataset '{name}' also exists as {sources[name].path}; "
                     "dataset names must be unique across partitions (their outputs share outputs/<dataset>/)"
                 )
-            sources[name] = DatasetSource(name, folder.name, path)
+            sources[name] = replace(found, partition=folder.name)
     wanted = list(dict.fromkeys(names))
     if wanted:
         unknown = [n for n in wanted if n not in sources]
@@ -180,7 +201,10 @@ def discover(prompts_dir: Path, partition: str, names: Iterable[str] = ()) -> li
             raise UsageError(f"unknown dataset {', '.join(unknown)} in partition '{partition}' (known: {known})")
         return [sources[n] for n in wanted]
     if not sources:
-        raise UsageError(f"no *.jsonl datasets under {prompts_dir}/{partition if partition != 'all' else '*'}")
+        kinds = ", ".join(f"*{suffix}" for suffix in SUFFIXES)
+        raise UsageError(
+            f"no datasets ({kinds} or folders of them) under {prompts_dir}/{partition if partition != 'all' else '*'}"
+        )
     return list(sources.values())
 
 
@@ -294,23 +318,16 @@ def answers(entry: DoneEntry, digest: str, conversation: Conversation) -> bool:
     return entry.regenerate == "all" and entry.prompt_hash == legacy_all_hash(conversation)
 
 
-def _lines(path: Path) -> Iterator[tuple[int, bytes | Oversize]]:
-    try:
-        with open_input(path, NOT_A_FILE) as fh:
-            yield from enumerate(lines(fh, MAX_LINE), start=1)
-    except OSError as exc:
-        raise limit_error(exc, path) or InputFileError(path, None, f"cannot read ({exc.strerror})") from exc
-
-
 def scan_dataset(
     source: DatasetSource,
     skip_bad_lines: bool = False,
     mode: str = "last",
     done: Mapping[str, DoneEntry] | None = None,
     track: Container[str] = (),
+    columns: Columns = NO_COLUMNS,
 ) -> DatasetIndex:
-    """Validate every line; keep the unique prompt ids in file order (the first line of a record
-    id wins).
+    """Validate every row; keep the unique prompt ids in file order (the first row of a record id
+    wins). ``columns``: --columns, the dataset's column of each field.
 
     ``done``: the rows earlier runs left; a done prompt whose hash differs from what the line
     makes now is listed in ``changed``. ``track``: prompt ids whose current hash is kept in
@@ -320,54 +337,53 @@ def scan_dataset(
     of record ids: it looks for repeated ids once at the end (``PromptOffsets.has_duplicates``) and,
     only when there are some, scans again keeping that set, to skip the later lines as they come."""
     if mode != "each":
-        index = _scan(source, skip_bad_lines, mode, done, track, records=None)
+        index = _scan(source, source.reader(columns), skip_bad_lines, mode, done, track, records=None)
         if not index.offsets.has_duplicates():
             return index
-    return _scan(source, skip_bad_lines, mode, done, track, records=set())
+    return _scan(source, source.reader(columns), skip_bad_lines, mode, done, track, records=set())
 
 
 def _scan(
     source: DatasetSource,
+    reader: Reader,
     skip_bad_lines: bool,
     mode: str,
     done: Mapping[str, DoneEntry] | None,
     track: Container[str],
     records: set[str] | None,
 ) -> DatasetIndex:
-    index = DatasetIndex(source, mode=mode)
+    index = DatasetIndex(source, reader, mode=mode)
     ids, starts, linenos = index.ids, index.offsets.starts, index.offsets.lines
-    quick = mode != "each" and records is None  # a line makes one prompt of its own id: ids are all it keeps
-    offset = 0
-    for lineno, line in _lines(source.path):
-        index.lines = lineno
+    quick = mode != "each" and records is None  # a row makes one prompt of its own id: ids are all it keeps
+    columns = reader.columns
+    mapped = bool(columns)
+    for row, start, data in reader.scan():
+        index.lines = row
         record: Any = _NOT_JSON
-        if quick and type(line) is bytes and len(line) <= LONG_LINE:
-            record = _loads(line)
+        if quick and (type(data) is dict or (type(data) is bytes and len(data) <= LONG_LINE)):
+            record = _loads(data) if type(data) is bytes else data
+            if mapped and type(data) is bytes and type(record) is dict:
+                record = columns.apply(record)
             rid = _plain_id(record)
             if rid is not None and not (done and rid in done) and rid not in track:
                 ids.append(rid)  # the common case: the whole of the loop below for it
-                starts.append(offset)
-                linenos.append(lineno)
-                offset += len(line)
+                starts.append(start)
+                linenos.append(row)
                 continue
-        size = line.size if isinstance(line, Oversize) else len(line)
-        start, offset = offset, offset + size
+        size = _size(data)
         try:
-            if isinstance(line, Oversize):
-                raise BadLine(f"the line has {size:,} bytes, over the {MAX_LINE >> 20} MiB a prompt line may have")
-            # A line read above is not read again (a done prompt's line is hashed below).
-            parsed = parse_line(line) if record is _NOT_JSON else _parse_record(record)
+            # A row read above is not read again (a done prompt's row is hashed below).
+            parsed = _parse(data, columns) if record is _NOT_JSON else _parse_record(record)
         except BadLine as exc:
-            _bad_line(index, lineno, exc, skip_bad_lines)
+            _bad_line(index, row, exc, skip_bad_lines)
             continue
         if parsed is None:
             continue
         rid, conversation = parsed
         if conversation.input_ids is not None and mode != "last":
-            raise InputFileError(
-                source.path,
-                lineno,
-                f"a line of input_ids is a prompt already rendered, with no turns to regenerate; "
+            raise reader.error(
+                row,
+                f"a row of input_ids is a prompt already rendered, with no turns to regenerate; "
                 f"run this dataset with --regenerate last, not {mode}",
             )
         if records is not None:
@@ -379,9 +395,9 @@ def _scan(
         for prompt_id, messages in prompts_of(rid, conversation, mode):
             ids.append(prompt_id)
             starts.append(start)
-            linenos.append(lineno)
-            if len(line) > LONG_LINE:
-                index.long_lines[prompt_id] = len(line)
+            linenos.append(row)
+            if size > LONG_LINE:
+                index.long_lines[prompt_id] = size
             entry = done.get(prompt_id) if done else None
             tracked = prompt_id in track
             if entry is None and not tracked:
@@ -394,23 +410,47 @@ def _scan(
     return index
 
 
-def _bad_line(index: DatasetIndex, lineno: int, problem: BadLine, skip_bad_lines: bool) -> None:
-    """A bad line stops the scan with file:line, or with --skip-bad-lines is counted (a few kept to show)."""
+def _size(data: RowData) -> int:
+    """A JSONL line's bytes (its size is what skips a prompt too long to fit before it is read); 0 for a
+    columnar row, whose size is not known before it is decoded."""
+    if type(data) is bytes:
+        return len(data)
+    return data.size if isinstance(data, Oversize) else 0
+
+
+def _parse(data: RowData, columns: Columns) -> tuple[str, Conversation] | None:
+    """(id, conversation) of one row a reader gave, None for a blank line; raises BadLine."""
+    if isinstance(data, Oversize):
+        raise BadLine(f"the line has {data.size:,} bytes, over the {MAX_LINE >> 20} MiB a prompt line may have")
+    if type(data) is not bytes:
+        return _parse_record(data)
+    if not columns:
+        return parse_line(data)
+    if not data or data.isspace():
+        return None
+    try:
+        record = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise BadLine(f"not valid JSON ({exc})") from exc
+    return _parse_record(columns.apply(record) if type(record) is dict else record)
+
+
+def _bad_line(index: DatasetIndex, row: int, problem: BadLine, skip_bad_lines: bool) -> None:
+    """A bad row stops the scan with its file and row, or with --skip-bad-lines is counted (a few kept to show)."""
     if not skip_bad_lines:
-        fix = "fix or remove the line, or pass --skip-bad-lines"
-        raise InputFileError(index.source.path, lineno, f"{problem}; {fix}") from None
+        fix = f"fix or remove the {index.reader.unit}, or pass --skip-bad-lines"
+        raise index.reader.error(row, f"{problem}; {fix}") from None
     index.bad_lines += 1
     if len(index.first_bad) < 3:
-        index.first_bad.append(f"{index.source.path}:{lineno}: {problem}")
+        index.first_bad.append(f"{index.reader.where(row)}: {problem}")
 
 
-def build_prompt(index: DatasetIndex, prompt_id: str, line: bytes, lineno: int) -> Prompt:
-    """The prompt ``prompt_id`` of a line the scan recorded for it."""
-    path = index.source.path
+def build_prompt(index: DatasetIndex, prompt_id: str, data: RowData, row: int) -> Prompt:
+    """The prompt ``prompt_id`` of a row the scan recorded for it."""
     try:
-        parsed = parse_line(line)
+        parsed = _parse(data, index.reader.columns)
     except BadLine as exc:
-        raise InputFileError(path, lineno, f"changed while the run was reading it ({exc})") from None
+        raise index.reader.error(row, f"changed while the run was reading it ({exc})") from None
     if parsed is not None:
         rid, conversation = parsed
         for pid, messages in prompts_of(rid, conversation, index.mode):
@@ -419,35 +459,28 @@ def build_prompt(index: DatasetIndex, prompt_id: str, line: bytes, lineno: int) 
                     prompt_id,
                     index.source.name,
                     tuple(messages),
-                    lineno,
+                    row,
                     conversation.tools,
                     digest_of(messages, conversation, index.mode),
                     conversation if index.mode == "all" else None,
                     conversation.input_ids,
                 )
-    raise InputFileError(path, lineno, "changed while the run was reading it; rerun to rescan")
+    raise index.reader.error(row, "changed while the run was reading it; rerun to rescan")
 
 
 class PromptReader:
-    """Reads single prompts by the byte offsets a scan recorded, in whatever order a run picks.
+    """Reads single prompts by the positions a scan recorded, in whatever order a run picks.
 
-    Readers share a few open files (an LRU, ``READ_POOL``): a partition of thousands of datasets
-    runs under a small ``ulimit -n``, and a dataset the run has moved past holds no descriptor."""
+    Readers share a few open files (an LRU, ``readers.base.READ_POOL``): a partition of thousands of
+    datasets runs under a small ``ulimit -n``, and a dataset the run has moved past holds no descriptor."""
 
     def __init__(self, index: DatasetIndex):
         self.index = index
 
     def read(self, prompt_id: str) -> Prompt:
-        offset, lineno = self.index.offsets[prompt_id]
-        path = self.index.source.path
-        try:
-            with READ_POOL.use(self, lambda: open_input(path, NOT_A_FILE)) as fh:
-                fh.seek(offset)
-                line = fh.readline(MAX_LINE + 1)  # longer: the file changed since the scan (build_prompt says so)
-        except OSError as exc:
-            raise limit_error(exc, path) or InputFileError(path, lineno, f"cannot read ({exc.strerror})") from exc
-        return build_prompt(self.index, prompt_id, line, lineno)
+        position, row = self.index.offsets[prompt_id]
+        return build_prompt(self.index, prompt_id, self.index.reader.read(position), row)
 
     def close(self) -> None:
-        """Close this reader's file, if it is open; a later read opens it again."""
-        READ_POOL.release(self)
+        """Close this reader's files, if they are open; a later read opens them again."""
+        self.index.reader.close()

@@ -31,6 +31,7 @@ import orjson
 
 from synthgen.data.openfiles import open_output, open_output_file
 from synthgen.data.records import parse_line
+from synthgen.data.sampling_keys import FLAGGED
 from synthgen.errors import StoreWriteError, UsageError
 from synthgen.redact import redact_value
 
@@ -99,7 +100,7 @@ SOURCES = {
     "sample_seed": "--seed (the samples' seeds and recipe draws)",
     "sampling_mix": "--sampling-mix",
 }
-SAMPLING_FLAGS = {"temperature": "--temperature", "top_p": "--top-p", "top_k": "--top-k"}
+SAMPLING_FLAGS = {row.key: row.flag for row in FLAGGED}
 # The settings a run's own flags decide: known before the server is asked, so checked first.
 FLAG_SETTINGS = ("regenerate", "max_tokens", "sampling_params", "chat_template_kwargs", "sample_seed", "sampling_mix")
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from synthgen.data.samples import row_sample, sample_key
+from synthgen.data.samples import row_key
 from synthgen.redact import redact
 
 _LINE = orjson.OPT_APPEND_NEWLINE
@@ -98,14 +98,8 @@ class ResultRecord:
     def from_dict(cls, row: dict[str, Any]) -> ResultRecord:
         """Any version of a result row: a field it does not have reads as its default (None where there
         is none); the values it has are taken as they are, unchecked (``DoneEntry`` checks what resume uses)."""
-        values = {}
-        for f in dataclasses.fields(cls):
-            if f.name in row:
-                values[f.name] = row[f.name]
-            elif f.default is not dataclasses.MISSING:
-                values[f.name] = f.default
-            else:
-                values[f.name] = None
+        get = row.get
+        values: dict[str, Any] = {name: get(name, default) for name, default in _RECORD_DEFAULTS}
         return cls(**values)
 
     @property
@@ -144,7 +138,7 @@ class Turn:
     completion_tokens: int
     cached_tokens: int | None
     output_text: str
-    input_ids: list[int]
+    input_ids: list[int] | None  # None: a row written before ids were stored (as read back)
     output_ids: list[int] | None
     latency_s: float
     server_latency_s: float | None
@@ -246,6 +240,10 @@ def build_result(
 
 
 MIX_FIELDS = ("sample", "sampling_seed", "recipe")
+# (name, default) of every ResultRecord field, None where it has none: from_dict reads a row through it.
+_RECORD_DEFAULTS = tuple(
+    (f.name, None if f.default is dataclasses.MISSING else f.default) for f in dataclasses.fields(ResultRecord)
+)
 
 
 @dataclass(slots=True)
@@ -309,10 +307,9 @@ class DoneEntry:
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> DoneEntry | None:
         """None for a line that is not a result row (no string id)."""
-        rid = row.get("id")
-        if not isinstance(rid, str):
+        rid = row_key(row)  # sample 0 keeps the id: resume is per (id, sample)
+        if rid is None:
             return None
-        rid = sample_key(rid, row_sample(row))  # sample 0 keeps the id: resume is per (id, sample)
         tokens = row.get("completion_tokens")
         count = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None
         source, digest, mode = row.get("source"), row.get("prompt_hash"), row.get("regenerate")

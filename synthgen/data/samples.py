@@ -11,6 +11,8 @@ pair and ``--seed`` alone, never from the order prompts run in or which other pr
     export_id         its id in a training file, unique per sample
     sample_key        its key where resume keeps what is done (done sets, errors, partial turns): the prompt
                       id itself for sample 0, so a folder written before samples existed resumes as it was
+    row_key           a stored row's key, the same: the one key of a row for every reader (the resume scan,
+                      the report, --status, the export); two rows with one key are a duplicate
 
 A row of sample 0 written before samples existed carries no ``sample`` key: ``row_sample`` reads it as 0.
 Resume is exactly-once per key: ``sample_work`` gives the (id, sample) pairs a run still owes.
@@ -74,6 +76,12 @@ def row_sample(row: dict[str, Any]) -> int:
 def sample_key(prompt_id: str, sample: int) -> str:
     """Where resume files a sample: ``id`` for sample 0 (as before samples existed), ``id<US>s<k>`` for k > 0."""
     return prompt_id if sample == 0 else f"{prompt_id}{KEY_SEPARATOR}{sample}"
+
+
+def row_key(row: dict[str, Any]) -> str | None:
+    """A stored row's key: ``sample_key`` of its id and sample; None for a row without a string id."""
+    rid = row.get("id")
+    return sample_key(rid, row_sample(row)) if isinstance(rid, str) else None
 
 
 def split_key(key: str) -> tuple[str, int]:

@@ -37,7 +37,8 @@ import orjson
 
 from synthgen.data.openfiles import FilePool, create_new, limit_error, open_output, open_output_file, pool_size
 from synthgen.data.records import DoneEntry, ErrorRecord, ResultRecord, json_line, parse_line
-from synthgen.data.rowscan import lines, resume_row
+from synthgen.data.rowread import Outcome, done_entry, from_dict, read_row
+from synthgen.data.rowscan import lines
 from synthgen.errors import RunLockedError, StoreWriteError, SynthgenError
 
 RESULTS = "raw_responses.jsonl"
@@ -46,8 +47,8 @@ LOCK = ".lock"
 LOCK_TABLE = ".locks"
 BOM = b"\xef\xbb\xbf"  # an editor's UTF-8 byte order mark: not part of the first row
 
-# What a scan hands each row it reads to (scan_results): the row without its token ids, None for no object.
-RowSink = Callable[[dict[str, Any] | None], None]
+# What a scan hands each row it reads to (scan_results): the reader's outcome of it, read without token ids.
+RowSink = Callable[[Outcome], None]
 
 # Append descriptors of every dataset's output files; a small share of the descriptor limit.
 WRITE_POOL: FilePool[int] = FilePool(pool_size(8), os.close)
@@ -61,8 +62,7 @@ def _open_error(exc: OSError, path: Path, problem: str, fix: str) -> SynthgenErr
 
 
 def _done_entry(line: bytes) -> DoneEntry | None:
-    row = resume_row(line)
-    return None if row is None else DoneEntry.from_dict(row)
+    return done_entry(read_row(line, lean=True))
 
 
 def iter_rows(path: Path) -> Iterator[dict[str, Any]]:
@@ -84,7 +84,7 @@ def iter_rows(path: Path) -> Iterator[dict[str, Any]]:
 def iter_done(path: Path) -> Iterator[DoneEntry]:
     """Read-only: what resume needs of every result row of a results file, in file order (duplicates too)."""
     for row in iter_rows(path):
-        entry = DoneEntry.from_dict(row)
+        entry = done_entry(from_dict(row))
         if entry is not None:
             yield entry
 
@@ -151,8 +151,8 @@ def rewrite_lines(path: Path, lines: list[bytes]) -> None:
 def scan_results(results_path: Path, tense: str = "will", on_row: RowSink | None = None) -> ResumeState:
     """Read-only: the completed ids of a results file, and in ``tail`` the repair its last line
     needs (``repaired`` says it in ``tense``: would, will). ``on_row`` gets every row counted or
-    passed over, in file order (duplicates too; None for a line that is no JSON object), parsed
-    without its token ids: the run report's figures are made from the one read."""
+    passed over, in file order (duplicates too), as the reader's outcome read without its token ids
+    (``rowread.read_row``): the run report's figures are made from the one read."""
     state = ResumeState()
     try:
         fh = open_output_file(results_path, os.O_RDONLY, "rb")
@@ -197,10 +197,10 @@ def scan_results(results_path: Path, tense: str = "will", on_row: RowSink | None
 
 
 def _count_line(state: ResumeState, line: bytes, lineno: int, on_row: RowSink | None = None) -> None:
-    row = resume_row(line)
+    outcome = read_row(line, lean=True)
     if on_row is not None:
-        on_row(row)
-    entry = None if row is None else DoneEntry.from_dict(row)
+        on_row(outcome)
+    entry = done_entry(outcome)
     if entry is None:
         state.bad_lines.append(lineno)
         return
@@ -287,6 +287,31 @@ class _LockTable:
         if not self.held and self._open.get(self.key) is self:
             del self._open[self.key]
             os.close(self.fd)
+
+
+def lock_holder(output_dir: Path, dataset: str) -> str | None:
+    """Read-only: the pid (as ``<dataset>/.lock`` records it; "unknown" where it does not) of the live run that
+    holds the dataset's lock, or None when no run does. Asks the lock table whether the dataset's byte is locked
+    (F_OFD_GETLK, F_GETLK) on a descriptor opened for reading: takes no lock, creates and writes nothing."""
+    try:
+        fd = open_output(Path(output_dir) / LOCK_TABLE, os.O_RDONLY)
+    except OSError:  # no lock table: no run ever locked this folder (or none can be asked)
+        return None
+    try:
+        flock = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, _LockTable._offset(dataset), 1, 0)
+        answer = fcntl.fcntl(fd, getattr(fcntl, "F_OFD_GETLK", fcntl.F_GETLK), flock)
+        held = struct.unpack("hhqqi4x", answer)[0] != fcntl.F_UNLCK
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if not held:
+        return None
+    try:
+        text = Path(output_dir, dataset, LOCK).read_text(errors="replace").strip()
+    except OSError:
+        text = ""
+    return text if text.isdigit() else "unknown"
 
 
 class DatasetStore:

@@ -170,8 +170,3 @@ def router_command(
         *extra,
     ]
     # fmt: on
-
-
-def demo_model_dir(paths: DemoPaths | None = None) -> Path:
-    """The tiny model's directory, which is also its tokenizer's (exists once set up)."""
-    return (paths or DemoPaths.default()).tiny

@@ -1,5 +1,8 @@
 """Which result rows become training rows (pure): malformed rows, then the drop reasons in order.
 
+What a row is (its turns, cut, looped, an empty answer) is the row reader's (``synthgen.data.rowread``): a row
+it finds malformed is dropped as such; ``vocab_problem`` adds the ids the export's tokenizer cannot hold.
+
 A row counts under the first reason that applies; REASONS is that order and the report's. The format decides
 two of them through its table entry (formats/base.py): ``needs_ids`` (no_ids) and its own ``refuse`` (a
 Refusal: specforge's cut_empty).
@@ -8,10 +11,9 @@ Refusal: specforge's cut_empty).
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from synthgen.data.records import ResultRecord, typed_list
-from synthgen.export.fields import as_text, turn_ids
+from synthgen.data.records import ResultRecord, Turn
+from synthgen.data.rowread import LOOPED, Row, cut, empty_answer, looped
 from synthgen.export.formats import FORMATS, Format
 
 # Left in a reasoning or answer field, these mean the split into reasoning and answer went wrong.
@@ -26,13 +28,11 @@ STRAY_MARKERS = (
     "<|call|>",
     "<|constrain|>",
 )
-ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 DUPLICATE = "duplicate"
 MALFORMED = "malformed"
 OTHER_SETTINGS = "other_settings"
 NO_IDS = "no_ids"
-LOOPED = "repetition"
 TRUNCATED = "truncated"
 UNCLOSED = "unclosed"
 EMPTY = "empty"
@@ -60,58 +60,17 @@ HINTS = {
 }
 
 
-def _bad_ids(value: Any, vocab: int | None) -> str | None:
-    """Why a stored id list cannot be trained on, or None (None itself is "not stored", a later filter)."""
-    if value is None:
-        return None
-    if typed_list(value, int) is None:
-        return "token ids are not a list of integers"
-    if any(v < 0 for v in value):
-        return "a negative token id"
-    if vocab is not None and any(v >= vocab for v in value):
-        return f"a token id outside the vocabulary ({vocab:,} ids)"
-    return None
-
-
-def _bad_messages(messages: Any) -> str | None:
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        return "messages is not a list of objects"
-    for m in messages:
-        role = m.get("role")
-        if role not in ROLES:
-            return f"unknown role {str(role)[:20]!r}"
-        content = m.get("content")
-        if not isinstance(content, str) and not (content is None and role == "assistant" and m.get("tool_calls")):
-            return f"{role} content is not a string"
-        if m.get("reasoning_content") is not None and not isinstance(m.get("reasoning_content"), str):
-            return "reasoning_content is not a string"
-    if messages[-1].get("role") != "assistant":
-        return "the last turn is not the assistant's"
-    return None
-
-
-def malformed(record: ResultRecord, vocab: int | None = None) -> str | None:
-    """Why a row cannot become a training row (the fields every format needs, with their types), or None.
-
-    ``vocab``: the tokenizer's size when one is known; ids at or above it are malformed."""
-    if not isinstance(record.id, str):
-        return "no string id"
-    why = _bad_messages(record.messages)
-    if why is not None:
-        return why
-    if record.tools is not None and not isinstance(record.tools, list):
-        return "tools is not a list"
-    if record.turns is not None and not isinstance(record.turns, list):
-        return "turns is not a list"
-    for turn in record.finished_turns:
-        if not isinstance(turn, dict):
-            return "a turn is not an object"
-        if not isinstance(turn.get("content"), str):
-            return "the generated content is not a string"
-        for key in ("input_ids", "output_ids"):
-            reason = _bad_ids(turn.get(key), vocab)
-            if reason is not None:
-                return f"{key}: {reason}"
+def vocab_problem(row: Row, vocab: int | None) -> str | None:
+    """Why a row's stored token ids (lists of integers: the reader checked that) cannot be trained on, or None:
+    a negative id, or, with ``vocab`` (the tokenizer's size when one is known), one at or above it."""
+    for turn in row.turns:
+        for key, ids in (("input_ids", turn.input_ids), ("output_ids", turn.output_ids)):
+            if not ids:
+                continue
+            if min(ids) < 0:
+                return f"{key}: a negative token id"
+            if vocab is not None and max(ids) >= vocab:
+                return f"{key}: a token id outside the vocabulary ({vocab:,} ids)"
     return None
 
 
@@ -121,45 +80,31 @@ def conversation_key(record: ResultRecord) -> str:
     return record.id.rpartition("#")[0] if each and "#" in record.id else ""
 
 
-def tool_calls(turn: dict[str, Any]) -> int:
-    calls = turn.get("tool_calls")
-    return len(calls) if isinstance(calls, list) else 0
+def has_stray_marker(turn: Turn) -> bool:
+    return any(marker in text for text in (turn.reasoning_content, turn.content) for marker in STRAY_MARKERS)
 
 
-def is_empty_answer(turn: dict[str, Any]) -> bool:
-    """Reasoning closed (or none), yet no answer and no tool call."""
-    answered = as_text(turn.get("content")).strip() or tool_calls(turn)
-    return turn.get("reasoning_complete") is not False and not answered
-
-
-def has_stray_marker(turn: dict[str, Any]) -> bool:
-    fields = (as_text(turn.get("reasoning_content")), as_text(turn.get("content")))
-    return any(marker in text for text in fields for marker in STRAY_MARKERS)
-
-
-def _shared_reason(turns: list[dict[str, Any]], keep_truncated: bool) -> str | None:
-    if any(t.get("finish_reason") == LOOPED for t in turns):
+def _shared_reason(turns: list[Turn], keep_truncated: bool) -> str | None:
+    if any(looped(t) for t in turns):
         return LOOPED  # never training data, whatever else is kept
-    cut = any(t.get("finish_reason") == "length" for t in turns)
-    if cut and keep_truncated:
+    if any(cut(t) for t in turns):
+        if not keep_truncated:
+            return TRUNCATED
         return STRAY if any(has_stray_marker(t) for t in turns) else None
-    if cut:
-        return TRUNCATED
-    if any(t.get("reasoning_complete") is False for t in turns):
+    if any(not t.reasoning_complete for t in turns):
         return UNCLOSED
-    if any(is_empty_answer(t) for t in turns):
+    if any(empty_answer(t) for t in turns):
         return EMPTY
     if any(has_stray_marker(t) for t in turns):
         return STRAY
     return None
 
 
-def drop_reason(record: ResultRecord, fmt: Format, keep_truncated: bool) -> str | None:
+def drop_reason(row: Row, fmt: Format, keep_truncated: bool) -> str | None:
     """Why a (unique, well-formed) row is not exported in ``fmt``, or None to export it."""
-    turns = record.finished_turns
-    if fmt.needs_ids and any(turn_ids(t) is None for t in turns):
+    if fmt.needs_ids and any(t.input_ids is None or t.output_ids is None for t in row.turns):
         return NO_IDS
-    reason = _shared_reason(turns, keep_truncated)
-    if reason is None and fmt.refuse is not None and fmt.refuse.applies(record, keep_truncated):
+    reason = _shared_reason(row.turns, keep_truncated)
+    if reason is None and fmt.refuse is not None and fmt.refuse.applies(row.record, keep_truncated):
         return fmt.refuse.reason
     return reason

@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+
+from synthgen.data.rowread import Row
 
 
 @dataclass
@@ -19,14 +20,14 @@ class SampleStats:
     samples: Counter[str] = field(default_factory=Counter)  # id -> samples found
     lengths: dict[int | None, list[int]] = field(default_factory=lambda: defaultdict(list))  # recipe -> tokens
 
-    def add(self, prompt_id: str, row: dict[str, Any], completion_tokens: int) -> None:
-        self.samples[prompt_id] += 1
-        text = row.get("output_text")
+    def add(self, row: Row) -> None:
+        self.samples[row.id] += 1
+        text = row.record.output_text
         digest = hashlib.blake2b(str(text).encode("utf-8", "surrogatepass"), digest_size=8).digest()
-        self.outputs[prompt_id].add(digest)
-        recipe = row.get("recipe")
+        self.outputs[row.id].add(digest)
+        recipe = row.record.recipe
         index = recipe.get("index") if isinstance(recipe, dict) else None
-        self.lengths[index if isinstance(index, int) else None].append(completion_tokens)
+        self.lengths[index if isinstance(index, int) else None].append(row.output_tokens)
 
     def lines(self, label: int) -> list[str]:
         if not self.samples:

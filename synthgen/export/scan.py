@@ -15,21 +15,11 @@ from typing import Any, BinaryIO
 
 from synthgen.data.partials import TOKEN_KEYS, add_row_tokens, add_waiting
 from synthgen.data.provenance import recorded_sets
-from synthgen.data.records import ResultRecord, parse_line
-from synthgen.data.samples import row_sample, sample_key
+from synthgen.data.records import ResultRecord
+from synthgen.data.rowread import Malformed, Row, Unreadable, read_row
 from synthgen.errors import InputFileError
 from synthgen.export.config import DatasetRef, ExportConfig
-from synthgen.export.fields import as_int, as_text
-from synthgen.export.filters import (
-    DUPLICATE,
-    MALFORMED,
-    OTHER_SETTINGS,
-    conversation_key,
-    drop_reason,
-    is_empty_answer,
-    malformed,
-    tool_calls,
-)
+from synthgen.export.filters import DUPLICATE, MALFORMED, OTHER_SETTINGS, conversation_key, drop_reason, vocab_problem
 from synthgen.export.rendercheck import Tally
 from synthgen.export.samples import SampleStats
 
@@ -92,15 +82,6 @@ def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
             offset += len(line)
 
 
-def load_row(line: bytes) -> dict[str, Any] | None:
-    r"""One results line as a dict, or None for a torn or non-JSON line (``records.parse_line``, which also
-    reads the ASCII-escaped line a row with a lone surrogate, ``"\ud83d"``, is written as)."""
-    try:
-        return parse_line(line)
-    except RecursionError:  # a hostile line nested thousands deep
-        return None
-
-
 def scan_dataset(ref: DatasetRef, config: ExportConfig) -> DatasetScan:
     scan = DatasetScan(ref)
     scan.settings_known = {s["id"]: s["settings"] for s in recorded_sets(ref.path.parent)}
@@ -108,35 +89,34 @@ def scan_dataset(ref: DatasetRef, config: ExportConfig) -> DatasetScan:
     fmt = config.fmt
     seen: set[str] = set()
     for offset, line in iter_lines(ref.path):
-        if not line.strip():
+        if line.isspace():
             continue
-        row = load_row(line)
-        if row is None:
+        row = read_row(line)
+        if isinstance(row, Unreadable):
             scan.unreadable += 1
             continue
         scan.rows += 1
-        record = ResultRecord.from_dict(row)
-        why = malformed(record, vocab)
-        if why is not None:
+        why = row.reason if isinstance(row, Malformed) else vocab_problem(row, vocab)
+        if isinstance(row, Malformed) or why is not None:
             scan.dropped[MALFORMED] += 1
             scan.malformed_example = scan.malformed_example or f"line at byte {offset:,}: {why}"
             continue
-        key = sample_key(record.id, row_sample(row))  # each sample of a prompt is a row of its own
-        if key in seen:
+        if row.key in seen:  # each sample of a prompt is a row of its own
             scan.dropped[DUPLICATE] += 1
             continue
-        seen.add(key)
+        seen.add(row.key)
+        record = row.record
         record.dataset = ref.name  # rows copied between folders still belong to the folder they are in
         settings = record.settings if isinstance(record.settings, str) else ""
         scan.settings[settings] += 1
         if config.settings is not None and settings != config.settings:
             scan.dropped[OTHER_SETTINGS] += 1
             continue
-        _measure(scan, record)
-        add_row_tokens(scan.tokens, record)
-        if "sample" in row:
-            scan.samples.add(record.id, row, max(0, as_int(record.completion_tokens) or 0))
-        reason = drop_reason(record, fmt, config.keep_truncated)
+        _measure(scan, row)
+        add_row_tokens(scan.tokens, row)
+        if record.sample is not None:
+            scan.samples.add(row)
+        reason = drop_reason(row, fmt, config.keep_truncated)
         if reason is not None:
             scan.dropped[reason] += 1
             continue
@@ -145,22 +125,20 @@ def scan_dataset(ref: DatasetRef, config: ExportConfig) -> DatasetScan:
     return scan
 
 
-def _measure(scan: DatasetScan, record: ResultRecord) -> None:
-    turns = record.finished_turns
-    scan.completion_tokens.append(max(0, as_int(record.completion_tokens) or 0))
-    scan.prompt_tokens.append(max(0, as_int(record.prompt_tokens) or 0))
-    scan.reasoning_chars.append(sum(len(as_text(t.get("reasoning_content"))) for t in turns))
-    scan.tool_calls[sum(tool_calls(t) for t in turns)] += 1
-    scan.cut += any(t.get("finish_reason") == "length" for t in turns)
-    scan.empty += any(is_empty_answer(t) for t in turns)
+def _measure(scan: DatasetScan, row: Row) -> None:
+    scan.completion_tokens.append(row.output_tokens)
+    scan.prompt_tokens.append(row.prompt_tokens)
+    scan.reasoning_chars.append(sum(len(t.reasoning_content) for t in row.turns))
+    scan.tool_calls[sum(len(t.tool_calls or ()) for t in row.turns)] += 1
+    scan.cut += row.cut
+    scan.empty += row.empty_answer
 
 
-def read_row(ref: RowRef, fh: BinaryIO) -> ResultRecord:
+def reread(ref: RowRef, fh: BinaryIO) -> ResultRecord:
     """A kept row again, by the offset pass 1 found it at."""
     fh.seek(ref.offset)
-    row = load_row(fh.read(ref.length))
-    if row is None:  # the file changed under the export (a run appending is fine; this is not)
+    row = read_row(fh.read(ref.length))
+    if not isinstance(row, Row):  # the file changed under the export (a run appending is fine; this is not)
         raise InputFileError(ref.path, None, f"the row '{ref.id}' changed while exporting; export again")
-    record = ResultRecord.from_dict(row)
-    record.dataset = ref.dataset
-    return record
+    row.record.dataset = ref.dataset
+    return row.record

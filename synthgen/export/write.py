@@ -18,7 +18,7 @@ from synthgen.export.existing import existing_rows
 from synthgen.export.formats import Exported
 from synthgen.export.formats.kd import TeacherJoin, write_parquet
 from synthgen.export.rendercheck import TEXT, Route, Tally, verdict
-from synthgen.export.scan import DatasetScan, RowRef, read_row
+from synthgen.export.scan import DatasetScan, RowRef, reread
 from synthgen.export.select import split_rows
 
 
@@ -71,7 +71,7 @@ def _sources() -> Iterator[dict[Path, BinaryIO]]:
 def _exported(ref: RowRef, config: ExportConfig, handles: dict[Path, BinaryIO]) -> list[Exported]:
     if ref.path not in handles:
         handles[ref.path] = open(ref.path, "rb")
-    return config.fmt.rows(read_row(ref, handles[ref.path]))
+    return config.fmt.rows(reread(ref, handles[ref.path]))
 
 
 def check_kept(scans: Sequence[DatasetScan], config: ExportConfig) -> None:

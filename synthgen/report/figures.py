@@ -1,12 +1,13 @@
 """What the page says about one dataset, tallied from its rows (pure: rows in, figures out).
 
-    DatasetFigures.add_row(row)     one result row (a dict as read from raw_responses.jsonl)
+    DatasetFigures.add(outcome)     one line of raw_responses.jsonl as the row reader read it (rowread.read_row)
     DatasetFigures.set_errors(rows) the error rows of errors.jsonl (the latest per prompt counts)
     bins(values_by_key)             shared histogram bins over several series (stacked by finish reason)
 
-Definitions (the same as ``export_training.py --report``): a row is *cut* when any generated turn ended
-with finish_reason ``length``; it has an *empty answer* when any turn closed its reasoning (or had none)
-and wrote neither an answer nor a tool call. Rows are counted once per id (the first is kept).
+Definitions (``synthgen.data.rowread``, the same as ``export_training.py --report``): a row is *cut* when any
+generated turn ended with finish_reason ``length``; it has an *empty answer* when any turn closed its reasoning
+(or had none) and wrote neither an answer nor a tool call; it *looped* when the loop guard ended a turn. Rows
+are counted once per key, ``(id, sample)`` (the first is kept); a malformed row is counted apart.
 
 Rows record their output tokens, not how many of them were reasoning: the reasoning and answer lengths in
 tokens are estimates, each turn's output tokens split in proportion to the characters of its reasoning and
@@ -21,29 +22,23 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-STOP, LENGTH = "stop", "length"
+from synthgen.data.rowread import (
+    Malformed,
+    Outcome,
+    Row,
+    Unreadable,
+    cut,
+    cut_unanswered,
+    empty_answer,
+    from_dict,
+    looped,
+)
 
-
-def _count(value: Any) -> int:
-    """A token count of a row: a whole number >= 0, anything else 0."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+STOP = "stop"
 
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
-
-
-def _calls(turn: Mapping[str, Any]) -> int:
-    calls = turn.get("tool_calls")
-    return len(calls) if isinstance(calls, list) else 0
-
-
-def turns_of(row: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The generated turns of a row: ``turns`` (regenerate=all), else the row itself as its one turn."""
-    turns = row.get("turns")
-    if isinstance(turns, list) and turns and all(isinstance(t, dict) for t in turns):
-        return turns
-    return [row]
 
 
 def split_tokens(tokens: int, reasoning: str, answer: str) -> tuple[int, int]:
@@ -53,10 +48,6 @@ def split_tokens(tokens: int, reasoning: str, answer: str) -> tuple[int, int]:
         return 0, tokens
     part = round(tokens * len(reasoning) / chars)
     return part, tokens - part
-
-
-def is_empty_answer(turn: Mapping[str, Any]) -> bool:
-    return turn.get("reasoning_complete") is not False and not _text(turn.get("content")).strip() and not _calls(turn)
 
 
 @dataclass(slots=True)
@@ -73,14 +64,18 @@ class RowFigures:
 @dataclass
 class DatasetFigures:
     name: str
-    rows: int = 0  # unique ids
-    duplicates: int = 0  # further rows with an id already counted
+    rows: int = 0  # unique row keys: (id, sample)
+    duplicates: int = 0  # further rows with a key already counted
     unreadable: int = 0  # lines that are not a JSON object (a torn line)
+    malformed: int = 0  # JSON objects that are no usable result row (rowread.Malformed)
     finish: Counter[str] = field(default_factory=Counter)  # the row's (last turn's) finish_reason -> rows
     output_tokens: int = 0
     prompt_tokens: int = 0
-    cut: int = 0
-    empty: int = 0
+    cut: int = 0  # rows with a turn cut at the token limit (rowread.cut)
+    empty: int = 0  # rows with a turn that answered nothing (rowread.empty_answer)
+    looped: int = 0  # rows ended by the loop guard (rowread.looped)
+    looped_tokens: int = 0  # their output tokens
+    cut_unanswered_tokens: int = 0  # output tokens of rows cut before their answer (rowread.cut_unanswered)
     tool_calls: int = 0
     rows_with_tool_calls: int = 0
     turns: int = 0  # generated turns
@@ -91,50 +86,61 @@ class DatasetFigures:
     budget: int | None = None  # output tokens the dataset may use
     by_worker: Counter[tuple[str, str]] = field(default_factory=Counter)  # (worker, finish or error kind) -> rows
     budget_kind: str = ""  # "cap" (--max-tokens-per-dataset) or "plan" (a budget file's expected tokens)
-    _ids: set[str] = field(default_factory=set, repr=False)
+    _ids: set[str] = field(default_factory=set, repr=False)  # the keys of the rows counted
+    _answered: set[str] = field(default_factory=set, repr=False)  # the keys of malformed rows
 
-    def add(self, row: Mapping[str, Any] | None) -> None:
-        """One line of the results file: a row, or None for a line that is no JSON object."""
-        if row is None:
+    def add(self, outcome: Outcome) -> None:
+        """One line of the results file, as the row reader read it."""
+        if isinstance(outcome, Unreadable):
             self.unreadable += 1
-        else:
-            self.add_row(row)
-
-    def add_row(self, row: Mapping[str, Any]) -> None:
-        rid = row.get("id")
-        key = rid if isinstance(rid, str) else repr(rid)
-        if key in self._ids:
+        elif isinstance(outcome, Malformed):
+            self.malformed += 1
+            if outcome.key is not None:  # its prompt is answered (the resume counts it done): no error shows
+                self._answered.add(outcome.key)
+        elif outcome.key in self._ids:
             self.duplicates += 1
-            return
-        self._ids.add(key)
+        else:
+            self._ids.add(outcome.key)
+            self._add_row(outcome)
+
+    def add_row(self, row: dict[str, Any]) -> None:
+        """One result row as a dict (as read from raw_responses.jsonl)."""
+        self.add(from_dict(row))
+
+    def _add_row(self, row: Row) -> None:
         self.rows += 1
-        turns = turns_of(row)
-        finish = _text(row.get("finish_reason")) or "unknown"
+        turns = row.turns  # built once: every figure below is of the same typed turns
+        finish = turns[-1].finish_reason or "unknown"
         self.finish[finish] += 1
-        self.by_worker[_text(row.get("worker")) or "-", finish] += 1
-        output, prompt = _count(row.get("completion_tokens")), _count(row.get("prompt_tokens"))
+        self.by_worker[row.worker or "-", finish] += 1
+        output, prompt = row.output_tokens, row.prompt_tokens
         self.output_tokens += output
         self.prompt_tokens += prompt
-        reasoning = answer = 0
+        reasoning = answer = calls = 0
+        was_cut = was_empty = was_looped = False
         for turn in turns:
-            r, a = split_tokens(
-                _count(turn.get("completion_tokens")), _text(turn.get("reasoning_content")), _text(turn.get("content"))
-            )
+            r, a = split_tokens(turn.completion_tokens, turn.reasoning_content, turn.content)
             reasoning, answer = reasoning + r, answer + a
+            calls += len(turn.tool_calls or ())
+            was_cut = was_cut or cut(turn)
+            was_empty = was_empty or empty_answer(turn)
+            was_looped = was_looped or looped(turn)
         self.samples.append(RowFigures(finish, prompt, output, reasoning, answer))
-        self.cut += any(t.get("finish_reason") == LENGTH for t in turns)
-        self.empty += any(is_empty_answer(t) for t in turns)
-        calls = sum(_calls(t) for t in turns)
+        self.cut += was_cut
+        self.empty += was_empty
+        self.looped += was_looped
+        if was_looped:
+            self.looped_tokens += output
+        elif cut_unanswered(turns[-1]):
+            self.cut_unanswered_tokens += output
         self.tool_calls += calls
         self.rows_with_tool_calls += calls > 0
         self.turns += len(turns)
         self.turns_per_row[len(turns)] += 1
 
-    def has_id(self, rid: str) -> bool:
-        return rid in self._ids
-
     def set_errors(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """errors.jsonl: the latest line of each prompt counts, and only prompts that have no row."""
+        """errors.jsonl: the latest line of each prompt counts, and only prompts that have no row (an error
+        row's id is its sample's key, ``samples.sample_key``, as a result row's key)."""
         latest: dict[str, Mapping[str, Any]] = {}
         for row in rows:
             rid = row.get("id")
@@ -144,7 +150,7 @@ class DatasetFigures:
         self.error_example = {}
         self.by_worker = Counter({k: n for k, n in self.by_worker.items() if not k[1].startswith("error ")})
         for rid, row in latest.items():
-            if rid in self._ids:
+            if rid in self._ids or rid in self._answered:
                 continue
             key = (_text(row.get("status")) or "failed", _text(row.get("error_type")) or "unknown")
             self.errors[key] += 1

@@ -3,7 +3,7 @@
     FolderReport   the datasets of an output folder, read incrementally: each refresh parses only the rows
                    appended since the last one (a file that shrank or was replaced is read again), so a
                    page rewritten every few minutes costs each row one parse per run; the file is read a
-                   block at a time and each row parsed without its token ids (``rowscan.resume_row``), so
+                   block at a time and each row read without its token ids (``rowread.read_row``'s lean read), so
                    a 5 GB results file costs the page neither 5 GB of memory nor its ids' parse; a run
                    seeds it with the figures its resume scan made (``seed``), so rows are parsed once
     write_page     the page, atomically: a fresh temporary file beside it, then a rename over the page (a
@@ -27,7 +27,8 @@ from typing import Any, BinaryIO
 
 from synthgen.config import RunConfig
 from synthgen.data.openfiles import create_new, open_output
-from synthgen.data.rowscan import resume_row
+from synthgen.data.records import parse_line
+from synthgen.data.rowread import Outcome, read_row
 from synthgen.errors import UsageError
 from synthgen.report.figures import DatasetFigures
 from synthgen.report.page import PageData, build_page
@@ -80,11 +81,18 @@ class _Tail:
 
 
 def parse_rows(lines: Iterable[bytes]) -> Iterator[dict[str, Any] | None]:
-    """Each non-blank line's row without its token ids (the page counts tokens, it never reads ids),
-    None for a line that is not a JSON object."""
+    """Each non-blank line of errors.jsonl as a dict, None for a line that is not a JSON object."""
     for line in lines:
         if line.strip():
-            yield resume_row(line)
+            yield parse_line(line)
+
+
+def read_rows(lines: Iterable[bytes]) -> Iterator[Outcome]:
+    """Each non-blank line of a results file as the row reader's outcome, read without its token ids (the page
+    counts tokens, it never reads ids)."""
+    for line in lines:
+        if line and not line.isspace():
+            yield read_row(line, lean=True)
 
 
 class FolderReport:
@@ -131,8 +139,8 @@ class FolderReport:
             figures = self._figures.get(name)
             if figures is None or restart:
                 figures = self._figures[name] = self._budgeted(DatasetFigures(name))
-            for row in parse_rows(lines):
-                figures.add(row)
+            for outcome in read_rows(lines):
+                figures.add(outcome)
             figures.set_errors(r for r in parse_rows(_Tail().new_lines(self.output_dir / name / ERRORS)[1]) if r)
             out.append(figures)
         return out

@@ -17,9 +17,10 @@ from datetime import datetime, timezone
 from html import escape
 from typing import Any
 
+from synthgen.data.rowread import LENGTH, LOOPED
 from synthgen.fmt import fmt_duration
 from synthgen.report import svg
-from synthgen.report.figures import LENGTH, STOP, DatasetFigures, bins, quantile, share
+from synthgen.report.figures import STOP, DatasetFigures, bins, quantile, share
 from synthgen.report.timeline import Timeline
 
 MAX_POINTS = 400  # per chart line: a day of 10 s samples is thinned to this
@@ -221,7 +222,7 @@ def glance(data: PageData) -> str:
     rows = sum(d.rows for d in ds)
     tokens = sum(d.output_tokens for d in ds)
     cut, empty = sum(d.cut for d in ds), sum(d.empty for d in ds)
-    length, loops = sum(d.finish[LENGTH] for d in ds), sum(d.finish["repetition"] for d in ds)
+    length, loops = sum(d.finish[LENGTH] for d in ds), sum(d.looped for d in ds)
     failed, skipped = sum(d.failed for d in ds), sum(d.skipped for d in ds)
     over = [d.name for d in ds if d.budget and d.output_tokens > d.budget]
     run, runs = last_run(data.timeline), len(data.timeline.runs)
@@ -396,8 +397,12 @@ def dataset_section(d: DatasetFigures, index: int) -> str:
         )
         + "</li>",
     ]
-    if d.duplicates or d.unreadable:
-        facts.append(f"<li>not counted: {d.duplicates:,} duplicate ids, {d.unreadable:,} unreadable lines</li>")
+    if d.duplicates or d.unreadable or d.malformed:
+        facts.append(
+            f"<li>not counted: {stat(d.name + '/duplicates', f'{d.duplicates:,}')} duplicate rows (an id and sample "
+            f"already counted), {stat(d.name + '/malformed', f'{d.malformed:,}')} malformed rows, "
+            f"{stat(d.name + '/unreadable', f'{d.unreadable:,}')} unreadable lines</li>"
+        )
     return (
         f'<section class="dataset" id="ds-{escape(d.name)}"><h3>{escape(d.name)}</h3>'
         f'<ul class="facts">{"".join(facts)}</ul>'
@@ -410,7 +415,7 @@ def dataset_section(d: DatasetFigures, index: int) -> str:
 FINISH_KEYS = {
     STOP: "stop (ended on its own)",
     LENGTH: "length (cut at --max-tokens)",
-    "repetition": "repetition (ended by the loop guard)",
+    LOOPED: "repetition (ended by the loop guard)",
     "abort": "abort",
 }
 
@@ -422,7 +427,7 @@ def finish_legend(reasons: Sequence[str]) -> str:
 
 
 def workers_table(d: DatasetFigures) -> str:
-    """Finish reasons and failures by the worker that answered (issue 28), when more than one did."""
+    """Finish reasons and failures by the worker that answered, when more than one did."""
     workers = sorted({w for w, _ in d.by_worker})
     if len(workers) < 2:
         return ""

@@ -71,6 +71,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from synthgen.server.gateway import worker_listings
+
 DEFAULT_MAX_CONCURRENCY = 1024
 FALLBACK_CONCURRENCY = 64
 DEFAULT_POLL_INTERVAL = 1.0
@@ -80,7 +82,6 @@ DEFAULT_WARN_AFTER = 60.0
 # fallback target and the polls go on beside the requests.
 FIRST_POLL_TIMEOUT = 2.0
 LOADS_PATH = "/v1/loads"
-ROUTER_WORKERS_PATH = "/workers"
 
 
 # ------------------------------------------------------------------------------ load reports
@@ -156,20 +157,6 @@ def parse_loads(body: object) -> ServerLoad | None:
         retracted=retracted,
         ranks=len(entries),
     )
-
-
-def router_worker_urls(body: object) -> list[str]:
-    """Worker URLs from sglang-router's ``GET /workers`` (0.3.x): ``{"workers": [{"url": ...}]}``."""
-    workers = body.get("workers") if isinstance(body, dict) else None
-    if not isinstance(workers, list):
-        return []
-    urls = []
-    for worker in workers:
-        url = worker.get("url") if isinstance(worker, dict) else None
-        # A prefill worker of a PD pair holds no decode queue; its load would mislead.
-        if isinstance(url, str) and url.startswith(("http://", "https://")) and worker.get("worker_type") != "prefill":
-            urls.append(url.rstrip("/"))
-    return urls
 
 
 # ------------------------------------------------------------------------------ the send order
@@ -315,6 +302,10 @@ class AutoConcurrency:
 
     def _clamp(self, value: float) -> int:
         return max(1, min(self.max_concurrency, math.ceil(value)))
+
+    def hold(self, target: int) -> None:
+        """A target set from outside the load (a gateway's sheds, run/fleet.py); the next update goes on from it."""
+        self.target = target
 
     def start_target(self, load: ServerLoad) -> int:
         """The target to begin with, given the first load report (``initial`` wins when set)."""
@@ -483,7 +474,7 @@ class LoadMonitor:
             if self.source == "server":
                 return None  # a failed poll of a server that has reported: not a router
         if not self._worker_urls:
-            self._worker_urls = router_worker_urls(await self.client.loads(ROUTER_WORKERS_PATH))
+            self._worker_urls = await self._list_workers()
             if not self._worker_urls:
                 return None
         # The worker URLs are absolute, so the client's base URL (the router's) is not applied.
@@ -494,6 +485,15 @@ class LoadMonitor:
         else:
             self.source = "router workers"
         return load
+
+    async def _list_workers(self) -> list[str]:
+        """The worker URLs a gateway in front lists (sglang-router's /workers), if one does."""
+        for gateway in worker_listings():
+            assert gateway.workers_path is not None
+            urls = gateway.worker_urls(await self.client.loads(gateway.workers_path))
+            if urls:
+                return urls
+        return []
 
     def _no_load(self) -> None:
         if self._told_no_load or self.source is not None or not self.steer:

@@ -1,12 +1,13 @@
 """Partial outputs of one run's requests: kept when a request is ended early, continued by the next
 attempt (or the next run), checkpointed as a stream grows, extended once where --continue-cut allows,
-and cut short by the loop guard. ``request.Requests`` holds one and calls it around each attempt.
+and cut short by the loop guard. Each step takes the turn's ``job.Carry`` and gives the next one (and
+the outcomes to write, run/outcomes.py); nothing here writes or counts.
 
-    Continuation.resume(item)      an earlier run's partial output of the item, carried if it fits
-    Continuation.keep(item, ids)   an ended attempt's output so far: carried and kept on disk, or lost
-    Continuation.extend(...)       --continue-cut: a cut answer carried into one more request
-    Continuation.watch(item)       the progress hook of a streamed attempt: loop guard, checkpoints
-    Continuation.looped(...)       the loop guard's end of a request, as its answer
+    Continuation.resume(job, partial)    an earlier run's partial output of the job, carried if it fits
+    Continuation.keep(job, carry, ids)   an ended attempt's output so far: carried and kept, or lost
+    Continuation.extend(job, carry, turn)  --continue-cut: a cut answer carried into one more request
+    Continuation.watch(job, carry, emit)   the progress hook of a streamed attempt: loop guard, checkpoints
+    Continuation.looped(payload, loop)   the loop guard's end of a request, as its answer
 
 Where a continuation would not draw from the same distribution (``partials.continuation_blocker``), or
 with ``--keep-partials off``, nothing is continued and ended attempts are counted as lost.
@@ -16,14 +17,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from synthgen.config import RunConfig
 from synthgen.data.partials import Partial, continuation_blocker
 from synthgen.data.records import Turn
-from synthgen.run.dataset_run import WorkItem
+from synthgen.run.job import Carry, Job
 from synthgen.run.loopguard import LoopGuard, Repetition
-from synthgen.server.client import Generation, SGLangClient
+from synthgen.run.outcomes import Checkpoint, Discarded, KeptPartial, Lost, Outcome
+from synthgen.server.backend import Backend
+from synthgen.server.client import Generation
 from synthgen.server.discovery import ServerContext, fit_max_new_tokens
 
 
@@ -40,7 +44,7 @@ class Continuation:
 
     def __init__(
         self,
-        client: SGLangClient,
+        client: Backend,
         cfg: RunConfig,
         stopping: asyncio.Event,
         sampling: dict[str, Any],
@@ -57,25 +61,23 @@ class Continuation:
     def keeps_partials(self) -> bool:
         return self.blocker is None
 
-    def unlike_for(self, item: WorkItem) -> str | None:
-        """Why a continuation of this item would not be the same distribution (None: it would): the
+    def unlike_for(self, job: Job) -> str | None:
+        """Why a continuation of this job would not be the same distribution (None: it would): the
         run's sampling params, or its sample's (a training mix's per-sample seed is a fixed seed)."""
-        if self.unlike is not None or item.request is None:
+        if self.unlike is not None or job.request is None:
             return self.unlike
-        return continuation_blocker(item.request.sampling())
+        return continuation_blocker(job.request.sampling())
 
-    def keeps_for(self, item: WorkItem) -> bool:
-        """This item's ended attempts are kept and continued."""
-        return self.blocker is None and self.unlike_for(item) is None
+    def keeps_for(self, job: Job) -> bool:
+        """This job's ended attempts are kept and continued."""
+        return self.blocker is None and self.unlike_for(job) is None
 
-    def watch(self, item: WorkItem) -> Callable[[list[int]], None]:
+    def watch(self, job: Job, carry: Carry, emit: Callable[[Outcome], None]) -> Callable[[list[int]], None]:
         """The hook a streamed attempt calls with its output ids so far: the loop guard, then a
-        checkpoint line (the ids since the last one) every --checkpoint-tokens ids."""
-        run, carried = item.run, item.carried
-        base = carried.output_ids if carried is not None else []
-        segments = carried.segments if carried is not None else []
-        guard = LoopGuard(item.max_new_tokens, self.decode) if self.cfg.loop_guard else None
-        every = self.cfg.checkpoint_tokens if self.keeps_for(item) else 0
+        checkpoint (the ids since the last one) every --checkpoint-tokens ids."""
+        base, segments = carry.output_ids or [], carry.segments
+        guard = LoopGuard(job.max_new_tokens, self.decode) if self.cfg.loop_guard else None
+        every = self.cfg.checkpoint_tokens if self.keeps_for(job) else 0
         saved = 0  # ids of this attempt on disk
 
         def progress(ids: list[int]) -> None:
@@ -85,15 +87,12 @@ class Continuation:
             if found is not None:
                 raise LoopFound(found, list(ids))
             if every and len(ids) - saved >= every:
-                partial = Partial(
-                    item.key, len(item.turns), whole, [*segments, len(ids)], item.prompt.prompt_hash, run.settings
-                )
-                run.checkpoint(partial, len(base) + saved)
+                emit(Checkpoint(job, whole, [*segments, len(ids)], len(base) + saved))
                 saved = len(ids)
 
         return progress
 
-    async def looped(self, item: WorkItem, payload: dict[str, Any], loop: LoopFound) -> Generation:
+    async def looped(self, payload: dict[str, Any], loop: LoopFound) -> Generation:
         """The loop guard found a loop: the request is ended (the stream is closed, and /abort_request
         for a gateway that would not pass that on) and kept as it is, finish_reason "repetition"."""
         await self.client.abort(payload["rid"])
@@ -108,69 +107,48 @@ class Continuation:
             request_id=payload["rid"],
         )
 
-    def resume(self, item: WorkItem) -> None:
-        """A partial output an earlier run kept for this prompt (and turn), if it can be continued."""
-        partial = item.run.take_partial(item.key, len(item.turns))
+    @staticmethod
+    def resume(job: Job, partial: Partial | None) -> tuple[Carry, Discarded | None]:
+        """The turn's start: a partial output an earlier run kept for this prompt (and turn) carried,
+        if it can be continued; one with nothing left to continue (the context shrank, a cut
+        extended) is discarded."""
+        fresh = Carry.fresh(job)
         if partial is None:
-            return
-        if partial.tokens >= item.max_new_tokens:  # nothing left to continue (the context shrank, a cut extended)
-            item.run.tokens.discarded += partial.tokens
-            return
-        item.carried, item.carried_before = partial, partial.tokens
+            return fresh, None
+        if partial.tokens >= job.max_new_tokens:
+            return fresh, Discarded(job.dataset, partial.tokens)
+        return Carry(job.max_new_tokens, partial.output_ids, partial.segments, partial.tokens), None
 
-    def keep(self, item: WorkItem, partial: list[int]) -> None:
+    def keep(self, job: Job, carry: Carry, partial: list[int]) -> tuple[Carry, list[Outcome]]:
         """An ended attempt's output so far (an abort's answer, or what a stream delivered): carried
-        into the next attempt (and kept on disk for the next run), or counted as lost where partial
-        outputs are not continued."""
-        run = item.run
-        run.tokens.generated += len(partial)
+        into the next attempt (and kept on disk for the next run), or lost where partial outputs
+        are not continued. The carry after it, and the outcomes to write."""
         # The last id is sampled again: an abort can race the answer's own end, and a stop token must
         # not be continued past (one token a partial; drawn from the same distribution again).
         lost, partial = partial[-1:], partial[:-1]
-        if not self.keeps_for(item) or not partial:
+        if not self.keeps_for(job) or not partial:
             lost, partial = lost + partial, []
-        if self.stopping.is_set():
-            run.tokens.stopped += len(lost)
-        else:
-            run.tokens.failed += len(lost)
+        outcomes: list[Outcome] = [Lost(job.dataset, len(lost), stopped=self.stopping.is_set())]
         if not partial:
-            return
-        tokens = len(partial)
-        before = item.carried
-        item.carried = Partial(
-            item.key,
-            len(item.turns),
-            [*(before.output_ids if before else []), *partial],
-            [*(before.segments if before else []), tokens],
-            item.prompt.prompt_hash,
-            run.settings,
-        )
-        run.keep_partial(item.carried, tokens)
+            return carry, outcomes
+        ids, segments = [*(carry.output_ids or []), *partial], [*carry.segments, len(partial)]
+        outcomes.append(KeptPartial(job, ids, segments, len(partial)))
+        return replace(carry, output_ids=ids, segments=segments), outcomes
 
-    def extend(self, item: WorkItem, turn: Turn, new_tokens: int) -> bool:
+    def extend(self, job: Job, carry: Carry, turn: Turn) -> Carry | None:
         """--continue-cut N: an answer cut at max tokens with its reasoning open (or no answer yet) is
-        continued once with up to N more tokens, as the same generation (the context allowing); True
-        when the item now carries it for one more request."""
+        continued once with up to N more tokens, as the same generation (the context allowing): the
+        carry of that one more request, or None."""
         extra = self.cfg.continue_cut
-        if not extra or item.extended_by or self.unlike_for(item) is not None or turn.output_ids is None:
-            return False
+        if not extra or carry.extended_by or self.unlike_for(job) is not None or turn.output_ids is None:
+            return None
         if turn.finish_reason != "length" or (turn.reasoning_complete and turn.content.strip()):
-            return False
+            return None
         ctx = self.server
         room, _ = fit_max_new_tokens(
-            len(item.input_ids) + len(turn.output_ids), extra, ctx.context_len, ctx.max_input_len
+            len(job.input_ids) + len(turn.output_ids), extra, ctx.context_len, ctx.max_input_len
         )
         if room is None:
-            return False
-        run = item.run
-        item.carried = Partial(
-            item.key,
-            len(item.turns),
-            turn.output_ids,
-            turn.segments or [len(turn.output_ids)],
-            item.prompt.prompt_hash,
-            run.settings,
-        )
-        item.max_new_tokens, item.extended_by = len(turn.output_ids) + room, room
-        run.keep_partial(item.carried, new_tokens)
-        return True
+            return None
+        ids = turn.output_ids
+        return Carry(len(ids) + room, ids, turn.segments or [len(ids)], carry.before, extended_by=room)

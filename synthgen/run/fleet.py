@@ -8,7 +8,7 @@
     Fleet.status_text()        the fleet's part of the status line ("gateway shedding", sick workers)
     Fleet.summary_lines()      finish reasons and errors by worker, when more than one worker answered
 
-Sheds are backpressure (issue 28): they never use up ``--max-attempts``; each one cuts the in-flight
+Sheds are backpressure: they never use up ``--max-attempts``; each one cuts the in-flight
 target by a quarter (multiplicative decrease) and every ``target`` answers without a shed give one back,
 up to where it was (additive increase), so a gateway's admission limit is found and kept.
 """
@@ -49,14 +49,14 @@ class Fleet:
 
     def gateway_found(self, sampling_keys: Iterable[str]) -> None:
         """Behind a gateway (its /readiness, or smg's worker header on an answer): say once which of the
-        sampling keys the run sends it drops (smg 1.13 forwards a fixed set, gateway.SMG_FORWARDED_KEYS)."""
+        sampling keys the run sends it drops (smg 1.13 forwards a fixed set, gateways/smg.py)."""
         if self.told_keys:
             return
         self.told_keys = True
-        dropped = dropped_keys(sampling_keys)
-        if dropped:
+        for gateway, dropped in dropped_keys(sampling_keys):
             self.on_message(
-                f"warning: a gateway is in front and smg 1.13 does not pass {', '.join(dropped)} on to its workers: "
+                f"warning: a gateway is in front and {gateway.name} does not pass {', '.join(dropped)} on to its "
+                "workers: "
                 "those settings have no effect (settings.jsonl records them as sent); talk to a worker directly "
                 "to use them"
             )
@@ -78,9 +78,7 @@ class Fleet:
         if worker not in self._told:
             self._told.add(worker)
             self.on_message(f"worker {worker} answered garbage ({reason}); such answers are retried, not written")
-        exc = Transient(GARBAGE.name, f"worker {worker} answered garbage: {reason}")
-        exc.worker = worker
-        raise exc
+        raise Transient(GARBAGE.name, f"worker {worker} answered garbage: {reason}", worker=worker)
 
     def answered(self, gen: Generation) -> None:
         self.finish[gen.worker or "?", gen.finish_type] += 1
@@ -111,7 +109,7 @@ class Fleet:
 
     def _set_target(self, target: int) -> None:
         target = max(1, target)
-        self.controller.target = target  # the load monitor sets the limit from the controller's target
+        self.controller.hold(target)  # the load monitor sets the limit from the controller's target
         self.limit.set_target(target)
 
     # ------------------------------------------------------------------ what is said

@@ -29,11 +29,6 @@ class TokenLedger:
     def lost(self) -> int:
         return self.stopped + self.failed + self.loops
 
-    @property
-    def wasted(self) -> int:
-        """Generated and worth nothing: lost, and rows the exports drop."""
-        return self.lost + self.cut
-
     def add(self, other: TokenLedger) -> TokenLedger:
         return TokenLedger(*(a + b for a, b in zip(self.values(), other.values(), strict=True)))
 

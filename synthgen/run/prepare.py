@@ -29,7 +29,8 @@ from synthgen.data.failures import (
 from synthgen.data.prompts import Prompt, PromptReader
 from synthgen.data.records import Turn
 from synthgen.data.samples import sample_key, split_key
-from synthgen.run.dataset_run import DatasetRun, WorkItem
+from synthgen.run.dataset_run import DatasetRun
+from synthgen.run.job import Job
 from synthgen.run.mix import SampleRequest
 from synthgen.run.model import Model
 from synthgen.run.settled import unread_prompt
@@ -55,7 +56,7 @@ class Preparer:
         self.max_token_bytes = model.max_token_bytes
         self._readers: dict[str, PromptReader] = {}
 
-    def prepare(self, run: DatasetRun, key: str) -> WorkItem | Skip:
+    def prepare(self, run: DatasetRun, key: str) -> Job | Skip:
         """The request of one work key: a prompt id, or a prompt's sample (``samples.sample_key``)."""
         prompt_id, sample = split_key(key)
         too_long = self._too_long_unread(run, prompt_id, key)
@@ -78,7 +79,7 @@ class Preparer:
 
     def next_turn(
         self, run: DatasetRun, prompt: Prompt, turns: list[Turn], request: SampleRequest | None = None
-    ) -> WorkItem | Skip:
+    ) -> Job | Skip:
         """Mode all: the request for the turn after ``turns``, on the model's own earlier replies."""
         conversation = prompt.conversation
         assert conversation is not None
@@ -96,7 +97,7 @@ class Preparer:
         messages: list[dict[str, Any]],
         turns: list[Turn],
         request: SampleRequest | None = None,
-    ) -> WorkItem | Skip:
+    ) -> Job | Skip:
         max_chars, too_long = self._render_cap()
         key = _key(prompt, request)
         kwargs = None if request is None else request.kwargs
@@ -138,7 +139,7 @@ class Preparer:
         if max_new is None:
             return Skip(key, PROMPT_TOO_LONG.name, reason or "", prompt.prompt_hash)
         opens = self.parser.opens_reasoning(text)
-        return WorkItem(run, prompt, ids, opens, max_new, messages, turns, request=request)
+        return Job(run.name, prompt, ids, opens, max_new, messages, turns, request=request)
 
     def _render_cap(self) -> tuple[int | None, str | None]:
         """The longest rendered text that can still fit the context (a text of C characters makes at
@@ -202,7 +203,7 @@ def first_request_report(preparer: Preparer, runs: list[DatasetRun], cfg: RunCon
     which = item.prompt.id if item.request is None else f"{item.prompt.id} sample {item.request.sample}"
     return [
         *draw,
-        f"first request ({item.run.name} / {which}): POST {cfg.display_url}/generate",
+        f"first request ({item.dataset} / {which}): POST {cfg.display_url}/generate",
         "  " + orjson.dumps(shown).decode(),
         "  rendered prompt:\n    " + rendered.replace("\n", "\n    "),
         f"  prompt opens reasoning: {item.opens_reasoning}",

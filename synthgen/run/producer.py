@@ -1,22 +1,25 @@
 """The producer of a run: every selected prompt prepared (rendered, tokenized; ``prepare.Preparer``) in
 a worker thread, in send order, a bounded number ahead of sending, onto the queue the pool sends from.
 
-Prompts that will not be sent (``prepare.Skip``) are recorded here; when the first prompts all fail
+Prompts that will not be sent (``prepare.Skip``) go to the writer from here; when the first prompts all fail
 the chat template the same way, the cause is the run's configuration, and the run stops.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 
 from synthgen.config import RunConfig
-from synthgen.data.failures import SKIPPED, TEMPLATE_ERROR, settled_key
+from synthgen.data.failures import TEMPLATE_ERROR
 from synthgen.errors import UsageError
 from synthgen.run.concurrency import InFlightLimit, interleave
-from synthgen.run.dataset_run import DatasetRun, WorkItem
+from synthgen.run.dataset_run import DatasetRun
+from synthgen.run.job import Job
+from synthgen.run.outcomes import Outcome
 from synthgen.run.prepare import Preparer, Skip
+from synthgen.run.procedure import skipped
 from synthgen.run.stopping import RunStop
 
 # When this many prompts (or every prompt, if fewer) fail the chat template the same way before any
@@ -28,20 +31,22 @@ PREPARED_AHEAD_MIN = 16
 PREPARE_BATCH = 32
 
 
-def record_skip(run: DatasetRun, skip: Skip, cfg: RunConfig) -> None:
-    """A prompt not sent, in errors.jsonl; keyed when the prompt and a few settings alone decide it."""
-    settled = settled_key(skip.kind, skip.prompt, cfg)
-    run.record_error(skip.prompt_id, SKIPPED, skip.kind, skip.reason, attempts=0, settled=settled)
-
-
 class Producer:
     def __init__(
-        self, cfg: RunConfig, runs: list[DatasetRun], preparer: Preparer, executor: Executor, stop: RunStop, ahead: int
+        self,
+        cfg: RunConfig,
+        runs: list[DatasetRun],
+        preparer: Preparer,
+        executor: Executor,
+        stop: RunStop,
+        ahead: int,
+        write: Callable[[Outcome], None],
     ):
         self.cfg, self.runs, self.preparer, self.executor, self.stop = cfg, runs, preparer, executor, stop
+        self.write = write  # the run's writer: skips go to errors.jsonl
         # Prompts are prepared about one in-flight target ahead of sending, never more.
         self.ahead = InFlightLimit(max(PREPARED_AHEAD_MIN, ahead))
-        self.queue: asyncio.Queue[WorkItem | None] = asyncio.Queue()  # None: no more prompts
+        self.queue: asyncio.Queue[Job | None] = asyncio.Queue()  # None: no more prompts
         self.total = sum(len(run.selection.pending) for run in runs)
         self._sendable = 0  # prompts prepared for sending so far
         self._skips: dict[str, int] = {}  # template error -> prompts skipped so, before the first sendable one
@@ -49,7 +54,7 @@ class Producer:
     def keep_ahead(self, in_flight_target: int) -> None:
         self.ahead.set_target(max(PREPARED_AHEAD_MIN, in_flight_target))
 
-    async def take(self) -> WorkItem | None:
+    async def take(self) -> Job | None:
         """The next prepared prompt (its place ahead freed), or None when there are no more."""
         item = await self.queue.get()
         if item is not None:
@@ -78,7 +83,7 @@ class Producer:
                 for (run, _, _), item in zip(batch, items, strict=False):  # items stop at an error
                     if isinstance(item, Skip):
                         self.ahead.release()
-                        record_skip(run, item, self.cfg)
+                        self.write(skipped(run.name, item, self.cfg))
                         self._check_skips(item)
                     else:
                         self._sendable += 1
@@ -126,10 +131,10 @@ class Producer:
             left[index] -= 1
             yield runs[index], next(pending[index]), left[index] == 0
 
-    def _prepare(self, batch: list[tuple[DatasetRun, str, bool]]) -> tuple[list[WorkItem | Skip], Exception | None]:
+    def _prepare(self, batch: list[tuple[DatasetRun, str, bool]]) -> tuple[list[Job | Skip], Exception | None]:
         """In the worker thread: the batch's work items, up to the first error (returned with them,
         so the prompts prepared before it are still sent)."""
-        items: list[WorkItem | Skip] = []
+        items: list[Job | Skip] = []
         try:
             for run, prompt_id, last in batch:
                 items.append(self.preparer.prepare(run, prompt_id))

@@ -31,6 +31,7 @@ from synthgen.data.records import ErrorRecord
 from synthgen.errors import StoreWriteError
 from synthgen.fmt import fmt_duration
 from synthgen.redact import redact
+from synthgen.run.ledger import TokenLedger
 
 WINDOW = 60.0  # seconds of history behind the "recent" rate
 ETA_MIN_ANSWERS = 20  # answers before the status line gives an ETA ("estimating" until then)
@@ -58,6 +59,8 @@ class DatasetStats:
     # Skips an earlier run settled (run.settled): not taken again, listed at the end with their fix.
     settled: dict[str, int] = field(default_factory=dict)
     cut: int = 0  # rows of this run with an answer that stopped at --max-tokens (finish_reason length)
+    in_flight: int = 0  # prompts of the dataset in flight
+    tokens: TokenLedger = field(default_factory=TokenLedger)  # where this run's output tokens went
 
     def hold_settled(self, records: Iterable[ErrorRecord]) -> None:
         for record in records:
@@ -93,7 +96,6 @@ class Progress:
         self.tokens = 0
         self.in_flight = 0
         self.outage_since: float | None = None  # set while the server is down
-        self.on_outage: Callable[[str, str], None] = lambda event, detail: None  # the run's timeline
         self.started = time.monotonic()
         self._recent: deque[tuple[float, int, int]] = deque()  # (time, tokens, prompts)
         self._first_answer: float | None = None  # when this run's first prompt finished (the ETA's start)
@@ -197,14 +199,12 @@ class Progress:
 
     def outage_began(self, url: str, reason: str, wait: float) -> None:
         self.outage_since = time.monotonic()
-        self.on_outage("outage", reason)
         self.message(
             f"OUTAGE: server {url} is not healthy ({reason}); waiting up to {fmt_duration(wait)} for it to come back"
         )
 
     def outage_ended(self, seconds: float) -> None:
         self.outage_since = None
-        self.on_outage("recovered", f"after {seconds:.0f} s")
         self.message(f"RECOVERED: server is healthy again after {fmt_duration(seconds)} of outage; resuming")
 
     def gave_up(self, why: str) -> None:

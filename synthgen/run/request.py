@@ -1,7 +1,11 @@
-"""One prompt's requests: each attempt's payload (kept on the work item, so the row records exactly
-what was sent), the retries, and partial outputs.
+"""One turn's requests, with their retries: the ``send`` a prompt's procedure (run/procedure.py) calls.
+Each attempt's payload is built from the job and its carry, and the reply names the sampling params
+it sent (the row records exactly what was sent).
 
-    Requests.request(item)   attempts until a parsed turn, a recorded failure, or a stop
+    Requests.send(job, carry, retry)   attempts until a parsed turn (a Reply), or the prompt's
+                             failure (Failed), or a stop (Stopped); the retries are run/retry.py's
+                             policy; what happens on the way (a partial output kept, a checkpoint,
+                             tokens lost) goes to the writer as it happens, through ``emit``
     Requests.abort_all()     a stop: every request in flight is ended through /abort_request; the
                              server answers each with HTTP 200, finish_reason abort and the output so
                              far, which is kept (data/partials.py) instead of being thrown away; where
@@ -22,20 +26,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from synthgen.chat.parsers import OutputParser
 from synthgen.config import RunConfig
-from synthgen.data.failures import BAD_RESPONSE, FAILED, SERVER_DIED
+from synthgen.data.failures import BAD_RESPONSE, SERVER_DIED
 from synthgen.data.records import Turn
 from synthgen.errors import ServerError
 from synthgen.run.continuation import Continuation, LoopFound
-from synthgen.run.dataset_run import WorkItem
 from synthgen.run.fleet import Fleet
+from synthgen.run.job import Carry, Job
+from synthgen.run.outcomes import Failed, Lost, Outcome, Stopped
+from synthgen.run.retry import Failure, RetryPolicy, Step
 from synthgen.run.serverset import ServerOut
+from synthgen.server.backend import Backend
 from synthgen.server.client import (
     DEFAULT_STREAM_INTERVAL,
     Closer,
@@ -43,7 +50,6 @@ from synthgen.server.client import (
     NoStreamIds,
     Rejected,
     RequestFailure,
-    SGLangClient,
     Transient,
     build_payload,
     new_rid,
@@ -51,8 +57,16 @@ from synthgen.server.client import (
 from synthgen.server.discovery import ServerContext, ServerHealth
 from synthgen.server.gateway import routing_key
 
-# A prompt in flight at this many server deaths is recorded as failed rather than retried forever.
-OUTAGES_PER_PROMPT = 3
+
+@dataclass(frozen=True)
+class Reply:
+    """A turn parsed from an answer: what ``send`` gives back when it is not a failure or a stop."""
+
+    turn: Turn
+    sampling: dict[str, Any]  # the sampling params the request sent
+    carry: Carry  # what the request continued
+    retry: RetryPolicy  # the counters so far (one more request of the turn goes on from them)
+    generated: int  # the answer's new tokens
 
 
 class Requests:
@@ -60,7 +74,7 @@ class Requests:
 
     def __init__(
         self,
-        client: SGLangClient,
+        client: Backend,
         cfg: RunConfig,
         health: ServerHealth,
         stopping: asyncio.Event,
@@ -70,6 +84,7 @@ class Requests:
         decode: Callable[[list[int]], str] | None = None,
         say: Callable[[str], None] | None = None,
         fleet: Fleet | None = None,
+        emit: Callable[[Outcome], None] | None = None,
     ):
         self.client, self.cfg, self.health, self.stopping = client, cfg, health, stopping
         self.parser, self.fail_run = parser, fail_run
@@ -78,10 +93,11 @@ class Requests:
         self.say = say or (lambda text: None)
         self.server = server or ServerContext()
         self.fleet = fleet  # the workers behind a gateway: sheds, garbage, answers by worker (run/fleet.py)
+        self.emit = emit or (lambda outcome: None)  # the writer (run/writer.py)
         self.sampling = cfg.sampling_params()
         # Partial outputs: kept, continued, checkpointed, extended, ended by the loop guard (run/continuation.py).
         self.partials = Continuation(client, cfg, stopping, self.sampling, self.server, self.decode)
-        self.live: dict[str, WorkItem] = {}  # rid -> the request in flight
+        self.live: dict[str, Job] = {}  # rid -> the request in flight
         self.streams: dict[str, Closer] = {}  # rid -> how to end it without /abort_request, if streamed
         self.said_closing = False  # the note that streams are closed instead of aborted was said
         # Streamed (coarse chunks) for checkpoints and the loop guard; off again if a gateway drops the interval.
@@ -104,7 +120,7 @@ class Requests:
         Where the server refuses (smg 1.13 answers 404), a streamed request's stream is closed
         instead, after its next chunk (at once when called again: the drain ran out, or a second
         signal): the ids it delivered are kept the same way, and the server, seeing its client
-        gone, ends the request (sglang_api.md §10); an unstreamed one is left to the drain."""
+        gone, ends the request (docs/sglang_api.md §10); an unstreamed one is left to the drain."""
         rids = list(self.live)
         accepted = await asyncio.gather(*(self.client.abort(rid) for rid in rids))
         refused = [rid for rid, ok in zip(rids, accepted, strict=True) if not ok]
@@ -120,121 +136,116 @@ class Requests:
             )
         return sum(accepted) + len(closing)
 
-    # ------------------------------------------------------------------ one prompt
-    async def request(self, item: WorkItem) -> Turn | None:
-        """One request with its retries: the parsed turn, or None once the prompt's failure is
-        recorded (or the run is stopping; a partial output is kept for the next run)."""
-        run, health = item.run, self.health
-        partials = self.partials
-        if partials.keeps_for(item):
-            partials.resume(item)
-        attempts = outages = 0
-        shed_waited = 0.0
+    # ------------------------------------------------------------------ one turn
+    def fresh_retry(self) -> RetryPolicy:
+        return RetryPolicy.of(self.cfg, sheds=self.fleet is not None)
+
+    async def send(self, job: Job, carry: Carry, retry: RetryPolicy | None = None) -> Reply | Failed | Stopped:
+        """One request with its retries (run/retry.py decides them): the parsed turn, the prompt's
+        failure, or a stop (a partial output is kept for the next run)."""
+        health, partials = self.health, self.partials
+        retry = retry or self.fresh_retry()
         while True:
             try:
                 await health.wait_up()
             except ServerError as exc:  # gone for too long, or back with another model
                 self.fail_run(exc)
-                return None
+                return Stopped(job)
             if self.stopping.is_set():
-                return None
-            attempts += 1
-            payload = self._payload(item)
+                return Stopped(job)
+            payload = self._payload(job, carry)
             rid = payload["rid"]
-            self.live[rid] = item
+            self.live[rid] = job
             started = time.monotonic()
             try:
                 try:
-                    generation = await self._generate(item, payload)
+                    generation, payload = await self._generate(job, carry, payload)
                 except LoopFound as loop:
-                    generation = await partials.looped(item, payload, loop)
-                run.tokens.generated += generation.completion_tokens
-                self._judge(item, generation)
-                sent = item.payload["rid"] if item.payload is not None else rid  # a plain resend has its own
-                turn = self._turn(item, generation, attempts, time.monotonic() - started, sent)
-                if not partials.extend(item, turn, generation.completion_tokens):
-                    return turn
+                    generation = await partials.looped(payload, loop)
+                self._judge(job, carry, generation)
+                turn = self._turn(job, carry, generation, retry.attempt, time.monotonic() - started, payload["rid"])
+                return Reply(turn, payload["sampling_params"], carry, retry, generation.completion_tokens)
             except Transient as exc:
-                # The gateway's backpressure is not an attempt, up to --server-wait of holding off for one
-                # prompt: a gateway that sheds it for longer is treated as failing it.
-                if exc.shed is not None and self.fleet is not None and shed_waited < self.cfg.server_wait:
-                    shed_waited += await self._hold_off(self.fleet.shed(exc))
-                    attempts -= 1
-                    continue
                 if exc.partial is not None:
-                    partials.keep(item, exc.partial)
+                    carry, kept = partials.keep(job, carry, exc.partial)
+                    for outcome in kept:
+                        self.emit(outcome)
                 if self.stopping.is_set() and exc.kind == "abort":
-                    return None  # our own stop ended it: the prompt stays pending
+                    return Stopped(job)  # our own stop ended it: the prompt stays pending
                 # ServerOut: one of several servers went out under it; it goes to another (run/serverset.py).
-                if exc.outage and (isinstance(exc, ServerOut) or await health.suspect(exc.message)):
-                    # The server was down: usually this says nothing about the prompt, but a
-                    # prompt that keeps being in flight when the server dies may be killing it.
-                    outages += 1
-                    if outages >= OUTAGES_PER_PROMPT:
-                        self._server_died(item, outages, exc, attempts)
-                        return None
-                    attempts -= 1
-                    continue
-                if attempts >= self.cfg.max_attempts:
-                    self._failed(item, exc, attempts)
-                    return None
-                await self._backoff(attempts)
+                # Otherwise the server was down when its health says so: that says nothing about the prompt.
+                outage = exc.outage and (isinstance(exc, ServerOut) or await health.suspect(exc.message))
+                step = retry.after(Failure.of(exc.shed, outage))
+                retry = step.policy
+                if step.action == "give_up":
+                    return self._give_up(job, exc, step)
+                if step.cause == "shed":
+                    assert self.fleet is not None
+                    self.fleet.shed(exc)  # the in-flight target comes down
+                if step.action == "wait":
+                    await self._hold_off(step.wait)
             except Rejected as exc:
-                self._failed(item, exc, attempts)
-                return None
+                return self._failed(job, exc, retry.after(Failure("rejected")).policy.attempts)
             finally:
                 self.live.pop(rid, None)
                 self.streams.pop(rid, None)
 
-    def _server_died(self, item: WorkItem, outages: int, exc: Transient, attempts: int) -> None:
+    def _give_up(self, job: Job, exc: Transient, step: Step) -> Failed:
+        if step.cause != "outage":
+            return self._failed(job, exc, step.policy.attempts)
+        outages = step.policy.outages
         message = f"the server went down {outages} times while this prompt was in flight (last: {exc.message})"
-        item.run.record_error(item.key, FAILED, SERVER_DIED.name, message, attempts, exc.status)
+        return Failed(job, SERVER_DIED.name, message, step.policy.attempts, exc.status)
 
-    def _judge(self, item: WorkItem, generation: Generation) -> None:
-        """Issue 28: a garbage answer raises (retried, or the run stops on a burst); a good one is counted
-        for its worker; smg's worker header makes the run say which sampling keys it drops."""
+    def _judge(self, job: Job, carry: Carry, generation: Generation) -> None:
+        """A garbage answer raises (retried, or the run stops on a burst); a good one is counted for its
+        worker; smg's worker header makes the run say which sampling keys it drops."""
         if self.fleet is None:
             return
         try:
-            if item.carried is None:  # a continuation's answer is only the tail of one: not judged alone
+            if carry.output_ids is None:  # a continuation's answer is only the tail of one: not judged alone
                 self.fleet.judge(generation)
         except Transient:
-            item.run.tokens.failed += generation.completion_tokens
+            self.emit(Lost(job.dataset, generation.completion_tokens, stopped=False))
+            raise
+        except ServerError:  # a sick worker: the run stops; what it answered is lost
+            self.emit(Lost(job.dataset, generation.completion_tokens, stopped=False))
             raise
         self.fleet.answered(generation)
         if self.client.gateway_seen:
             self.fleet.gateway_found(self.sampling)
 
-    def _failed(self, item: WorkItem, exc: RequestFailure, attempts: int) -> None:
+    def _failed(self, job: Job, exc: RequestFailure, attempts: int) -> Failed:
         if self.fleet is not None:
             self.fleet.failed(exc.worker, exc.kind)
-        item.run.record_error(item.key, FAILED, exc.kind, exc.message, attempts, exc.status, worker=exc.worker)
+        return Failed(job, exc.kind, exc.message, attempts, exc.status, exc.worker)
 
-    def _routing_key(self, item: WorkItem) -> str | None:
+    def _routing_key(self, job: Job) -> str | None:
         """--regenerate each|all: one key per conversation, so a gateway keeps its turns on one worker."""
         mode = self.cfg.regenerate
         if mode == "last":
             return None
-        conversation = item.prompt.id.rpartition("#")[0] if mode == "each" else item.prompt.id
-        return routing_key(item.run.name, conversation or item.prompt.id)
+        conversation = job.prompt.id.rpartition("#")[0] if mode == "each" else job.prompt.id
+        return routing_key(job.dataset, conversation or job.prompt.id)
 
     # ------------------------------------------------------------------ streaming: checkpoints, loops
-    async def _generate(self, item: WorkItem, payload: dict[str, Any]) -> Generation:
+    async def _generate(self, job: Job, carry: Carry, payload: dict[str, Any]) -> tuple[Generation, dict[str, Any]]:
         """One attempt: streamed at --checkpoint-tokens a chunk where that is on and cheap (the
-        partial output is saved as it grows, and the loop guard watches it), else one answer."""
+        partial output is saved as it grows, and the loop guard watches it), else one answer. The
+        answer, and the payload that got it (a plain resend has its own request id)."""
         if self.streaming and self.client.stream_interval_honoured is False:
             self.streaming = False
             self.say(
                 "note: the server (or a gateway before it) ignores stream_interval, so streaming would send a "
                 "chunk per token: requests are no longer streamed (no checkpoints, no loop guard)"
             )
-        key = self._routing_key(item)
+        key = self._routing_key(job)
         if not self.streaming:
-            return await self.client.generate(payload, routing_key=key)
+            return await self.client.generate(payload, routing_key=key), payload
         closer = self.streams[payload["rid"]] = Closer()  # dropped with the rid from ``live``
         try:
-            watch = self.partials.watch(item)
-            return await self.client.generate(payload, watch, self.interval, routing_key=key, closer=closer)
+            watch = self.partials.watch(job, carry, self.emit)
+            return await self.client.generate(payload, watch, self.interval, routing_key=key, closer=closer), payload
         except NoStreamIds:
             if self.streaming:
                 self.streaming = False
@@ -242,56 +253,42 @@ class Requests:
                     "note: the server's stream chunks carry no output_ids (a router or proxy that drops them): "
                     "requests are no longer streamed (no checkpoints, no loop guard); rows keep null ids"
                 )
-            fresh = self._payload(item)  # a fresh request id: the streamed one may still be ending
-            self.live[fresh["rid"]] = item
+            fresh = self._payload(job, carry)  # a fresh request id: the streamed one may still be ending
+            self.live[fresh["rid"]] = job
             try:
-                return await self.client.generate(fresh, routing_key=key)
+                return await self.client.generate(fresh, routing_key=key), fresh
             finally:
                 self.live.pop(fresh["rid"], None)
 
-    def _payload(self, item: WorkItem) -> dict[str, Any]:
-        """This attempt's payload, kept on the item: the prompt ids plus any partial output ids, with
-        what is left of max_new_tokens."""
-        carried = item.carried
-        ids = item.input_ids if carried is None else [*item.input_ids, *carried.output_ids]
-        left = item.max_new_tokens - (0 if carried is None else carried.tokens)
-        sample = item.request  # a training mix: the sample's own params, seed and request id
+    def _payload(self, job: Job, carry: Carry) -> dict[str, Any]:
+        """This attempt's payload: the prompt ids plus any partial output ids, with what is left of
+        max_new_tokens."""
+        sample = job.request  # a training mix: the sample's own params, seed and request id
         sampling, rid = (self.sampling, new_rid()) if sample is None else (sample.sampling(), sample.rid(new_rid()))
-        item.payload = build_payload(ids, left, sampling, rid)
-        return item.payload
+        return build_payload(carry.ids_after(job.input_ids), carry.left, sampling, rid)
 
-    def _turn(self, item: WorkItem, generation: Generation, attempts: int, latency: float, rid: str) -> Turn:
+    def _turn(self, job: Job, carry: Carry, generation: Generation, attempts: int, latency: float, rid: str) -> Turn:
         """The answer parsed into a turn, on the whole output when it continues a partial one;
         anything unexpected in it is a bad answer of this prompt (retried, then recorded), never the
         death of a worker."""
-        carried = item.carried
-        if carried is not None:
-            new_ids = generation.output_ids or []
+        new_tokens = generation.completion_tokens
+        if carry.output_ids is not None:
             generation = dataclasses.replace(
                 generation,
-                text=self.decode(carried.output_ids) + generation.text,
-                output_ids=[*carried.output_ids, *new_ids],
-                prompt_tokens=len(item.input_ids),
-                completion_tokens=carried.tokens + generation.completion_tokens,
+                text=self.decode(carry.output_ids) + generation.text,
+                output_ids=[*carry.output_ids, *(generation.output_ids or [])],
+                prompt_tokens=len(job.input_ids),
+                completion_tokens=carry.tokens + new_tokens,
             )
         try:
-            turn = item.turn(generation, self.parser, attempts, latency, rid)
+            turn = job.turn(generation, self.parser, attempts, latency, rid)
         except Exception as exc:
-            item.run.tokens.failed += generation.completion_tokens - (carried.tokens if carried else 0)
+            self.emit(Lost(job.dataset, new_tokens, stopped=False))
             raise Transient(BAD_RESPONSE.name, f"could not read the answer ({type(exc).__name__}: {exc})") from exc
-        if carried is not None:
-            turn.segments = [*carried.segments, generation.completion_tokens - carried.tokens]
-        turn.extended_by = item.extended_by
-        return turn
+        segments = turn.segments if carry.output_ids is None else [*carry.segments, new_tokens]
+        return dataclasses.replace(turn, segments=segments, extended_by=carry.extended_by)
 
-    async def _backoff(self, attempt: int) -> None:
-        cfg = self.cfg
-        delay = min(cfg.backoff_max, cfg.backoff_base * 2 ** (attempt - 1))
-        delay *= random.uniform(0.5, 1.0)  # jitter: retries from many workers do not arrive together
-        await self._hold_off(delay)
-
-    async def _hold_off(self, delay: float) -> float:
-        """Wait ``delay`` s (less if the run stops); returns the delay."""
+    async def _hold_off(self, delay: float) -> None:
+        """Wait ``delay`` s (less if the run stops)."""
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.stopping.wait(), timeout=delay)
-        return delay

@@ -30,6 +30,7 @@ from synthgen.config import RunConfig
 from synthgen.data import provenance
 from synthgen.data.prompts import DatasetSource
 from synthgen.data.prompts import discover as discover_datasets
+from synthgen.data.records import Turn
 from synthgen.data.store import DatasetStore, ResumeState
 from synthgen.errors import EXIT_FAILURES, EXIT_OK, SynthgenError
 from synthgen.fmt import fmt_duration
@@ -37,17 +38,20 @@ from synthgen.report.figures import DatasetFigures
 from synthgen.report.folder import LiveReport
 from synthgen.report.timeline import sample_of
 from synthgen.run.concurrency import FALLBACK_CONCURRENCY, AutoConcurrency, InFlightLimit, LoadMonitor
-from synthgen.run.dataset_run import DatasetRun, WorkItem, claim_dataset, now_iso, open_dataset, recorded_settings
+from synthgen.run.dataset_run import DatasetRun, claim_dataset, now_iso, open_dataset, recorded_settings
 from synthgen.run.fleet import Fleet
+from synthgen.run.job import Job
 from synthgen.run.ledger import TokenLedger
 from synthgen.run.model import flag_settings, load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
-from synthgen.run.producer import Producer, record_skip
+from synthgen.run.procedure import Procedure
+from synthgen.run.producer import Producer
 from synthgen.run.progress import SFT_EXPORT, Progress, end_of_run, export_command, summary_table
 from synthgen.run.request import Requests
-from synthgen.run.serverset import ServerSet, make_client
+from synthgen.run.serverset import make_client
 from synthgen.run.stopping import RunStop
-from synthgen.server.client import SGLangClient, behind_router
+from synthgen.run.writer import Writer
+from synthgen.server.backend import Backend
 from synthgen.server.discovery import ServerContext, ServerHealth, changed_identity, discover
 
 # What a "rerun to retry" line prints when the caller does not say (the CLI passes the real command).
@@ -77,6 +81,25 @@ def longest_first(runs: list[DatasetRun], planned: dict[str, float]) -> list[Dat
     return sorted(runs, key=expected, reverse=True)  # stable: equal estimates keep discovery order
 
 
+def outage_hooks(
+    progress: Progress, report: LiveReport | None, url: str, wait: float
+) -> tuple[Callable[[str], None], Callable[[float], None]]:
+    """What the server going down and coming back do: a line (progress) and an event on the run's
+    timeline (the report, once the run writes one)."""
+
+    def down(reason: str) -> None:
+        progress.outage_began(url, reason, wait)
+        if report is not None:
+            report.event("outage", reason)
+
+    def up(seconds: float) -> None:
+        progress.outage_ended(seconds)
+        if report is not None:
+            report.event("recovered", f"after {seconds:.0f} s")
+
+    return down, up
+
+
 def no_restarts() -> int:
     return 0
 
@@ -95,7 +118,7 @@ class Runner:
         config: RunConfig,
         progress: Progress,
         *,
-        client: SGLangClient | None = None,
+        client: Backend | None = None,
         stop: RunStop | None = None,
         before_connect: Callable[[], Awaitable[None]] | None = None,
         restarts: Callable[[], int] = no_restarts,
@@ -153,7 +176,7 @@ class Runner:
         self._end(text)
         return EXIT_FAILURES if left else EXIT_OK
 
-    async def _dry_run(self, client: SGLangClient) -> int:
+    async def _dry_run(self, client: Backend) -> int:
         self.plan()
         if not any(run.selection.pending for run in self.runs):  # before any server is started
             print(f"dry run: nothing to do\n{self.plan_report()}", file=self.progress.stream, flush=True)
@@ -162,7 +185,7 @@ class Runner:
         await self.connect(client, launch=self.config.tokenizer is None)
         return self.dry_run()
 
-    async def _go(self, client: SGLangClient) -> int:
+    async def _go(self, client: Backend) -> int:
         """Connect, check, send everything, sum up: a run with prompts to send."""
         cfg = self.config
         connecting = time.monotonic()
@@ -171,8 +194,9 @@ class Runner:
         self.check_settings()
         if self.stop.is_set():  # a signal during start-up: nothing was sent
             return self.exit_code()
+        writer = Writer(self.runs, cfg, self.progress, self.server.model)
         for run in self.writing():
-            run.begin(self.progress)  # every check passed: now the folders may change
+            writer.begin(run)  # every check passed: now the folders may change
         self.open_report()
         for note in self.server.notes:
             self.progress.message(f"note: {note}")
@@ -183,7 +207,7 @@ class Runner:
         )
         assert self.preparer is not None
         self.pool = Pool(
-            cfg, client, self.preparer, self.runs, self.server, self.progress, self.stop, self.report, self.restarts
+            cfg, client, self.preparer, writer, self.server, self.progress, self.stop, self.report, self.restarts
         )
         await self.pool.execute()
         # The last status line: a log under nohup ends on the final counts, however short the run.
@@ -193,8 +217,7 @@ class Runner:
         summary = summary_table([run.counts for run in self.runs], time.monotonic() - self.progress.started)
         summary += "\n" + "\n".join([self.pool.monitor.summary_line(), run_tokens(self.runs).line()])
         summary += "".join("\n" + line for line in self.pool.fleet.summary_lines())
-        if isinstance(client, ServerSet):
-            summary += "".join("\n" + line for line in client.summary_lines())
+        summary += "".join("\n" + line for line in client.summary_lines())
         if startup >= 1.0 or cfg.launch_server is not None:
             summary += f"\nnot in these figures: {fmt_duration(startup)} before the first request (server start-up)"
         self.progress.print_block(summary)
@@ -203,7 +226,6 @@ class Runner:
     def open_report(self) -> None:
         seeds = [(self.seeds[run.name], run.resume.read) for run in self.runs if run.resume.read is not None]
         self.report = LiveReport.for_run(self.config, [run.name for run in self.runs], self.progress.message, seeds)
-        self.progress.on_outage = self.report.event
 
     def finish_report(self) -> str:
         """The last page of the output folder (after the timeline's last sample); the line naming it."""
@@ -231,7 +253,7 @@ class Runner:
                     if settings is not None:
                         recorded[source.name] = settings
                 provenance.check_flags(recorded, flag_settings(cfg))
-            runs = [open_dataset(source, cfg, self.progress, store, resume) for source, store, resume in claims]
+            runs = [open_dataset(source, cfg, store, resume) for source, store, resume in claims]
         except BaseException:
             for _, store, _ in claims:
                 store.close()  # the locks taken so far
@@ -241,7 +263,7 @@ class Runner:
     def plan_report(self) -> str:
         return "\n".join(line for run in self.runs for line in run.plan_lines())
 
-    async def connect(self, client: SGLangClient, launch: bool = True) -> None:
+    async def connect(self, client: Backend, launch: bool = True) -> None:
         """Start a launched server if there is one, ask the server, load what renders and parses."""
         if self.before_connect is not None and launch:
             await self.before_connect()
@@ -260,7 +282,7 @@ class Runner:
             self.config.allow_mixed_settings,
         )
         for run in writing:
-            run.settings = settings.id
+            run.settle(settings.id)
 
     def writing(self) -> list[DatasetRun]:
         """The datasets this run writes: not a dry run, and prompts to send."""
@@ -312,9 +334,9 @@ class Pool:
     def __init__(
         self,
         cfg: RunConfig,
-        client: SGLangClient,
+        client: Backend,
         preparer: Preparer,
-        runs: list[DatasetRun],
+        writer: Writer,
         server: ServerContext,
         progress: Progress,
         stop: RunStop,
@@ -326,8 +348,7 @@ class Pool:
         self.health = ServerHealth(
             client,
             cfg.server_wait,
-            on_down=lambda reason: progress.outage_began(client.shown_url, reason, cfg.server_wait),
-            on_up=progress.outage_ended,
+            *outage_hooks(progress, report, client.shown_url, cfg.server_wait),
             on_gone=lambda gone: progress.gave_up(str(gone)),
             verify=lambda: changed_identity(client, server),
         )
@@ -338,7 +359,8 @@ class Pool:
         self.monitor = LoadMonitor(client, self.limit, controller, on_message=progress.message, steer=fixed is None)
         self.fleet = Fleet(self.limit, controller, on_message=progress.message)
         self.tasks: set[asyncio.Task[None]] = set()  # one per prompt admitted
-        self.runs = runs
+        self.writer = writer
+        self.runs = runs = list(writer.runs.values())
         tokenizer = preparer.renderer.tokenizer
         self.requests = Requests(
             client,
@@ -351,6 +373,7 @@ class Pool:
             lambda ids: str(tokenizer.decode(ids, skip_special_tokens=False)),
             progress.message,
             self.fleet,
+            writer.write,
         )
         if cfg.keep_partials and self.requests.blocker is not None:
             progress.message(
@@ -359,7 +382,8 @@ class Pool:
             )
         # Rendering and tokenizing: one worker for the producer, one for the next turns of conversations.
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
-        self.producer = Producer(cfg, runs, preparer, self._executor, stop, self.limit.target)
+        self.producer = Producer(cfg, runs, preparer, self._executor, stop, self.limit.target, writer.write)
+        self.procedure = Procedure(self.requests, writer, self._next_turn, cfg, stop.fail)
         self._producing: asyncio.Task[None] | None = None
         stop.attach(self)
 
@@ -368,7 +392,7 @@ class Pool:
         # The first target from the server's own load, before anything is sent; bounded, so a slow
         # load endpoint costs the start at most FIRST_POLL_TIMEOUT.
         await self.monitor.first_poll()
-        if behind_router(self.client):
+        if self.client.router_found:
             self.fleet.gateway_found(self.requests.sampling)
         self.producer.keep_ahead(self.limit.target)
         producer = self._producing = asyncio.create_task(self.producer.produce())
@@ -414,7 +438,7 @@ class Pool:
         while (item := await self.producer.take()) is not None:
             if self.stop.is_set():
                 continue  # drain the queue so the producer is never left waiting
-            previous, finished = item.run.turn_order(item.key)
+            previous, finished = self.writer.run_of(item).turn_order(item.key)
             if previous is not None and not previous.is_set():
                 self._spawn(self._after(item, previous, finished))
                 continue
@@ -431,17 +455,17 @@ class Pool:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _one(self, item: WorkItem, finished: asyncio.Event) -> None:
+    async def _one(self, item: Job, finished: asyncio.Event) -> None:
         try:
-            if await item.run.admit():
-                await self.process(item)
+            if await self.writer.admit(item):
+                await self.procedure.run(item)
         except Exception as exc:  # a bug, not a prompt's failure: stop now rather than lose a worker
             self.stop.fail(exc)
         finally:
             self.limit.release()
             finished.set()
 
-    async def _after(self, item: WorkItem, previous: asyncio.Event, finished: asyncio.Event) -> None:
+    async def _after(self, item: Job, previous: asyncio.Event, finished: asyncio.Event) -> None:
         """--regenerate each: a turn goes out once the turn before it is answered, so the server has
         their shared history in its prefix cache (turns sent together are prefilled together, and
         none reuses another's)."""
@@ -465,36 +489,13 @@ class Pool:
     def status_text(self) -> str:
         """The load monitor's part of the status line, and how much of what was generated is kept."""
         kept = run_tokens(self.runs).status()
-        servers = self.client.status_text() if isinstance(self.client, ServerSet) else ""
-        return "; ".join(part for part in (self.monitor.status_text(), kept, self.fleet.status_text(), servers) if part)
+        parts = (self.monitor.status_text(), kept, self.fleet.status_text(), self.client.status_text())
+        return "; ".join(part for part in parts if part)
 
     # ------------------------------------------------------------------ one prompt
-    async def process(self, item: WorkItem) -> None:
-        """All requests of one prompt: one, or with --regenerate all one per turn, in order."""
-        run = item.run
-        run.request_started()
-        try:
-            while True:
-                turn = await self.requests.request(item)
-                if turn is None:
-                    return
-                conversation = item.prompt.conversation
-                positions = 1 if conversation is None else len(conversation.all_positions())
-                ended = item.conversation_done(turn, positions)
-                if ended is not None:
-                    run.record_result(item, turn, self.cfg, self.server.model, ended)
-                    if any(t.finish_reason == "length" for t in [*item.turns, turn]):
-                        run.counts.cut += 1
-                    return
-                run.record_turn(item, turn)
-                following = await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self.preparer.next_turn, run, item.prompt, [*item.turns, turn], item.request
-                )
-                if isinstance(following, Skip):
-                    record_skip(run, following, self.cfg)
-                    return
-                item = following
-        except SynthgenError as exc:  # AuthError, StoreWriteError: the run cannot go on
-            self.stop.fail(exc)
-        finally:
-            run.request_ended()
+    async def _next_turn(self, job: Job, turn: Turn) -> Job | Skip:
+        """--regenerate all: the request of the turn after ``turn``, prepared in the worker thread."""
+        run = self.writer.run_of(job)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, self.preparer.next_turn, run, job.prompt, [*job.turns, turn], job.request
+        )

@@ -55,6 +55,18 @@ class Slot:
             return self.in_flight
         return max(self.in_flight, self.reported + self.in_flight - self.in_flight_at_report)
 
+    def sending(self) -> None:
+        self.sent += 1
+        self.in_flight += 1
+
+    def ended(self, answered: bool) -> None:
+        self.in_flight -= 1
+        self.answered += answered
+
+    def moved_away(self) -> None:
+        """A request failed on it as it went out: sent again elsewhere."""
+        self.moved += 1
+
     def report(self, running_and_waiting: int | None) -> None:
         self.reported = running_and_waiting
         self.in_flight_at_report = self.in_flight

@@ -1,7 +1,7 @@
 """Several SGLang servers without a gateway, as one client: ``--server-url`` given more than once.
 
-``ServerSet`` is an ``SGLangClient`` to the rest of the run (the same methods), so the runner, the
-requests, the health check and the load monitor work unchanged over it:
+``ServerSet`` is a ``server.backend.Backend``, as one server's ``SGLangClient`` is (it holds one per
+server), so the runner, the requests, the health check and the load monitor work unchanged over it:
 
     generate()      to the server ``servers.choose`` picks (a conversation's routing key pins it; else the
                     least loaded); a server that fails a request and then its /health is taken out, and
@@ -31,6 +31,7 @@ from synthgen.data.failures import CONNECTION
 from synthgen.errors import AuthError, ServerError
 from synthgen.run.concurrency import LOADS_PATH, parse_loads
 from synthgen.run.servers import Slot, choose, disagreement, probe_delay, status_text, summary_lines
+from synthgen.server.backend import Backend
 from synthgen.server.client import DEFAULT_STREAM_INTERVAL, Closer, Generation, Progress, SGLangClient, Transient
 from synthgen.server.discovery import ServersDisagree, identity
 
@@ -43,7 +44,7 @@ class ServerOut(Transient):
     it is no attempt of the prompt (a prompt in flight at several outages still ends as server_died)."""
 
 
-def make_client(cfg: RunConfig, say: Callable[[str], None]) -> SGLangClient:
+def make_client(cfg: RunConfig, say: Callable[[str], None]) -> Backend:
     """The run's client: one server's, or a ServerSet over several."""
     concurrency = cfg.concurrency or cfg.max_concurrency
     if len(cfg.server_urls) <= 1:
@@ -54,7 +55,7 @@ def make_client(cfg: RunConfig, say: Callable[[str], None]) -> SGLangClient:
     return ServerSet(clients, say)
 
 
-class ServerSet(SGLangClient):
+class ServerSet:
     """Several servers, one client (see the module's docstring). ``clients`` one per server; ``say``
     prints a line (a server out, back, disagreeing); ``clock`` for the times out."""
 
@@ -64,13 +65,14 @@ class ServerSet(SGLangClient):
         say: Callable[[str], None] = lambda text: None,
         clock: Callable[[], float] = time.monotonic,
     ):
-        # Not SGLangClient.__init__: this client holds no connection of its own, its servers' do.
+        # No connection of its own: its servers' clients hold theirs.
         self.clients, self.say, self.clock = clients, say, clock
         self.slots = [Slot(client.shown_url) for client in clients]
         self.base_url = clients[0].base_url
         self.shown_url = ", ".join(slot.url for slot in self.slots)
         self.stream_interval_honoured: bool | None = None
         self.gateway_seen = False
+        self.router_found = False  # no gateway's worker listing here: the servers are asked themselves
         self.identity: tuple[object, ...] | None = None  # what every server must serve (set by model_info)
         self._rids: dict[str, int] = {}  # request id -> the server it is on
         self._locks = [asyncio.Lock() for _ in clients]
@@ -98,10 +100,10 @@ class ServerSet(SGLangClient):
             raise Transient(CONNECTION.name, f"every server is out ({self.shown_url})", outage=True)
         slot, client = self.slots[index], self.clients[index]
         rid = payload.get("rid")
-        slot.sent += 1
-        slot.in_flight += 1
+        slot.sending()
         if isinstance(rid, str):
             self._rids[rid] = index
+        generation = None
         try:
             generation = await client.generate(payload, progress, stream_interval, routing_key, closer)
         except Transient as exc:
@@ -111,11 +113,10 @@ class ServerSet(SGLangClient):
                     raise moved from exc
             raise
         finally:
-            slot.in_flight -= 1
+            slot.ended(answered=generation is not None)
             if isinstance(rid, str):
                 self._rids.pop(rid, None)
             self._note(client)
-        slot.answered += 1
         return generation
 
     def _note(self, client: SGLangClient) -> None:
@@ -128,10 +129,9 @@ class ServerSet(SGLangClient):
         run waits for a server) when none is."""
         if not any(slot.up for slot in self.slots):
             return exc
-        self.slots[index].moved += 1
-        moved = ServerOut(exc.kind, f"{exc.message} (server {self.slots[index].url} is out)", exc.status, True)
-        moved.partial, moved.worker = exc.partial, exc.worker
-        return moved
+        self.slots[index].moved_away()
+        message = f"{exc.message} (server {self.slots[index].url} is out)"
+        return ServerOut(exc.kind, message, exc.status, True, exc.partial, worker=exc.worker)
 
     async def abort(self, rid: str) -> bool:
         index = self._rids.get(rid)

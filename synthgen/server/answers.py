@@ -1,5 +1,5 @@
 """One /generate answer read: the failures an attempt ends in, the Generation it makes, and the
-checks of statuses and bodies (sglang_api.md §1.4) behind both.
+checks of statuses and bodies (docs/sglang_api.md §1.4) behind both.
 
     Transient(outage=True)    connection refused/reset, timeouts, 502/503/504: the server may
                               be down; the runner checks /health and waits for it
@@ -31,10 +31,10 @@ RETRYABLE_4XX = frozenset({408, 429})  # sglang-router's queue timeout and rate 
 class RequestFailure(Exception):
     """One attempt at one prompt failed; ``kind`` is a short machine-readable label."""
 
-    def __init__(self, kind: str, message: str, status: int | None = None):
+    def __init__(self, kind: str, message: str, status: int | None = None, worker: str | None = None):
         super().__init__(message)
         self.kind, self.message, self.status = kind, message, status
-        self.worker: str | None = None  # the replica that answered, when known (gateway.worker_of)
+        self.worker = worker  # the replica that answered, when known (gateway.worker_of)
 
 
 class Transient(RequestFailure):
@@ -45,8 +45,9 @@ class Transient(RequestFailure):
         status: int | None = None,
         outage: bool = False,
         partial: list[int] | None = None,
+        worker: str | None = None,
     ):
-        super().__init__(kind, message, status)
+        super().__init__(kind, message, status, worker)
         self.outage = outage
         self.partial = partial  # output ids generated before the attempt ended, when known
         self.shed: float | None = None  # a gateway shedding load: hold off this many seconds (not a failure)
@@ -80,7 +81,7 @@ class Generation:
 
 
 def error_message(body: bytes) -> str:
-    """The human part of any SGLang/router error body shape (see sglang_api.md §1.4)."""
+    """The human part of any SGLang/router error body shape (see docs/sglang_api.md §1.4)."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:

@@ -1,9 +1,11 @@
-"""The SGLang HTTP client: payloads, requests (plain and streamed), abort, health, and what a
-router in front changes.
+"""The SGLang HTTP client of one server (or one gateway's URL): payloads, requests (plain and
+streamed), abort, health, loads, what the server serves. It is a ``backend.Backend``, as the set of
+several servers is (run/serverset.py); what a gateway in front changes is its profile's
+(server/gateways/).
 
 httpx exceptions are translated here (transport_failure), HTTP statuses and bodies in answers.py, and
 nowhere else, into Transient, Rejected and AuthError (answers.py says which is which). A streamed
-``generate(payload, progress=...)`` reads its chunks with streaming.py (sglang_api.md §10).
+``generate(payload, progress=...)`` reads its chunks with streaming.py (docs/sglang_api.md §10).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from synthgen.server.answers import (
     parse_generation,
 )
 from synthgen.server.gateway import request_headers, worker_of
+from synthgen.server.gateways import sglang_router
 from synthgen.server.streaming import DEFAULT_STREAM_INTERVAL, Closer, Progress, StreamState, sse_data
 
 # Also imported from here by the run, the launch and the tests (they lived here before answers.py and
@@ -184,9 +187,10 @@ class SGLangClient:
     ):
         self.base_url = base_url.rstrip("/")
         # Whether streamed requests got chunks at the interval they asked for: None until a
-        # stream could tell, False for good once one did not (sglang_api.md §11: smg drops it).
+        # stream could tell, False for good once one did not (docs/sglang_api.md §11: smg drops it).
         self.stream_interval_honoured: bool | None = None
         self.gateway_seen = False  # an answer named its worker (x-smg-routed-worker-id): smg is in front
+        self._router: bool | None = None  # sglang-router at the URL (healthy() tells; None: not known yet)
         self.shown_url = redact(self.base_url)  # for messages: a credential in the URL is never printed
         # httpx's defaults (5 s read timeout, 100 connections) would time out every long
         # generation and queue requests beyond 100; the runner's semaphore bounds in-flight
@@ -294,7 +298,7 @@ class SGLangClient:
 
     async def abort(self, rid: str) -> bool:
         """End the request ``rid`` through SGLang's ``POST /abort_request``: its pending ``/generate``
-        then answers 200 with ``finish_reason.type == "abort"`` and the output so far (sglang_api.md
+        then answers 200 with ``finish_reason.type == "abort"`` and the output so far (docs/sglang_api.md
         §10). Only a rid in flight reaches the scheduler, which then also ends every request whose
         rid starts with it (measured on 0.5.23): a rid must not be the prefix of another's. False
         when the server could not be asked or refused (smg 1.13 answers 404: behind it, closing a
@@ -317,15 +321,26 @@ class SGLangClient:
         and a one-token probe through it, so a 503 "no available workers" (its circuit breakers
         open, for 60 s by default) is an outage to wait out, not a failed attempt."""
         try:
-            response = await self.http.get("/health", timeout=httpx.Timeout(HEALTH_TIMEOUT))
+            response = await self.http.get("/health", timeout=httpx.Timeout(sglang_router.HEALTH_TIMEOUT))
         except httpx.HTTPError:
             return False
         if response.status_code != 200:
             return False
-        router: bool | None = getattr(self, "_router", None)
-        if router is None:
-            router = self._router = await detect_router(self.http)
-        return not router or await router_ready(self.http)
+        if self._router is None:
+            self._router = await sglang_router.detect(self.http)
+        return not self._router or await sglang_router.ready(self.http)
+
+    @property
+    def router_found(self) -> bool:
+        """healthy() found sglang-router at the URL (False until it has been asked)."""
+        return bool(self._router)
+
+    def status_text(self) -> str:
+        """The backend's part of the status line: one server has none (ServerSet's names its servers)."""
+        return ""
+
+    def summary_lines(self) -> list[str]:
+        return []
 
     async def _get_json(self, path: str) -> dict[str, Any] | None:
         """GET a JSON endpoint: None on 404, ServerError when the server cannot be reached."""
@@ -381,57 +396,7 @@ class SGLangClient:
         return {}
 
 
-# ---------------------------------------------------------------------------------------------
-# sglang-router (0.3.x, "SGLang Model Gateway"): what /health cannot tell
-# ---------------------------------------------------------------------------------------------
-
-HEALTH_TIMEOUT = 30.0
-# SGLang's own /health_generate probes with this: token 0 exists in every vocabulary.
-PROBE_PAYLOAD = {"input_ids": [0], "sampling_params": {"max_new_tokens": 1}}
-
-
-async def router_readiness(http: httpx.AsyncClient) -> dict[str, Any] | None:
-    """The router's GET /readiness ({"status": "ready", "healthy_workers": n, "total_workers": m},
-    200 or 503), or None when the server does not answer it that way (an SGLang server: 404)."""
-    response = await http.get("/readiness", timeout=httpx.Timeout(HEALTH_TIMEOUT))
-    try:
-        data = orjson.loads(response.content)
-    except orjson.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("healthy_workers"), int) else None
-
-
-async def detect_router(http: httpx.AsyncClient) -> bool | None:
-    """True behind sglang-router, False in front of a server, None when it cannot be told yet."""
-    try:
-        return await router_readiness(http) is not None
-    except httpx.HTTPError:
-        return None
-
-
-async def router_ready(http: httpx.AsyncClient) -> bool:
-    """The router has a healthy worker and a one-token request gets through it now.
-
-    Its /readiness alone lags: it follows the router's periodic health checks (every 60 s, 3
-    failures, by default), so it still says ready after a worker died, while the circuit breaker
-    answers 503 "no available workers" well after a worker came back. The probe goes the way a
-    request goes; any answer below 500 means a worker took it."""
-    try:
-        readiness = await router_readiness(http)
-        if readiness is None or readiness["healthy_workers"] < 1:
-            return False
-        probe = await http.post(
-            "/generate",
-            content=orjson.dumps(PROBE_PAYLOAD),
-            headers={"Content-Type": "application/json"},
-            timeout=httpx.Timeout(HEALTH_TIMEOUT),
-        )
-    except httpx.HTTPError:
-        return False
-    return probe.status_code < 500
-
-
 def behind_router(client: SGLangClient) -> bool:
     """Whether healthy() found sglang-router at the URL (False until it has been asked). Through
     the router one attempt of ours is up to its --retry-max-retries attempts at workers."""
-    return bool(getattr(client, "_router", None))
+    return client.router_found

@@ -20,10 +20,10 @@ from synthgen.chat import templating
 from synthgen.config import RunConfig
 from synthgen.errors import ServerError, SynthgenError
 from synthgen.fmt import fmt_duration
-from synthgen.server.client import SGLangClient
+from synthgen.server.backend import Backend
 
 # SGLang's scheduler refuses inputs of max_req_input_len = context_len - 1 - 5 tokens or more,
-# even when the tokenizer-side check passed (sglang_api.md §1.3).
+# even when the tokenizer-side check passed (docs/sglang_api.md §1.3).
 SCHEDULER_RESERVED = 6
 
 
@@ -59,7 +59,7 @@ def fit_max_new_tokens(
     return min(max_tokens, room), None
 
 
-async def discover(client: SGLangClient, cfg: RunConfig) -> ServerContext:
+async def discover(client: Backend, cfg: RunConfig) -> ServerContext:
     """Ask the server what it serves and what it accepts (no tokenizer is loaded here)."""
     ctx = ServerContext()
     try:
@@ -134,7 +134,7 @@ class ServerChanged(ServerError):
     """The server came back from an outage serving another model, weights or tokenizer."""
 
 
-async def changed_identity(client: SGLangClient, ctx: ServerContext) -> str | None:
+async def changed_identity(client: Backend, ctx: ServerContext) -> str | None:
     """After an outage: why the server is not the one the run started with, or None if it is."""
     try:
         info = await client.model_info()
@@ -161,7 +161,7 @@ class ServerHealth:
 
     def __init__(
         self,
-        client: SGLangClient,
+        client: Backend,
         server_wait: float,
         on_down: Callable[[str], None],
         on_up: Callable[[float], None],

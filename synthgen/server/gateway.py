@@ -1,15 +1,13 @@
-"""What a gateway in front of several SGLang servers tells the client, read from its answers.
+"""What a gateway in front of several SGLang servers tells the client, read from its answers through
+every gateway's profile (``server/gateways/``, one module per gateway: smg, sglang-router).
 
-``smg`` (PyPI ``smg``, the maintained successor of sglang-router) and sglang-router answer like one
-SGLang server, plus a few signals of their own (``docs/server.md``; measured on smg 1.13, see
-``sglang_api.md`` §11):
+A gateway answers like one SGLang server, plus a few signals of its own (``docs/server.md``):
 
-- **Sheds.** Admission control answers 429 (queue full, or concurrency limit with queueing off) or 503
-  (queue timeout) with ``Retry-After: 2``; that is backpressure, not a failure of the prompt.
-- **The worker.** Every answer names the replica that served it in ``x-smg-routed-worker-id``.
-- **Sticky routing.** ``X-SMG-Routing-Key: K`` pins requests with one key to one worker (under
-  ``consistent_hashing``, ``manual`` or ``round_robin --sticky-sessions``).
-- **Keys it forwards.** smg models a fixed set of sampling keys and drops the rest silently.
+- **Sheds.** Admission control answers 429 or 503 with ``Retry-After`` (or its own error code):
+  backpressure, not a failure of the prompt.
+- **The worker.** An answer may name the replica that served it in a header.
+- **Sticky routing.** A header pins requests with one key to one worker.
+- **Keys it forwards.** A gateway may pass on only the sampling keys it models.
 """
 
 from __future__ import annotations
@@ -19,44 +17,11 @@ import hashlib
 import time
 from collections.abc import Iterable, Mapping
 
-WORKER_HEADER = "x-smg-routed-worker-id"
-ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
+from synthgen.server.gateways import GATEWAYS, Gateway
+
 SHED_STATUSES = frozenset({429, 503})
 DEFAULT_SHED_SECONDS = 2.0  # smg's own Retry-After
 MAX_SHED_SECONDS = 60.0  # a Retry-After longer than this is waited out in steps of this size
-
-# smg 1.13's admission error codes (``x-smg-error-code``) and body messages that mean "not now".
-SHED_CODES = frozenset({"admission_queue_full", "admission_queue_timeout", "concurrency_limit", "rate_limited"})
-SHED_MESSAGES = ("concurrency limit reached", "queue is full", "queue timeout", "rate limit")
-
-# The sampling keys smg 1.13 forwards to a worker's /generate, measured by sending every key SGLang
-# 0.5.23 accepts through smg to a server that prints what it receives (2026-12-02). The others
-# (stream_interval, stop_regex, logit_bias, spaces_between_special_tokens, thinking_budget,
-# structural_tag, ...) are dropped without a word.
-SMG_FORWARDED_KEYS = frozenset(
-    {
-        "max_new_tokens",
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "frequency_penalty",
-        "presence_penalty",
-        "repetition_penalty",
-        "min_new_tokens",
-        "stop",
-        "stop_token_ids",
-        "ignore_eos",
-        "skip_special_tokens",
-        "no_stop_trim",
-        "n",
-        "sampling_seed",
-        "regex",
-        "json_schema",
-        "ebnf",
-        "custom_params",
-    }
-)
 
 
 def retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -87,28 +52,31 @@ def shed_delay(status: int, headers: Mapping[str, str], message: str, now: float
         return None
     lowered = {k.lower(): v for k, v in headers.items()}
     wait = retry_after(lowered.get("retry-after"), now)
-    code = lowered.get("x-smg-error-code", "")
-    # smg's message alone only on a 429 (its no-queue limit); SGLang's own 503 "The request queue is full."
-    # without Retry-After stays the outage path it always was.
-    said = status == 429 and any(m in message.lower() for m in SHED_MESSAGES)
-    if wait is None and code not in SHED_CODES and not said:
+    coded = any(g.shed_code_header and lowered.get(g.shed_code_header, "") in g.shed_codes for g in GATEWAYS)
+    # A gateway's message alone only on a 429 (smg's no-queue limit); SGLang's own 503 "The request queue is
+    # full." without Retry-After stays the outage path it always was.
+    said = status == 429 and any(m in message.lower() for g in GATEWAYS for m in g.shed_messages)
+    if wait is None and not coded and not said:
         return None
     return min(MAX_SHED_SECONDS, DEFAULT_SHED_SECONDS if wait is None else wait)
 
 
 def worker_of(headers: Mapping[str, str], server_url: str) -> str:
-    """The replica that served an answer: smg's header behind smg, else the server the client talks to."""
+    """The replica that served an answer: a gateway's worker header, else the server the client talks to."""
+    named = {g.worker_header.lower() for g in GATEWAYS if g.worker_header}
     for key, value in headers.items():
-        if key.lower() == WORKER_HEADER and value.strip():
+        if key.lower() in named and value.strip():
             return value.strip()
     return server_url
 
 
 def request_headers(routing_key: str | None = None) -> dict[str, str]:
-    """A /generate's headers; with a routing key, smg sends every request of that key to one worker."""
+    """A /generate's headers; with a routing key, a gateway sends every request of that key to one worker."""
     headers = {"Content-Type": "application/json"}
     if routing_key is not None:
-        headers[ROUTING_KEY_HEADER] = routing_key
+        for gateway in GATEWAYS:
+            if gateway.routing_key_header:
+                headers[gateway.routing_key_header] = routing_key
     return headers
 
 
@@ -117,6 +85,13 @@ def routing_key(dataset: str, conversation_id: str) -> str:
     return hashlib.blake2b(f"{dataset}\0{conversation_id}".encode(), digest_size=12).hexdigest()
 
 
-def dropped_keys(sampling_keys: Iterable[str], forwarded: frozenset[str] = SMG_FORWARDED_KEYS) -> list[str]:
-    """The sampling keys a run sends that the gateway would not pass on, sorted."""
-    return sorted(set(sampling_keys) - forwarded)
+def dropped_keys(sampling_keys: Iterable[str]) -> list[tuple[Gateway, list[str]]]:
+    """The sampling keys a run sends that a gateway would not pass on, sorted, per gateway that drops some."""
+    keys = set(sampling_keys)
+    dropped = [(g, sorted(keys - g.forwarded_keys)) for g in GATEWAYS if g.forwarded_keys is not None]
+    return [(gateway, names) for gateway, names in dropped if names]
+
+
+def worker_listings() -> list[Gateway]:
+    """The gateways that list their workers (a GET of ``workers_path``, read by ``worker_urls``)."""
+    return [g for g in GATEWAYS if g.workers_path is not None]

@@ -1,5 +1,5 @@
 """Streaming one /generate: the ``data:`` of SSE chunks, what the chunks delivered so far
-(sglang_api.md §10), and ending a stream from the client's side. Chunks are cumulative by default,
+(docs/sglang_api.md §10), and ending a stream from the client's side. Chunks are cumulative by default,
 deltas under the server's ``--incremental-streaming-output``; both are told apart by
 ``meta_info.completion_tokens``, which counts every id so far in either mode.
 """
@@ -163,7 +163,7 @@ class StreamState:
 class Closer:
     """Ends one streamed /generate from the client's side, keeping the ids it delivered: a stop's
     way where the server cannot be asked to abort by rid (smg 1.13 answers /abort_request 404,
-    sglang_api.md §11). Closing the stream is a client disconnect, which SGLang answers by aborting
+    docs/sglang_api.md §11). Closing the stream is a client disconnect, which SGLang answers by aborting
     the request at once (§10): the server stops generating for nobody and frees the slot.
 
     The first ``close`` ends the stream right after its next chunk, whose ids are kept (the tokens

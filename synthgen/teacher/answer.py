@@ -2,7 +2,7 @@
 
 A scoring request (``max_new_tokens: 0``, ``logprob_start_len: start - 1``, ``top_logprobs_num: K``)
 answers, for the input positions start-1 .. len-1, one leading null and then one top-k row per
-position start .. len-1 (sglang_api.md; measured on the real 0.5.23 CPU server). The rows come as
+position start .. len-1 (docs/sglang_api.md §1; measured on the real 0.5.23 CPU server). The rows come as
 
 - nested ``input_top_logprobs``: ``[null, [[logprob, id, text], ...], ...]`` (every SGLang);
 - flat ``input_top_logprobs_val_flat`` / ``_idx_flat`` with ``input_top_logprobs_shape`` [rows, K] and

@@ -49,7 +49,7 @@ def table_row(out: str, name: str) -> list[str]:
     return [cell.strip() for cell in line.split("  ") if cell.strip()]
 
 
-def test_the_issues_example_gives_2636_samples_and_9998348_tokens(project, capsys):
+def test_the_documented_example_gives_2636_samples_and_9998348_tokens(project, capsys):
     code, out, err = run(capsys, "--dataset", "math", "--avg-tokens", "math=3793")
     assert code == 0
     assert out == "\n".join(

@@ -1,4 +1,4 @@
-"""Issue 17, items 1-4: what a change of mind between runs (an edited prompt file, another
+"""What a change of mind between runs (an edited prompt file, another
 --regenerate, --changed-prompts regenerate) did to the rows, and refusals that changed files.
 Through the real CLI against the simulator, whose answers name the question they answer
 ("Answer: <last user turn>"), so a row shows which prompt each of its turns was made for."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
-from workspace import Workspace
+from workspace import Workspace, chat, last_line
 
 from synthgen.config import RunConfig
 from synthgen.data.conversations import parse_record, prompt_hash
@@ -31,20 +31,8 @@ REFUSAL = (
 )
 
 
-def chat(rid: str, *turns: str) -> dict:
-    """A conversation alternating user and assistant turns, starting with the user."""
-    return {
-        "id": rid,
-        "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)],
-    }
-
-
 def answers(row: dict) -> list[str]:
     return [m["content"] for m in row["messages"] if m["role"] == "assistant"]
-
-
-def last_line(stderr: str) -> str:
-    return stderr.strip().splitlines()[-1]
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

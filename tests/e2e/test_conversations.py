@@ -19,6 +19,7 @@ import pytest
 from model_tokenizers import build_model_tokenizer
 from simharness import wait_until
 from tokenizers import Tokenizer
+from workspace import chat
 
 COMMON = ("--max-tokens", "256", "--concurrency", "4", "--status-interval", "0.2")
 LOOKUP_TOOL = {
@@ -29,14 +30,6 @@ LOOKUP_TOOL = {
         "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
     },
 }
-
-
-def chat(rid: str, *turns: str, system: str | None = None) -> dict:
-    """A conversation alternating user and assistant turns, starting with the user."""
-    messages = [{"role": "system", "content": system}] if system else []
-    for i, text in enumerate(turns):
-        messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": text})
-    return {"id": rid, "messages": messages}
 
 
 def agent(rid: str, question: str = "What is the weather in Paris?", follow_up: str = "And in Rome?") -> dict:

@@ -118,7 +118,7 @@ def test_duplicates_torn_lines_and_filtered_rows_are_counted_and_the_first_copy_
 def test_keep_truncated_leaves_cut_rows_without_an_answer_out_of_specforge_so_specforges_validator_accepts_it(
     project, capsys
 ):
-    # issue 30.10: such rows were written with status "success" and an empty answer, which the validator refuses.
+    # such rows used to be written with status "success" and an empty answer, which the validator refuses.
     write_results(project, "chat", [record("a"), truncated_row("cut"), truncated_row("mid", content="A partial")])
     code, _, err = run(capsys, "--dataset", "chat", "--keep-truncated", "--out", "train.jsonl")
     assert code == 0, err
@@ -155,8 +155,8 @@ def test_specforges_validator_refuses_tool_turns_and_history_without_reasoning_a
 def test_a_lone_surrogate_in_tool_call_arguments_is_exported_as_the_escape_the_model_wrote_in_every_format(
     project, capsys
 ):
-    # issue 30.3: a parser decodes {"q": "\ud83d"} to a lone surrogate; the run writes the row with ASCII escapes,
-    # which orjson refuses to read: the row was lost as an unreadable line, or the export crashed writing it.
+    # a parser decodes {"q": "\ud83d"} to a lone surrogate; the run writes the row with ASCII escapes,
+    # which orjson refuses to read: the row used to be lost as an unreadable line, or the export crashed writing it.
     arguments = '{"q": "\ud83d"}'
     calls = [{"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}]
     row = record("s", content="", tool_calls=calls, tools=[WEATHER_TOOL]).to_dict()

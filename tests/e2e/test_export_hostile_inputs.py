@@ -1,4 +1,4 @@
-"""export_training.py against hostile inputs (issue 17, items 5-8), through the real CLI as a subprocess:
+"""export_training.py against hostile inputs, through the real CLI as a subprocess:
 an export that would overwrite what it reads, a validation split that leaks a conversation, corrupt rows, and
 rows of several settings sets in one file."""
 

@@ -1,4 +1,4 @@
-"""The render check of export_training.py (issue 18) on rows of real runs against the simulator with real chat
+"""The render check of export_training.py on rows of real runs against the simulator with real chat
 templates: it tells exact rows from drifting ones by kind, names the first example, and --fail-on-drift stops
 the export; specforge rows are one per generated turn, history renders back to the prompt the model saw."""
 
@@ -12,15 +12,10 @@ from pathlib import Path
 
 import orjson
 import pyarrow.json as paj
-import pytest
 from model_tokenizers import build_model_tokenizer
+from workspace import chat
 
-from tests.e2e.test_export_trainer_rows import COMMON, EXPORT, LOOKUP_TOOL, agent, answers, chat
-
-
-@pytest.fixture
-def qwen3(tmp_path_factory):
-    return build_model_tokenizer(tmp_path_factory.getbasetemp() / "model-tokenizers" / "qwen3", "qwen3")
+from tests.e2e.test_export_trainer_rows import COMMON, EXPORT, LOOKUP_TOOL, agent, answers
 
 
 def qwen3_run(ws, qwen3, log: Path, dataset: str, rows: list[dict], *args: str, style: str = "think") -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 import orjson
 import pyarrow.json as paj
 import pytest
-from model_tokenizers import build_model_tokenizer
 from specforge_validator import validate_row
+from workspace import chat
 
 EXPORT = Path(__file__).resolve().parents[2] / "export_training.py"
 COMMON = ("--max-tokens", "256", "--concurrency", "4", "--status-interval", "0.2")
@@ -26,13 +26,6 @@ LOOKUP_TOOL = {
         "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
     },
 }
-
-
-def chat(rid: str, *turns: str) -> dict:
-    return {
-        "id": rid,
-        "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": text} for i, text in enumerate(turns)],
-    }
 
 
 def agent(rid: str) -> dict:
@@ -151,11 +144,6 @@ def specforge_render(tokenizer, row: dict) -> str:
     extra = {k: v for k, v in row.items() if k not in ("id", "conversations", "tools")}
     tools = json.loads(row["tools"]) if row.get("tools") else None
     return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=False, **extra)
-
-
-@pytest.fixture
-def qwen3(tmp_path_factory):
-    return build_model_tokenizer(tmp_path_factory.getbasetemp() / "model-tokenizers" / "qwen3", "qwen3")
 
 
 def test_specforge_rows_rendered_with_qwen3s_template_give_back_what_the_model_saw_and_wrote(

@@ -1,4 +1,4 @@
-"""Issue 13, the defects outside the runner: file names and folders, descriptors, output files,
+"""Faults outside the runner: file names and folders, descriptors, output files,
 progress on a closed stream, arguments, the budget file. Each test failed before its fix."""
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from pathlib import Path
 import orjson
 import pytest
 from simharness import wait_until
-from workspace import REPO, RUN, Workspace, cli_env
+from workspace import REPO, RUN, Workspace, cli_env, last_line
 
 from synthgen.budget.plan import fmt_hours, fmt_number
 from synthgen.config import RunConfig
-from synthgen.data import prompts
 from synthgen.data.openfiles import FilePool
-from synthgen.data.prompts import READ_POOL, DatasetSource, PromptReader, scan_dataset
+from synthgen.data.prompts import DatasetSource, PromptReader, scan_dataset
+from synthgen.data.readers import base as readers_base
+from synthgen.data.readers.base import READ_POOL
 from synthgen.data.records import ResultRecord
 from synthgen.data.store import WRITE_POOL, DatasetStore
 from synthgen.errors import RunLockedError, StoreWriteError, UsageError
@@ -40,22 +41,7 @@ def without_root_powers() -> None:
 def run_cli(
     ws: Workspace, *args: str, preexec=without_root_powers, script: Path = RUN, timeout: float = 300
 ) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(script), *args],
-        cwd=ws.root,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        preexec_fn=preexec,
-    )
-
-
-def last_line(result: subprocess.CompletedProcess) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert "Traceback" not in result.stderr, result.stderr
-    return lines[-1] if lines else ""
+    return ws.run(*args, script=script, timeout=timeout, preexec=preexec)
 
 
 # --- D10: descriptors -------------------------------------------------------------------------------
@@ -86,7 +72,7 @@ def test_readers_share_a_few_open_files_and_reopen_after_close(tmp_path, monkeyp
         sources.append(DatasetSource(f"d{i}", "p", path))
     # A pool of its own: readers other tests left open must not count here.
     pool: FilePool = FilePool(READ_POOL.capacity, lambda fh: fh.close())
-    monkeypatch.setattr(prompts, "READ_POOL", pool)
+    monkeypatch.setattr(readers_base, "READ_POOL", pool)
     readers = [PromptReader(scan_dataset(s)) for s in sources]
     for reader in readers:
         assert reader.read("y").id == "y"
@@ -130,7 +116,7 @@ def test_a_file_whose_name_is_dots_or_nothing_is_refused_in_one_line(ws, make_si
     (ws.prompts / "short" / file_name).write_bytes(b'{"id": "x", "prompt": "p"}\n')
     result = run_cli(ws, "--partition", "short", "--server-url", sim.url, *FAST)
     assert result.returncode == 2
-    assert last_line(result) == (
+    assert last_line(result.stderr) == (
         f"run_inference.py: error: prompts/short/{file_name}: the dataset name {name!r} "
         f"{'is empty' if not name else 'is made of dots only'}, so it cannot name an output folder; "
         "rename the file (e.g. to prompts/short/data.jsonl)"
@@ -155,7 +141,7 @@ def test_a_partition_that_is_a_path_is_refused_in_one_line(ws, partition):
     ws.dataset("short", "d", 1)
     result = run_cli(ws, "--partition", partition, "--server-url", "http://127.0.0.1:9")
     assert result.returncode == 2
-    assert last_line(result) == (
+    assert last_line(result.stderr) == (
         f"run_inference.py: error: --partition {partition!r}: give the name of one folder "
         "under prompts (e.g. short) or 'all', not a path"
     )
@@ -169,7 +155,7 @@ def test_an_unreadable_partition_folder_is_reported_as_unreadable(ws):
     finally:
         (ws.prompts / "short").chmod(0o755)
     assert result.returncode == 2
-    assert last_line(result) == (
+    assert last_line(result.stderr) == (
         "run_inference.py: error: prompts/short: cannot list the partition folder "
         "(Permission denied); make it readable (chmod u+rx prompts/short)"
     )
@@ -183,7 +169,7 @@ def test_an_unreadable_prompts_folder_is_one_line_not_a_traceback(ws):
     finally:
         ws.prompts.chmod(0o755)
     assert result.returncode == 2
-    assert last_line(result) == (
+    assert last_line(result.stderr) == (
         "run_inference.py: error: prompts: cannot list the prompts directory "
         "(Permission denied); make it readable (chmod u+rx prompts)"
     )
@@ -212,8 +198,8 @@ def test_an_output_file_that_is_a_folder_is_one_line_exit_5(ws, make_sim, name):
     (ws.outputs / "d" / name).mkdir(parents=True)
     result = run_cli(ws, "--server-url", sim.url, *FAST)
     assert result.returncode == 5
-    assert last_line(result).startswith(f"run_inference.py: error: outputs/d/{name}: ")
-    assert last_line(result).endswith("it is a folder: move it aside and rerun")
+    assert last_line(result.stderr).startswith(f"run_inference.py: error: outputs/d/{name}: ")
+    assert last_line(result.stderr).endswith("it is a folder: move it aside and rerun")
     assert sim.stats()["generate_requests"] == 0
 
 
@@ -226,7 +212,7 @@ def test_an_unreadable_results_file_is_one_line_exit_5(ws, make_sim):
     path.chmod(0o200)
     result = run_cli(ws, "--server-url", sim.url, *FAST)
     assert result.returncode == 5
-    assert last_line(result) == (
+    assert last_line(result.stderr) == (
         "run_inference.py: error: outputs/d/raw_responses.jsonl: cannot read the results file (Permission denied); "
         "make it readable and writable (chmod u+rw outputs/d/raw_responses.jsonl) and rerun"
     )
@@ -243,7 +229,7 @@ def test_a_read_only_output_file_is_found_before_any_request_is_sent(ws, make_si
     (folder / name).chmod(0o444)
     result = run_cli(ws, "--server-url", sim.url, *FAST)
     assert result.returncode == 5
-    assert last_line(result) == (
+    assert last_line(result.stderr) == (
         f"run_inference.py: error: outputs/d/{name}: cannot open for writing "
         f"(Permission denied); make it writable (chmod u+w outputs/d/{name}) and rerun"
     )
@@ -259,7 +245,7 @@ def test_a_read_only_lock_file_is_named_as_the_lock_file(ws, make_sim):
     lock.chmod(0o444)
     result = run_cli(ws, "--server-url", sim.url, *FAST)
     assert result.returncode == 5
-    assert last_line(result) == (
+    assert last_line(result.stderr) == (
         "run_inference.py: error: outputs/d/.lock: cannot open the lock file "
         "(Permission denied); make it writable (chmod u+rw outputs/d/.lock) or remove it"
     )
@@ -429,8 +415,8 @@ def test_a_server_url_that_cannot_be_used_is_one_line_exit_2(ws, url, problem):
     ws.dataset("short", "d", 1)
     result = run_cli(ws, "--server-url", url)
     assert result.returncode == 2
-    assert last_line(result).startswith(f"run_inference.py: error: --server-url '{url}'")
-    assert last_line(result).endswith(problem)
+    assert last_line(result.stderr).startswith(f"run_inference.py: error: --server-url '{url}'")
+    assert last_line(result.stderr).endswith(problem)
 
 
 def test_a_password_in_the_server_url_is_never_printed_by_the_argument_check(ws):
@@ -443,7 +429,7 @@ def test_a_password_in_the_server_url_is_never_printed_by_the_argument_check(ws)
 def test_display_url_hides_the_password_and_a_user_part_that_may_be_a_token():
     assert RunConfig(server_url="http://u:pw@h:8/x").display_url == "http://u:***@h:8/x"
     assert RunConfig(server_url="https://h:8/a@b").display_url == "https://h:8/a@b"
-    assert RunConfig(server_url="http://u@h").display_url == "http://***@h"  # issue 17: a token as the user
+    assert RunConfig(server_url="http://u@h").display_url == "http://***@h"  # a token as the user
 
 
 def test_an_api_key_with_a_trailing_newline_is_used_without_it(ws, make_sim):
@@ -458,7 +444,7 @@ def test_a_non_ascii_api_key_is_one_line_exit_2(ws):
     ws.dataset("short", "d", 1)
     result = run_cli(ws, "--server-url", "http://127.0.0.1:9", "--api-key", "clé")
     assert result.returncode == 2
-    assert last_line(result) == (
+    assert last_line(result.stderr) == (
         "run_inference.py: error: the API key ($SGLANG_API_KEY or --api-key) has a character "
         "an HTTP header cannot carry (non-ASCII or a control character); check it for a "
         "stray character"
@@ -473,7 +459,7 @@ def test_a_tokenizer_that_can_only_be_a_local_path_fails_at_once(ws, make_sim, t
     (ws.root / "models").mkdir()
     result = run_cli(ws, "--server-url", sim.url, "--tokenizer", tokenizer, *FAST)
     assert result.returncode == 2
-    assert last_line(result).startswith(f"run_inference.py: error: tokenizer folder {tokenizer} not found; ")
+    assert last_line(result.stderr).startswith(f"run_inference.py: error: tokenizer folder {tokenizer} not found; ")
 
 
 @pytest.mark.parametrize("script, prog", [(RUN, "run_inference.py"), (REPO / "compute_budget.py", "compute_budget.py")])

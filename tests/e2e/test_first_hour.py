@@ -1,4 +1,4 @@
-"""The first hour of a new user (issue 19, issue 17 items 17-18): mistakes answered in one line with the
+"""The first hour of a new user: mistakes answered in one line with the
 fix, hints that run as printed, runs that end by saying what to do next. Through the real CLI."""
 
 from __future__ import annotations
@@ -13,17 +13,13 @@ from pathlib import Path
 
 import orjson
 import pytest
-from simharness import wait_until
-from workspace import BUDGET, REPO, cli_env
+from simharness import free_port, sim_command, wait_until
+from workspace import BUDGET, REPO, cli_env, last_line
 
 from synthgen.cli.run import main as run_main
 from synthgen.demo import commands, install
 
 COMMON = ("--max-tokens", "256", "--concurrency", "4", "--status-interval", "0.2")
-
-
-def last_line(text: str) -> str:
-    return text.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize(
@@ -147,8 +143,8 @@ def test_a_run_ends_with_where_the_rows_are_and_an_export_command_that_runs_as_p
 
 
 def test_the_printed_export_command_runs_when_one_dataset_of_the_partition_had_every_prompt_skipped(ws, make_sim):
-    # issue 30.9: as with the bundled prompts/short, --regenerate all skips every tool conversation: that
-    # dataset has no results file, and the printed `--partition short` export exited 2 ("run it first").
+    # as with the bundled prompts/short, --regenerate all skips every tool conversation: that
+    # dataset has no results file, and the printed `--partition short` export used to exit 2 ("run it first").
     sim = make_sim("chatml")
     ws.dataset("short", "alpha", 2)
     tools = [orjson.loads(line) for line in (REPO / "prompts/short/agent_tools.jsonl").read_bytes().splitlines()]
@@ -360,12 +356,14 @@ def test_the_export_says_which_flag_brings_back_rows_cut_at_max_tokens(ws, make_
 
 
 def test_the_summary_of_a_launched_server_run_shows_the_start_up_apart(ws, tokenizers):
-    from tests.e2e.test_launch_server import free_port, sim_command
-
     port = free_port()
     ws.dataset("short", "d", 2)
     result = ws.run(
-        "--server-url", f"http://127.0.0.1:{port}", *COMMON, "--launch-server", sim_command(tokenizers["chatml"], port)
+        "--server-url",
+        f"http://127.0.0.1:{port}",
+        *COMMON,
+        "--launch-server",
+        sim_command(tokenizers["chatml"], port),
     )
     assert result.returncode == 0, result.stderr
     assert re.search(r"\nnot in these figures: \S+ before the first request \(server start-up\)\n", result.stderr)

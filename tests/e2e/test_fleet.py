@@ -1,4 +1,4 @@
-"""Issue 28 through the CLI: behind a gateway (the simulator answering as smg 1.13 does, sglang_api.md
+"""A fleet through the CLI: behind a gateway (the simulator answering as smg 1.13 does, docs/sglang_api.md
 §11) every row names its worker, sheds are waited out, a worker answering garbage is caught."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ COMMON = ("--max-tokens", "32", "--status-interval", "0.5")
 def test_sheds_are_waited_out_without_using_attempts_and_rows_name_their_workers(ws, make_sim):
     sim = make_sim("chatml")
     ws.dataset("short", "d", 12)
-    # 30 sheds, 2 attempts each: before issue 28 most prompts ended as http_429.
+    # 30 sheds, 2 attempts each: if sheds used up attempts, most prompts would end as http_429.
     sim.configure(shed_first_n=30, shed_retry_after=0.01, worker_ids="http://w1,http://w2")
     result = ws.run("--server-url", sim.url, "--concurrency", "4", "--max-attempts", "2", *COMMON)
     assert result.returncode == 0, result.stderr

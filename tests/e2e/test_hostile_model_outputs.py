@@ -1,4 +1,4 @@
-"""Model outputs that broke a parser or the row writer, through the CLI (issue 30 points 1, 2, 3, 5, 6).
+"""Model outputs that broke a parser or the row writer, through the CLI.
 
 The simulator writes ``Answer: U`` for a user turn U (``--no-reasoning``), so a prompt whose last user
 turn is a damaged tool call makes the model "write" it; the prompt declares the tool, so the run parses

@@ -1,4 +1,4 @@
-"""--launch-server against what it did not start (issue 30 points 4, 7 and 13): a planted
+"""--launch-server against what it did not start: a planted
 launched_server.json never gets a process signalled; server.log stays bounded while the server writes,
 with keys masked; a server another run launched on the port is named and used, and ours stopped.
 Through the real CLI, the simulator as the server."""

@@ -7,35 +7,17 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 import pytest
-from simharness import SIM_SCRIPT, start_sim, wait_until
+from simharness import free_port, port_is_free, sim_command, start_sim, wait_until
 from workspace import Workspace, assert_model_answer, cli_env
 
 COMMON = ("--max-tokens", "64", "--concurrency", "4", "--status-interval", "0.5")
 DEADLINE = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
-
-
-def sim_command(tokenizer_dir: Path, port: int, *extra: str) -> str:
-    return " ".join(
-        [sys.executable, str(SIM_SCRIPT), "--tokenizer-dir", str(tokenizer_dir), "--port", str(port), *extra]
-    )
 
 
 def launched_pgids(text: str) -> list[int]:

@@ -1,4 +1,4 @@
-"""Issue 17, items 10-13: links in output folders, secrets in what is printed, FIFOs and devices as
+"""Links in output folders, secrets in what is printed, FIFOs and devices as
 inputs, chat templates that never finish. Each test failed before its fix; the hanging cases have a
 subprocess timeout only as a safety net (they hung forever before) and assert on the exit code and
 the message."""
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from workspace import RUN, Workspace, cli_env
+from workspace import RUN, Workspace, last_line
 
 from synthgen.data.records import ErrorRecord
 
@@ -27,21 +27,7 @@ SAFETY = 120  # seconds: a hung run fails the test here instead of hanging the s
 
 
 def run_cli(ws: Workspace, *args: str, timeout: float = SAFETY) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(RUN), *args],
-        cwd=ws.root,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def last_line(result: subprocess.CompletedProcess) -> str:
-    assert "Traceback" not in result.stderr, result.stderr
-    lines = result.stderr.strip().splitlines()
-    return lines[-1] if lines else ""
+    return ws.run(*args, timeout=timeout)
 
 
 def done_row(rid: str, regenerate: str | None = None) -> bytes:
@@ -51,7 +37,7 @@ def done_row(rid: str, regenerate: str | None = None) -> bytes:
     return orjson.dumps(row) + b"\n"
 
 
-# --- item 10: links in an output folder ------------------------------------------------------------
+# --- links in an output folder --------------------------------------------------------------------
 @pytest.mark.parametrize(
     "name",
     [
@@ -83,7 +69,7 @@ def test_a_symlinked_file_in_a_dataset_folder_is_refused_and_its_target_untouche
     extra = ("--regenerate", "all") if name == "partial_turns.jsonl" else ()
     result = run_cli(ws, "--server-url", sim.url, *FAST, *extra)
     assert result.returncode == 2, result.stderr
-    assert last_line(result) == (
+    assert last_line(result.stderr) == (
         f"run_inference.py: error: outputs/d/{name}: is a symbolic link (to {target}); files of an output "
         "folder are never written through a link: replace it with the file itself (or remove it) and rerun"
     )
@@ -100,7 +86,7 @@ def test_a_symlinked_lock_table_is_refused_and_its_target_not_truncated(ws, make
     (ws.outputs / ".locks").symlink_to(target)
     result = run_cli(ws, "--server-url", sim.url, *FAST)
     assert result.returncode == 2
-    assert "outputs/.locks: is a symbolic link" in last_line(result)
+    assert "outputs/.locks: is a symbolic link" in last_line(result.stderr)
     assert target.read_bytes() == b"keep me"
 
 
@@ -112,7 +98,7 @@ def test_a_symlinked_log_file_is_refused_before_anything_is_written(ws, make_sim
     (ws.root / "run.log").symlink_to(target)
     result = run_cli(ws, "--server-url", sim.url, "--log-file", "run.log", *FAST)
     assert result.returncode == 2
-    assert last_line(result).startswith("run_inference.py: error: run.log: is a symbolic link")
+    assert last_line(result.stderr).startswith("run_inference.py: error: run.log: is a symbolic link")
     assert target.read_bytes() == b"keep me"
 
 
@@ -123,7 +109,7 @@ def test_a_fifo_in_a_dataset_folder_is_refused_not_waited_on(ws, make_sim):
     os.mkfifo(ws.outputs / "d" / "errors.jsonl")
     result = run_cli(ws, "--server-url", sim.url, *FAST)
     assert result.returncode == 2
-    assert last_line(result) == (
+    assert last_line(result.stderr) == (
         "run_inference.py: error: outputs/d/errors.jsonl: is a FIFO (named pipe), not a regular file; "
         "move it aside and rerun"
     )
@@ -144,7 +130,7 @@ def test_a_stale_temporary_file_that_is_a_link_is_replaced_not_written_through(w
     ws.assert_exactly_once("d", ids)
 
 
-# --- item 11: secrets ------------------------------------------------------------------------------
+# --- secrets --------------------------------------------------------------------------------------
 REDACTIONS = [
     # (printed, shown)
     ("http://TOKEN123@host:30000/v1", f"http://{MASK}@host:30000/v1"),
@@ -222,17 +208,12 @@ def test_a_credential_in_the_server_url_is_printed_nowhere(ws, url, secrets):
 
 
 def test_the_launch_command_in_server_log_and_stderr_hides_the_api_key(ws, tokenizers):
-    from simharness import SIM_SCRIPT
-
-    from tests.e2e.test_launch_server import free_port
+    from simharness import free_port, sim_command
 
     port = free_port()
     key = "sk-launch-SECRET-4242"
     ws.dataset("short", "d", 2)
-    command = " ".join(
-        [sys.executable, str(SIM_SCRIPT), "--tokenizer-dir", str(tokenizers["chatml"]), "--port", str(port)]
-        + ["--api-key", key]
-    )
+    command = sim_command(tokenizers["chatml"], port, "--api-key", key)
     result = run_cli(
         ws,
         "--server-url",
@@ -266,13 +247,13 @@ def test_settings_jsonl_hides_a_credential_among_the_template_kwargs_and_a_rerun
     ws.assert_exactly_once("d", ids)
 
 
-# --- item 12: FIFOs and devices as inputs ----------------------------------------------------------
+# --- FIFOs and devices as inputs ------------------------------------------------------------------
 def test_a_fifo_as_a_prompt_file_is_refused_in_one_line_not_waited_on(ws):
     ws.dataset("short", "ok", 1)
     os.mkfifo(ws.prompts / "short" / "pipe.jsonl")
     result = run_cli(ws, "--server-url", "http://127.0.0.1:9", *FAST)
     assert result.returncode == 2
-    assert last_line(result) == (
+    assert last_line(result.stderr) == (
         "run_inference.py: error: prompts/short/pipe.jsonl: is a FIFO (named pipe), not a regular file; "
         "a prompt file must be a regular file (or a link to one): replace it or move it out of the partition"
     )
@@ -283,7 +264,7 @@ def test_a_prompt_file_linked_to_dev_zero_is_refused_not_read_into_memory(ws):
     (ws.prompts / "short" / "zero.jsonl").symlink_to("/dev/zero")
     result = run_cli(ws, "--server-url", "http://127.0.0.1:9", *FAST)
     assert result.returncode == 2
-    assert last_line(result).startswith(
+    assert last_line(result.stderr).startswith(
         "run_inference.py: error: prompts/short/zero.jsonl: is a character device, not a regular file"
     )
 
@@ -295,7 +276,7 @@ def test_a_prompt_line_over_the_bound_is_a_bad_line_read_in_chunks(ws, tmp_path)
         fh.truncate(MAX_LINE + 10)  # a sparse file: MAX_LINE + 10 NUL bytes, no newline
     result = run_cli(ws, "--server-url", "http://127.0.0.1:9", *FAST)
     assert result.returncode == 2
-    assert last_line(result) == (
+    assert last_line(result.stderr) == (
         f"run_inference.py: error: prompts/short/sparse.jsonl:1: the line has {MAX_LINE + 10:,} bytes, over the "
         f"{MAX_LINE >> 20} MiB a prompt line may have; fix or remove the line, or pass --skip-bad-lines"
     )
@@ -314,7 +295,7 @@ def test_a_fifo_as_the_chat_template_is_refused_in_one_line_not_waited_on(ws, ma
     os.mkfifo(ws.root / "template.jinja")
     result = run_cli(ws, "--server-url", sim.url, "--chat-template", "template.jinja", *FAST)
     assert result.returncode == 2
-    assert last_line(result) == (
+    assert last_line(result.stderr) == (
         "run_inference.py: error: template.jinja: is a FIFO (named pipe), not a regular file; "
         "pass a template file with --chat-template FILE"
     )
@@ -325,10 +306,10 @@ def test_a_fifo_as_the_budget_file_is_refused_in_one_line_not_waited_on(ws):
     os.mkfifo(ws.root / "budget.json")
     result = run_cli(ws, "--server-url", "http://127.0.0.1:9", "--budget", "budget.json", *FAST)
     assert result.returncode == 2
-    assert last_line(result).startswith("run_inference.py: error: budget.json: is a FIFO (named pipe)")
+    assert last_line(result.stderr).startswith("run_inference.py: error: budget.json: is a FIFO (named pipe)")
 
 
-# --- item 13: templates that never finish ----------------------------------------------------------
+# --- templates that never finish ------------------------------------------------------------------
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"

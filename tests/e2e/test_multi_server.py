@@ -1,22 +1,16 @@
-"""Issue 28 point 8 through the CLI: ``--server-url`` given twice, two simulators and no gateway. Requests
+"""Several servers through the CLI: ``--server-url`` given twice, two simulators and no gateway. Requests
 spread over both, a conversation stays on one, a server killed mid-run is taken out and put back, a server
 answering garbage is named, servers serving different models are refused at start."""
 
 from __future__ import annotations
 
 from simharness import wait_until
+from workspace import chat
 
 from synthgen.run.servers import weight
 from synthgen.server.gateway import routing_key
 
 COMMON = ("--max-tokens", "32", "--status-interval", "0.2")
-
-
-def chat(rid: str, *turns: str) -> dict:
-    return {
-        "id": rid,
-        "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)],
-    }
 
 
 def servers(*sims) -> list[str]:

@@ -1,4 +1,4 @@
-"""Token-exact rows and provenance (issue 10) through run_inference.py against the simulator.
+"""Token-exact rows and provenance through run_inference.py against the simulator.
 
 The simulator's request log (what it received and sent, per rid) is the reference for the ids in
 each row; settings.jsonl and the rows' ``settings`` ids are checked across reruns with changed flags.
@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from workspace import chat
 
 COMMON = ("--max-tokens", "256", "--concurrency", "4", "--status-interval", "0.2")
 
@@ -26,13 +27,6 @@ def request_log(path: Path) -> dict[str, dict]:
         for answer in orjson.loads(line).get("answers") or []:
             answers[answer["rid"]] = answer
     return answers
-
-
-def chat(rid: str, *turns: str) -> dict:
-    return {
-        "id": rid,
-        "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": text} for i, text in enumerate(turns)],
-    }
 
 
 @pytest.mark.parametrize("mode", ["last", "each"])

@@ -6,46 +6,18 @@ on it. Skipped, saying why, only where no Chromium is installed."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from browser import browse, console
 from png import colours
 from report_page import make_folder
 
 from synthgen.report.folder import FolderReport, write_page
 
-NAMES = ("chromium", "chromium-browser", "google-chrome")
 SIZES = {"glaive": 400, "ultrachat": 250, "swe-agent": 120}
 BLUE, ORANGE = (43, 108, 176), (221, 107, 32)  # stop bars and lines; length bars and the queue line
-CONSOLE = re.compile(r":CONSOLE[^\]]*\] (.*)")
-
-
-def chromium() -> str:
-    for name in NAMES:
-        path = shutil.which(name)
-        if path:
-            return path
-    why = os.environ.get("SYNTHGEN_NO_BROWSER") or "no chromium on PATH"
-    pytest.skip(f"browser test skipped: {why}; install Debian's chromium package (apt-get install chromium)")
-
-
-def browse(page: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """One headless Chromium on ``page`` with a profile of its own; its console messages go to stderr."""
-    command = [
-        # No sandbox (tests run as root); no connection of Chromium's own (this machine has no network).
-        chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-        "--disable-quic", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={tmp / 'profile'}", "--enable-logging=stderr", "--v=0", *args, page.as_uri(),
-    ]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-
-
-def console(result: subprocess.CompletedProcess[str]) -> list[str]:
-    return CONSOLE.findall(result.stderr)
 
 
 @pytest.fixture(scope="module")

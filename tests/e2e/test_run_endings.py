@@ -5,25 +5,13 @@ the summary and the last lines, with what to do about them."""
 from __future__ import annotations
 
 import shlex
-import socket
 import subprocess
 import sys
 
-from simharness import SIM_SCRIPT
+from simharness import free_port, port_is_free, sim_command
 from workspace import REPO, cli_env
 
 DEADLINE = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
 
 
 def tool_conversation(rid: str) -> dict:
@@ -42,10 +30,7 @@ def tool_conversation(rid: str) -> dict:
 
 def test_a_rerun_left_with_only_skips_no_rerun_changes_has_nothing_to_do_and_starts_no_server(ws, tokenizers):
     port = free_port()
-    launch = " ".join(
-        [sys.executable, str(SIM_SCRIPT), "--tokenizer-dir", str(tokenizers["chatml"]), "--port", str(port)]
-        + ["--context-length", "256"]
-    )
+    launch = sim_command(tokenizers["chatml"], port, "--context-length", "256")
     ws.dataset("short", "d", [{"id": "ok", "prompt": "short"}, {"id": "long", "prompt": "word " * 400}])
     ws.dataset("short", "mt", [{"id": "fine", "prompt": "hello"}, tool_conversation("tools")])
     args = ("--server-url", f"http://127.0.0.1:{port}", "--launch-server", launch, "--regenerate", "all")

@@ -1,4 +1,4 @@
-"""Issue 13, the runner's side: each defect the adversarial run found, through the CLI against the
+"""The runner's faults an adversarial run found, each through the CLI against the
 simulator (or in-process where only a scripted server can show it)."""
 
 from __future__ import annotations
@@ -294,12 +294,6 @@ def test_sigterm_before_the_first_request_says_so_and_exits_143(ws, make_sim):
         sim.resume()
     assert code == 143
     assert "stopped by SIGTERM" in rest
-
-
-def _env() -> dict[str, str]:
-    from workspace import cli_env
-
-    return cli_env()
 
 
 def test_under_nohup_sighup_stays_ignored_and_the_run_goes_on(ws, make_sim):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from simharness import start_sim, wait_until
+from workspace import chat
 
 from synthgen.data.mix import load_mix
 from synthgen.data.samples import sample_seed
@@ -202,11 +203,6 @@ def test_a_prompt_line_of_input_ids_is_sent_as_it_is_and_ids_outside_the_vocabul
     assert {e["error_type"] for e in errors} == {"token_out_of_vocab"} and "outside the model's vocabulary" in errors[
         0
     ]["error"]
-
-
-def chat(cid: str, *turns: str) -> dict:
-    roles = ("user", "assistant")
-    return {"id": cid, "messages": [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)]}
 
 
 def test_conversations_run_per_sample_in_each_and_all_modes_and_a_kill_loses_and_repeats_nothing(ws, sim):

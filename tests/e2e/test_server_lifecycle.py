@@ -1,4 +1,4 @@
-"""A launched server's life beyond one run (issue 17 items 15-16, issue 19 point 3): it dies with a run
+"""A launched server's life beyond one run: it dies with a run
 that is SIGKILLed, a rerun recognises a server its folder launched and stops it, server.log is rotated,
 and a normal stop does not read like a crash. Through the real CLI, the simulator as the server."""
 
@@ -8,7 +8,7 @@ import json
 import os
 import signal
 
-from simharness import wait_until
+from simharness import sim_command, wait_until
 from workspace import cli_env
 
 from synthgen.launch.serverlog import LOG_ROTATE_BYTES, progress_line
@@ -19,7 +19,6 @@ from tests.e2e.test_launch_server import (
     group_alive,
     launched_pgids,
     port,
-    sim_command,
 )
 
 __all__ = ["port"]  # the fixture, shared with test_launch_e2e
@@ -76,7 +75,8 @@ def test_a_normal_stop_ends_server_log_with_a_line_that_says_it_was_ours(ws, tok
     assert result.returncode == 0, result.stderr
     # What to do next is the run's last line, after the server's stop, on stderr and in the log file.
     lines = result.stderr.strip().splitlines()
-    assert "stopping server (pid" in lines[-2]
+    assert "stopping server (pid" in lines[-3]
+    assert lines[-2].startswith("for SFT trainers, the text re-rendered by the chat template")
     assert lines[-1].startswith("rows: outputs/d/raw_responses.jsonl; report: outputs/report.html; export them with: ")
     assert (ws.outputs / "run.log").read_text().strip().splitlines()[-1] == lines[-1]
     last = (ws.outputs / "server.log").read_text().strip().splitlines()[-1]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from simharness import SIM_SCRIPT, wait_until
+from simharness import free_port, sim_argv, wait_until
 
 from synthgen.demo import commands, install
 from synthgen.errors import EXIT_SERVER
@@ -32,16 +32,6 @@ from synthgen.launch.procs import port_taken
 from synthgen.launch.serverlog import short_tail
 
 PY = sys.executable
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def sim_command(tokenizer_dir: Path, port: int) -> list[str]:
-    return [PY, str(SIM_SCRIPT), "--tokenizer-dir", str(tokenizer_dir), "--port", str(port)]
 
 
 def health_check(url: str):
@@ -158,7 +148,7 @@ def test_port_taken_sees_a_listening_socket_and_not_a_closed_port():
 def test_the_simulator_starts_becomes_ready_and_its_log_gets_a_header(servers, tokenizers, tmp_path):
     port = free_port()
     log = tmp_path / "out" / "server.log"
-    server = servers(sim_command(tokenizers["chatml"], port), log, name="sim")
+    server = servers(sim_argv(tokenizers["chatml"], port), log, name="sim")
     server.start()
     seconds = asyncio.run(server.wait_ready(health_check(f"http://127.0.0.1:{port}"), timeout=60))
     assert seconds >= 0
@@ -216,7 +206,7 @@ def test_a_killed_server_is_restarted_and_ready_again_with_the_exit_code_reporte
     url = f"http://127.0.0.1:{port}"
     events: list[str] = []
     server = servers(
-        sim_command(tokenizers["chatml"], port),
+        sim_argv(tokenizers["chatml"], port),
         tmp_path / "server.log",
         name="sim",
         backoff_initial=0.0,

@@ -1,4 +1,4 @@
-"""Tests of the SGLang simulator itself, over real HTTP, against sglang_api.md.
+"""Tests of the SGLang simulator itself, over real HTTP, against docs/sglang_api.md.
 
 Every expectation here is written from the protocol reference, not read back from the
 simulator's code, so a drift between the two shows up as a failure. Waits on in-flight requests
@@ -11,16 +11,14 @@ import http.client
 import json
 import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
-from functools import cache
 from pathlib import Path
 
 import httpx
 import pytest
 from sglang_sim import parse_length_dist, prompt_sha1
 from simharness import Sim, start_sim, wait_until
-from tiny_tokenizers import build_all, build_tokenizer
+from tiny_tokenizers import build_all, build_tokenizer, chat_ids, hf_tokenizer
 from tokenizers import Tokenizer
-from transformers import AutoTokenizer
 
 CONTEXT = 4096
 MAX_REQ_INPUT_LEN = CONTEXT - 1 - 5
@@ -83,18 +81,6 @@ def sim_0_5_14(tokenizer_dirs):
 def background():
     with ThreadPoolExecutor(max_workers=4) as pool:
         yield pool
-
-
-@cache
-def hf_tokenizer(tokenizer_dir: Path):
-    return AutoTokenizer.from_pretrained(tokenizer_dir)
-
-
-def chat_ids(tokenizer_dir: Path, user: str = HELLO, **template_kwargs) -> list[int]:
-    rendered = hf_tokenizer(tokenizer_dir).apply_chat_template(
-        [{"role": "user", "content": user}], add_generation_prompt=True, **template_kwargs
-    )
-    return rendered["input_ids"]
 
 
 def token_id(tokenizer_dir: Path, token: str) -> int:

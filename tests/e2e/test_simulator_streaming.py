@@ -1,5 +1,5 @@
 """The simulator's streaming, abort, disconnect and continuation protocol, over real HTTP, against
-sglang_api.md §10 (SGLang 0.5.23 as measured), and the client's streaming against it.
+docs/sglang_api.md §10 (SGLang 0.5.23 as measured), and the client's streaming against it.
 
 Waits poll ``/sim/stats`` or the stream itself and end by an explicit ``/abort_request`` or
 disconnect; no outcome depends on timing.
@@ -11,13 +11,11 @@ import asyncio
 import json
 import socket
 from concurrent.futures import ThreadPoolExecutor
-from functools import cache
-from pathlib import Path
 
 import httpx
 import pytest
 from simharness import Sim, start_sim, wait_until
-from transformers import AutoTokenizer
+from tiny_tokenizers import chat_ids
 
 from synthgen.run.loopguard import LoopGuard
 from synthgen.server.client import SGLangClient, Transient
@@ -49,16 +47,6 @@ def background():
         yield pool
 
 
-@cache
-def hf_tokenizer(directory: Path):
-    return AutoTokenizer.from_pretrained(directory)
-
-
-def chat_ids(directory: Path, user: str = "hello world") -> list[int]:
-    messages = [{"role": "user", "content": user}]
-    return hf_tokenizer(directory).apply_chat_template(messages, add_generation_prompt=True)["input_ids"]
-
-
 def events(response: httpx.Response) -> list:
     """The decoded ``data:`` events of a whole SSE body, ``[DONE]`` as the string."""
     out = []
@@ -88,7 +76,7 @@ def test_cumulative_chunks_come_at_the_first_token_then_every_interval_and_end_w
     assert response.headers["content-type"].startswith("text/event-stream")
     assert chunks[-1] == "[DONE]"
     items = chunks[:-1]
-    assert [len(item["output_ids"]) for item in items] == [1, 5, 9, 13, 17, 20]  # sglang_api.md §10
+    assert [len(item["output_ids"]) for item in items] == [1, 5, 9, 13, 17, 20]  # docs/sglang_api.md §10
     assert [item["meta_info"]["completion_tokens"] for item in items] == [1, 5, 9, 13, 17, 20]
     assert [item["meta_info"]["finish_reason"] for item in items[:-1]] == [None] * 5
     assert all(item["output_ids"] == whole["output_ids"][: len(item["output_ids"])] for item in items)

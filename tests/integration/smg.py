@@ -1,12 +1,11 @@
 """smg (PyPI ``smg``, the maintained successor of sglang-router) for the integration tier: the pinned
 install in ``$SYNTHGEN_CACHE/smg-venv`` (or ``.cache/smg-venv`` in the checkout), and one gateway process
-per test in front of the given workers (sglang_api.md §11)."""
+per test in front of the given workers (docs/sglang_api.md §11)."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
+from simharness import free_port
 
 SMG_VERSION = "1.13.0"
 REPO = Path(__file__).resolve().parents[2]
@@ -53,12 +53,6 @@ def ensure_smg() -> tuple[Path | None, str]:
         tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         return None, f"could not install smg=={SMG_VERSION} into {venv()}: {tail[0]}"
     return path, ""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Gateway:

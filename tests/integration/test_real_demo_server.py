@@ -1,4 +1,4 @@
-"""The demo server's flags against the real SGLang server on CPU (issue 30 point 13): while it decodes,
+"""The demo server's flags against the real SGLang server on CPU: while it decodes,
 its load report carries the decode rate that the status line shows (SGLang fills it only with
 --enable-metrics; without it the status line read 0 tok/s all run)."""
 

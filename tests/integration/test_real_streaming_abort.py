@@ -1,4 +1,4 @@
-"""Streaming, abort and continuation against the real SGLang 0.5.23 server on this CPU (sglang_api.md
+"""Streaming, abort and continuation against the real SGLang 0.5.23 server on this CPU (docs/sglang_api.md
 §10): chunks are cumulative at the asked interval, an abort answers 200 with the output so far, and
 a continuation from prompt + partial ids under greedy sampling is the uninterrupted answer.
 

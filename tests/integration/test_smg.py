@@ -1,4 +1,4 @@
-"""run_inference.py behind smg 1.13 (issue 28, point 1): in front of two simulators and of the real SGLang
+"""run_inference.py behind smg 1.13: in front of two simulators and of the real SGLang
 server on CPU, runs complete and stay exact, also with a worker crashing and restarted mid-run, rows name
 their worker, conversations keep to one worker under a sticky policy, and smg's admission sheds end no
 prompt as failed."""
@@ -62,7 +62,7 @@ def test_behind_smg_each_conversation_stays_on_one_worker_and_rows_name_it(ws: W
         assert row["worker"] in (a.url, b.url)
         assert {turn["worker"] for turn in row["turns"]} == {row["worker"]}, row["id"]  # one worker's cache
     assert a.stats()["generate_requests"] + b.stats()["generate_requests"] == 24
-    # smg answers 404 on /v1/loads but lists its workers: the run reads their own loads (issue 28, point 7).
+    # smg answers 404 on /v1/loads but lists its workers: the run reads their own loads.
     assert "router workers load" in result.stderr
 
 

@@ -1,4 +1,4 @@
-"""A stop behind smg 1.13, which answers /abort_request 404 (sglang_api.md §11): the run closes the
+"""A stop behind smg 1.13, which answers /abort_request 404 (docs/sglang_api.md §11): the run closes the
 streams in flight itself (at once on a second signal), keeps the ids they delivered, smg passes the
 disconnect on so the worker ends the requests, and the rerun continues them token-exact. Waits are on
 files and the simulator's state."""

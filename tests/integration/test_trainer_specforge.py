@@ -1,4 +1,4 @@
-"""Exports loaded by SpecForge's and speculators' own data code (issue 18): the pinned `specforge` and
+"""Exports loaded by SpecForge's and speculators' own data code: the pinned `specforge` and
 `speculators` packages (their data code, no GPU dependencies) run in the demo server's venv, which has CPU
 torch (tests/support/demo_trainers.py installs them, pinned, as the real-server tests install SGLang).
 
@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 from demo_trainers import is_specforge_setup, setup_specforge, specforge_env
-from model_tokenizers import build_model_tokenizer
+from workspace import chat
 
 from synthgen.demo.commands import DemoPaths
 from synthgen.export.rendercheck import KINDS, Rendering, verdict
-from tests.e2e.test_export_trainer_rows import COMMON, agent, chat
+from tests.e2e.test_export_trainer_rows import COMMON, agent
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -45,11 +45,6 @@ def specforge(real_setup) -> DemoPaths:
     if not is_specforge_setup(paths):
         setup_specforge(paths, say=lambda line: print(f"[specforge] {line}", file=sys.stderr, flush=True))
     return paths
-
-
-@pytest.fixture(scope="module")
-def qwen3(tmp_path_factory) -> Path:
-    return build_model_tokenizer(tmp_path_factory.mktemp("tok") / "qwen3", "qwen3")
 
 
 def in_specforge_venv(paths: DemoPaths, *argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -175,7 +170,7 @@ def test_tokens_and_specforge_rows_as_specforges_own_loader_reads_them(ws, specf
 
     kinds_by_template = check_specforge_verdicts(ws, specforge, loader, qwen3, datasets, results, 6)
     for template, kinds in kinds_by_template.items():
-        # what SpecForge does to these rows, as the issue found: its template's system prompt on rows without one
+        # what SpecForge does to these rows: its template's system prompt on rows without one
         assert kinds["system prompt added"] == 4, (template, kinds)  # c#0-2 and p; s and tool have their own
 
 

@@ -31,8 +31,10 @@ def expected_stats(name: str, rows: list[dict], errors: list[dict]) -> dict[str,
     seen: set[str] = set()
     unique = []
     for row in rows:
-        if row["id"] not in seen:
-            seen.add(row["id"])
+        # A row is a sample of a prompt: (id, sample); an error row's id is that key (sample 0: the id alone).
+        key = row["id"] if not row.get("sample") else f"{row['id']}\x1fs{row['sample']}"
+        if key not in seen:
+            seen.add(key)
             unique.append(row)
 
     def turns(row: dict) -> list[dict]:
@@ -100,6 +102,7 @@ def make_rows(name: str, count: int, seed: int = 0, ids: bool = False) -> list[d
             "prompt_tokens": max(1, int(rng.lognormvariate(5.2, 0.6))),
             "completion_tokens": tokens,
             "tool_calls": calls,
+            "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": content}],
         }
         if ids:
             row["output_ids"] = [rng.randrange(160000) for _ in range(tokens)]

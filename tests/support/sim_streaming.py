@@ -1,6 +1,6 @@
 """The simulator's streamed answers and disconnect checks (``sglang_sim.py`` uses them).
 
-This module owns what SGLang 0.5.23 does for ``"stream": true`` (``/work/shared/sglang_api.md`` §10):
+This module owns what SGLang 0.5.23 does for ``"stream": true`` (``docs/sglang_api.md`` §10):
 ``Content-Type: text/event-stream`` sent with chunked transfer encoding, one ``data: {json}\\n\\n``
 event per chunk, ``data: [DONE]\\n\\n`` last. A chunk goes out with the first token, then whenever
 ``stream_interval`` tokens are unsent, and at the end (the last chunk carries the finish reason;

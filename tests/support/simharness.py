@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import select
+import socket
 import subprocess
 import sys
 import tempfile
@@ -186,6 +187,29 @@ class Sim:
         response = self.client.request(method, path, json=json)
         response.raise_for_status()
         return response.json()
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (the OS's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    """Nothing accepts connections on this loopback port."""
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def sim_argv(tokenizer_dir: Path, port: int, *extra: str) -> list[str]:
+    """The simulator's command line, as a user (or ``--launch-server``) would start it."""
+    return [sys.executable, str(SIM_SCRIPT), "--tokenizer-dir", str(tokenizer_dir), "--port", str(port), *extra]
+
+
+def sim_command(tokenizer_dir: Path, port: int, *extra: str) -> str:
+    """The simulator as a ``--launch-server`` command: one shell-style string."""
+    return " ".join(sim_argv(tokenizer_dir, port, *extra))
 
 
 def start_sim(tokenizer_dir: Path, *args: str, env: dict[str, str] | None = None) -> Sim:

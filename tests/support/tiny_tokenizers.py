@@ -24,6 +24,7 @@ arguments, and a directory with a matching stamp is reused as is.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -153,6 +154,22 @@ def _train_bpe(style: str, think_special: bool) -> Tokenizer:
     # Not special: still matched as one token on encode, kept by skip_special_tokens.
     plain = [] if think_special else [THINK_OPEN, THINK_CLOSE]
     return train_bpe(special, plain, BPE_VOCAB_SIZE, CORPUS_FILES)
+
+
+@functools.cache
+def hf_tokenizer(directory: Path):
+    """The folder loaded as transformers loads it (offline), once per folder."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(directory)
+
+
+def chat_ids(directory: Path, user: str = "hello world", **template_kwargs) -> list[int]:
+    """One user turn rendered with the folder's chat template and a generation prompt, as ids."""
+    rendered = hf_tokenizer(directory).apply_chat_template(
+        [{"role": "user", "content": user}], add_generation_prompt=True, **template_kwargs
+    )
+    return rendered["input_ids"]
 
 
 if __name__ == "__main__":  # PYTHONPATH=. python tests/support/tiny_tokenizers.py OUT_DIR [STYLE]: what bench/ uses

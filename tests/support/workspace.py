@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -43,6 +44,20 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def last_line(stderr: str) -> str:
+    """The last line a CLI printed ("" when none), which is where its one-line error goes; never a traceback."""
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def chat(rid: str, *turns: str, system: str | None = None) -> dict:
+    """A conversation prompt alternating user and assistant turns, starting with the user."""
+    messages = [{"role": "system", "content": system}] if system else []
+    messages += [{"role": "user" if i % 2 == 0 else "assistant", "content": text} for i, text in enumerate(turns)]
+    return {"id": rid, "messages": messages}
+
+
 def user_text(messages: list[dict]) -> str:
     return [m["content"] for m in messages if m["role"] == "user"][-1]
 
@@ -67,8 +82,14 @@ class Workspace:
         return [sys.executable, str(script), *args]
 
     def run(
-        self, *args: str, script: Path = RUN, env: dict | None = None, timeout: float = 300
+        self,
+        *args: str,
+        script: Path = RUN,
+        env: dict | None = None,
+        timeout: float = 300,
+        preexec: Callable[[], None] | None = None,
     ) -> subprocess.CompletedProcess:
+        """The CLI as a user runs it, in this folder; ``preexec`` runs in the child before the exec."""
         return subprocess.run(
             self.command(*args, script=script),
             cwd=self.root,
@@ -77,6 +98,7 @@ class Workspace:
             text=True,
             timeout=timeout,
             stdin=subprocess.DEVNULL,
+            preexec_fn=preexec,
         )
 
     def start(self, *args: str, env: dict | None = None, log: Path | None = None) -> subprocess.Popen:

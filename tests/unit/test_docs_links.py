@@ -49,3 +49,33 @@ def test_a_relative_link_names_a_file_and_a_heading_that_exist(page, target):
     assert resolved.exists(), f"{page.relative_to(REPO)}: link to missing {target}"
     if anchor:
         assert anchor in anchors(resolved), f"{page.relative_to(REPO)}: no heading #{anchor} in {path or page.name}"
+
+
+def protocol_pointers() -> list[tuple[str, str, str]]:
+    """Every mention of the protocol reference in code, tests, benches and scripts: (file:line, path, section)."""
+    pointer = re.compile(r"(\S*)sglang_api\.md`*\)?[\s#]*(?:§(\d+(?:\.\d+)*))?")
+    found = []
+    for folder in ("synthgen", "tests", "bench", "scripts"):
+        for source in sorted((REPO / folder).rglob("*.py")):
+            if source == Path(__file__).resolve():
+                continue
+            text = source.read_text(encoding="utf-8")
+            for match in pointer.finditer(text):
+                line = text.count("\n", 0, match.start()) + 1
+                where = f"{source.relative_to(REPO)}:{line}"
+                found.append((where, match.group(1).lstrip("`(\"'"), match.group(2) or ""))
+    return found
+
+
+def test_the_protocol_reference_is_mentioned_somewhere():
+    assert len(protocol_pointers()) >= 10
+
+
+@pytest.mark.parametrize("where,path,section", protocol_pointers(), ids=lambda v: v)
+def test_a_pointer_to_the_protocol_reference_names_its_file_in_the_repository_and_a_section_it_has(
+    where, path, section
+):
+    assert path == "docs/", f"{where}: write the reference as docs/sglang_api.md (a path in this repository)"
+    headings = (REPO / "docs" / "sglang_api.md").read_text(encoding="utf-8").splitlines()
+    if section:
+        assert any(re.match(rf"#+ {re.escape(section)}[. ]", h) for h in headings), f"{where}: no §{section}"

@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from synthgen.data.records import ResultRecord
+from synthgen.data.rowread import cut_unanswered, record_turns
 from synthgen.export.fields import (
     META_KEY,
     Exported,
-    as_text,
     expected,
     export_id,
     generated_positions,
@@ -39,12 +39,7 @@ def cut_before_an_answer(record: ResultRecord, keep_truncated: bool) -> bool:
     nothing from a turn that ends without an answer; --format tokens keeps these rows."""
     if not keep_truncated:
         return False  # the shared filters drop every cut row already
-    return any(
-        turn.get("finish_reason") == "length"
-        and not as_text(turn.get("content")).strip()
-        and not turn.get("tool_calls")
-        for turn in record.finished_turns
-    )
+    return any(cut_unanswered(turn) for turn in record_turns(record))
 
 
 CUT_EMPTY = Refusal(

@@ -139,7 +139,7 @@ def test_bad_name_value_pairs_are_refused_with_a_message_naming_the_fix(texts, m
 @pytest.mark.parametrize(
     "tokens_budget, avg, available, samples",
     [
-        (10_000_000, 3793, 14_714, 2636),  # the example: floor(2636.43...)
+        (10_000_000, 3793, 14_714, 2636),  # the documented example: floor(2636.43...)
         (10_000_000, 812, 9_001, 9_001),  # 12,315 fit the budget, only 9,001 exist
         (1_000, 10, 500, 100),  # an exact multiple is not lost to float rounding
         (10, Fraction(10, 3), 100, 3),

@@ -81,11 +81,14 @@ def test_checkpoint_lines_extend_a_partial_where_it_ends_and_a_line_that_does_no
 
 def test_the_token_report_names_loops_cut_continued_and_waiting_tokens(tmp_path):
     from synthgen.data.partials import token_report
-    from synthgen.data.records import ResultRecord
+    from synthgen.data.rowread import Row, from_dict
 
-    def row(finish: str, tokens: int, **extra) -> ResultRecord:
+    def row(finish: str, tokens: int, **extra) -> Row:
         base = {"id": "x", "finish_reason": finish, "completion_tokens": tokens, "reasoning_complete": True}
-        return ResultRecord.from_dict(base | {"content": "a"} | extra)
+        chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+        read = from_dict(base | {"content": "a", "messages": chat} | extra)
+        assert isinstance(read, Row)
+        return read
 
     rows = [
         row("stop", 10, segments=[4, 6]),

@@ -72,7 +72,7 @@ def test_missing_id_gets_a_stable_id_from_the_content():
     [
         (b"{not json", "not valid JSON"),
         (b"[1, 2]", "expected a JSON object, got list"),
-        (b'{"id": "x"}', "no 'messages', 'conversations', 'prompt' or 'input_ids' field"),
+        (b'{"id": "x"}', "no 'messages', 'conversations', 'prompt', 'instruction' or 'input_ids' field"),
         (b'{"id": "x", "messages": []}', "'messages' must be a non-empty list of messages"),
         (b'{"id": "x", "messages": [{"role": "user", "content": "  "}]}', "messages[0] content is empty"),
         (b'{"id": "x", "messages": [{"role": "wizard", "content": "hi"}]}', "messages[0] has unknown role 'wizard'"),

@@ -1,4 +1,4 @@
-"""What a new user meets first (issue 30 point 13): the demo server reports its decode rate, and
+"""What a new user meets first: the demo server reports its decode rate, and
 `run_inference.py --help` shows a default only where there is one."""
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import pytest
 from result_rows import old_row, record, tool_row, truncated_row
 
 from synthgen.data.records import ResultRecord
+from synthgen.data.rowread import Row, from_dict
 from synthgen.export import formats
 from synthgen.export.filters import drop_reason
 
@@ -33,4 +34,6 @@ from synthgen.export.filters import drop_reason
     ],
 )
 def test_each_filter_drops_the_row_it_is_for_and_nothing_else(row, fmt, keep, reason):
-    assert drop_reason(row, formats.get(fmt), keep) == reason
+    read = from_dict(row.to_dict())
+    assert isinstance(read, Row), read
+    assert drop_reason(read, formats.get(fmt), keep) == reason

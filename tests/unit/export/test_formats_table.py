@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -61,9 +59,3 @@ def test_the_formats_table_of_docs_export_md_follows_the_code():
             "yes" if entry.render_check else "no"
         )
         assert (own == "-") == (entry.refuse is None), name
-
-
-@pytest.mark.parametrize("module", ["fields", "filters"])
-def test_the_rows_pieces_and_the_table_import_on_their_own_without_a_cycle(module):
-    done = subprocess.run([sys.executable, "-c", f"import synthgen.export.{module}"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr

@@ -6,18 +6,18 @@ import json
 
 import pyarrow.json as paj
 
+from synthgen.data.rowread import Malformed, Unreadable, read_row
 from synthgen.export.fields import arguments_text, tool_call
-from synthgen.export.scan import load_row
 from synthgen.export.write import json_line
 
 LONE = "\ud83d"
 
 
 def test_a_line_with_a_lone_surrogate_escape_is_read_and_torn_or_foreign_lines_are_not():
-    assert load_row(json.dumps({"a": f"x{LONE}"}).encode()) == {"a": f"x{LONE}"}
-    assert load_row(b'{"id": "torn", "mess') is None
-    assert load_row(b"[1, 2]") is None
-    assert load_row(b"\xff\xfe") is None
+    assert read_row(json.dumps({"a": f"x{LONE}"}).encode()) == Malformed(None, "no string id", {"a": f"x{LONE}"})
+    assert read_row(b'{"id": "torn", "mess') == Unreadable()
+    assert read_row(b"[1, 2]") == Unreadable()
+    assert read_row(b"\xff\xfe") == Unreadable()
 
 
 def test_a_row_orjson_refuses_is_written_with_ascii_escapes_on_one_line():

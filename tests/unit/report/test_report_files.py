@@ -199,12 +199,13 @@ def test_the_runs_outages_reach_the_timeline_as_events(tmp_path):
     import io
 
     from synthgen.run.progress import Progress
+    from synthgen.run.runner import outage_hooks
 
     live = LiveReport(tmp_path, interval=0, sample_every=10)
     progress = Progress(1, io.StringIO(), tty=False)
-    progress.on_outage = live.event  # as Runner.open_report sets it
-    progress.outage_began("http://127.0.0.1:1", "connection refused", 600)
-    progress.outage_ended(42.0)
+    down, up = outage_hooks(progress, live, "http://127.0.0.1:1", 600)  # as the run's Pool makes them
+    down("connection refused")
+    up(42.0)
     live.finish(None)
     events = read_timeline(tmp_path / "timeline.jsonl").events
     assert [(e["event"], e["detail"]) for e in events] == [

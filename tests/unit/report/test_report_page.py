@@ -15,12 +15,13 @@ from synthgen.report.page import PageData, build_page, outages, restarts, run_ra
 from synthgen.report.timeline import Timeline, parse_timeline
 
 START = 1_764_630_000.0
+CHAT = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "x"}]
 
 
 def figures(name: str, rows: list[dict], errors: list[dict] = (), budget: int | None = None) -> DatasetFigures:
     d = DatasetFigures(name, budget=budget, budget_kind="cap")
     for row in rows:
-        d.add_row(row)
+        d.add_row({"messages": CHAT, "content": "x", **row})  # without a conversation or content: malformed
     d.set_errors(errors)
     return d
 
@@ -48,7 +49,7 @@ def test_a_turns_output_tokens_are_split_by_the_characters_of_its_reasoning_and_
     assert sum(split) == tokens
 
 
-def test_a_row_is_counted_once_per_id_and_cut_or_empty_when_any_turn_is():
+def test_a_row_is_counted_once_per_id_and_sample_and_cut_or_empty_when_any_turn_is():
     rows = [
         {"id": "a", "finish_reason": "stop", "completion_tokens": 10, "content": "x", "reasoning_content": "r"},
         {"id": "a", "finish_reason": "stop", "completion_tokens": 10, "content": "x"},  # duplicate: not counted
@@ -64,13 +65,17 @@ def test_a_row_is_counted_once_per_id_and_cut_or_empty_when_any_turn_is():
                 {"finish_reason": "stop", "completion_tokens": 4, "content": "ok", "tool_calls": [{}]},
             ],
         },
+        # another sample of a prompt is a row of its own; its repeat is a duplicate
+        {"id": "a", "sample": 1, "finish_reason": "stop", "completion_tokens": 10, "content": "x"},
+        {"id": "a", "sample": 1, "finish_reason": "stop", "completion_tokens": 10, "content": "x"},
+        {"id": "a", "sample": 0, "finish_reason": "stop", "completion_tokens": 10, "content": "x"},  # sample 0 is "a"
     ]
-    d = figures("t", rows)
-    assert (d.rows, d.duplicates, d.output_tokens) == (5, 1, 35)
+    d = figures("t", rows + [{"id": "m", "content": "no conversation", "messages": "?"}])
+    assert (d.rows, d.duplicates, d.malformed, d.output_tokens) == (6, 3, 1, 45)
     assert (d.cut, d.empty) == (2, 1)  # b and e are cut; only c is empty (b never closed, d called tools)
     assert (d.tool_calls, d.rows_with_tool_calls) == (3, 2)
-    assert (d.turns, dict(d.turns_per_row)) == (6, {1: 4, 2: 1})
-    assert dict(d.finish) == {"stop": 4, "length": 1}
+    assert (d.turns, dict(d.turns_per_row)) == (7, {1: 5, 2: 1})
+    assert dict(d.finish) == {"stop": 5, "length": 1}
 
 
 def test_errors_count_the_latest_line_of_each_prompt_that_has_no_row():

@@ -51,7 +51,7 @@ def produce_all(runs, ahead, pace):
     preparer, executor = FakePreparer(), CountingExecutor()
 
     async def scenario():
-        producer = Producer(SimpleNamespace(), runs, preparer, executor, stop, ahead)
+        producer = Producer(SimpleNamespace(), runs, preparer, executor, stop, ahead, lambda outcome: None)
         task = asyncio.create_task(producer.produce())
         taken = []
         while (item := await producer.take()) is not None:

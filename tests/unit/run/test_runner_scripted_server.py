@@ -45,7 +45,6 @@ class ScriptedServer:
         self.script = list(script or [])
         self.healthy = True
         self.generate_calls = 0
-        self.health_calls = 0
         self.payloads: list[dict] = []  # every /generate body, in order
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -57,7 +56,6 @@ class ScriptedServer:
         if path == "/server_info":
             return httpx.Response(200, json={"max_req_input_len": 4000})
         if path == "/health":
-            self.health_calls += 1
             if self.healthy:
                 return httpx.Response(200)
             self.healthy = True  # down for one check, then back
@@ -299,7 +297,7 @@ def test_each_mode_sends_a_turn_only_after_the_turn_before_it_is_answered(tmp_pa
     assert violations == []
 
 
-# --- issue 28: sheds, garbage, the routing key, the worker --------------------------------------------
+# --- gateways and fleets: sheds, garbage, the routing key, the worker -----------------------------
 
 
 def shed() -> httpx.Response:

@@ -1,4 +1,4 @@
-"""Garbage answers and the worker that writes them (issue 28 point 5)."""
+"""Garbage answers and the worker that writes them."""
 
 from synthgen.run.sickworker import WorkerHealth, garbage_reason
 

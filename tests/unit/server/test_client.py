@@ -1,4 +1,4 @@
-"""Payloads and the classification of every SGLang answer shape (sglang_api.md §1.4, §2)."""
+"""Payloads and the classification of every SGLang answer shape (docs/sglang_api.md §1.4, §2)."""
 
 import asyncio
 from collections import Counter

@@ -1,4 +1,4 @@
-"""The client's side of issue 28: the worker of each answer, a gateway's shed, the routing key header."""
+"""The client behind a gateway or a fleet: the worker of each answer, a gateway's shed, the routing key header."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Streamed /generate (sglang_api.md §10): cumulative and incremental chunks, progress, cut streams,
+"""Streamed /generate (docs/sglang_api.md §10): cumulative and incremental chunks, progress, cut streams,
 aborts, error events, and a gateway that drops ``stream_interval`` — answers scripted in-process."""
 
 import asyncio

@@ -1,17 +1,17 @@
-"""What a gateway's answers mean (smg 1.13 as measured, sglang_api.md §11)."""
+"""What a gateway's answers mean (smg 1.13 as measured, docs/sglang_api.md §11)."""
 
 import email.utils
 
 from synthgen.server.gateway import (
     DEFAULT_SHED_SECONDS,
     MAX_SHED_SECONDS,
-    SMG_FORWARDED_KEYS,
     dropped_keys,
     retry_after,
     routing_key,
     shed_delay,
     worker_of,
 )
+from synthgen.server.gateways import GATEWAYS, Gateway, sglang_router, smg
 
 
 def test_retry_after_reads_seconds_and_http_dates():
@@ -59,5 +59,14 @@ def test_a_conversation_has_one_stable_routing_key():
 
 def test_keys_smg_does_not_forward_are_named():
     sent = ["max_new_tokens", "temperature", "skip_special_tokens", "stream_interval", "sampling_seed", "logit_bias"]
-    assert dropped_keys(sent) == ["logit_bias", "stream_interval"]
-    assert {"max_new_tokens", "skip_special_tokens", "sampling_seed", "stop_token_ids"} <= SMG_FORWARDED_KEYS
+    assert dropped_keys(sent) == [(smg.PROFILE, ["logit_bias", "stream_interval"])]
+    assert {"max_new_tokens", "skip_special_tokens", "sampling_seed", "stop_token_ids"} <= smg.FORWARDED_KEYS
+    assert dropped_keys(["temperature", "max_new_tokens"]) == []
+
+
+def test_every_gateway_module_is_a_profile_the_readers_use():
+    # A third gateway is one more module in synthgen/server/gateways/: found there, read by every reader.
+    assert {g.name for g in GATEWAYS} == {smg.PROFILE.name, sglang_router.PROFILE.name}
+    assert all(isinstance(g, Gateway) for g in GATEWAYS)
+    assert worker_of({"X-SMG-Routed-Worker-Id": "w1"}, "http://gw") == "w1"
+    assert sglang_router.PROFILE.workers_path == "/workers"

@@ -1,4 +1,4 @@
-"""Every parser's work is bounded by its input's length, for any input (issue 30: a parser hang freezes the run).
+"""Every parser's work is bounded by its input's length, for any input (a parser hang would freeze the run).
 
 A seeded generator damages model outputs in every format (cut, a marker dropped, doubled or moved, a block
 repeated many times) and runs each through every registered parser, counting the Python lines executed
