@@ -5,18 +5,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from synthgen.config import RunConfig, default_of
 from synthgen.data import teacherfile
 from synthgen.data.prompts import discover
+from synthgen.data.shards import ENV_HINTS, check_shards, dataset_names, merge, parse_shard, shard_folders
 from synthgen.data.store import RESULTS
 from synthgen.data.tokenrows import FLAG, parse_existing
 from synthgen.errors import OneLineParser, UsageError, run_guarded
+from synthgen.launch.supervisor import Supervisor
 from synthgen.signals import exit_code
 from synthgen.teacher import cost
-from synthgen.teacher.scorer import DatasetOutcome, ScoreConfig, Scorer, run_dataset
+from synthgen.teacher.scorer import DatasetOutcome, ScoreConfig, Scorer, has_work, run_dataset
 from synthgen.teacher.units import Unit, UnitCounts, dataset_units, existing_units
 
 PROG = "score_teacher.py"
@@ -28,6 +32,13 @@ exit codes:
 examples:
   # top-20 teacher logprobs of every stored row of a partition, into outputs/<dataset>/teacher/
   python score_teacher.py --partition short --server-url http://127.0.0.1:30000
+
+  # a sharded run (run_inference.py --shard I/N): on each host, its own shard, as the run was given
+  python score_teacher.py --output-dir outputs --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT
+
+  # start the teacher server only if something needs scoring, stop it at the end (as run_inference.py does)
+  python score_teacher.py --partition short --launch-server \\
+        'python -m sglang.launch_server --model-path Qwen/Qwen3-8B --port 30000'
 
   # what it would cost (prefill tokens, side-file size), sending nothing
   python score_teacher.py --dataset glaive --top-k 20 --dry-run
@@ -46,9 +57,40 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dataset", action="append", default=[], help="a dataset to score (repeatable)")
     parser.add_argument(FLAG, action="append", default=[], metavar="NAME=PATH", help="token rows to score too")
     parser.add_argument("--prompts-dir", type=Path, default=Path("prompts"))
-    parser.add_argument("--output-dir", type=Path, default=Path("outputs"))
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=Path("outputs"),
+        help="the run's output folder; one of a sharded run's is scored shard by shard (default outputs)",
+    )
+    parser.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="score only shard I of a sharded run's --output-dir (its folder shard-I-of-N), as run with --shard I/N",
+    )
     parser.add_argument("--server-url", action="append", default=[], help="SGLang server (repeatable)")
     parser.add_argument("--api-key", default=None)
+    parser.add_argument(
+        "--launch-server",
+        metavar="CMD|demo",
+        help="start this server command (or demo) when something needs scoring, watch it, stop it at the end",
+    )
+    parser.add_argument("--keep-server", action="store_true", help="leave the launched server running")
+    parser.add_argument("--server-log", type=Path, metavar="FILE", help="its output (default: <output-dir>/server.log)")
+    parser.add_argument(
+        "--server-start-timeout",
+        type=float,
+        default=default_of("server_start_timeout"),
+        metavar="S",
+        help="its start-up limit (default: %(default).0f)",
+    )
+    parser.add_argument(
+        "--server-restarts",
+        type=int,
+        default=default_of("server_restarts"),
+        metavar="N",
+        help="restarts if it dies (default: %(default)s)",
+    )
     parser.add_argument("--top-k", type=int, default=20, help="distribution entries per position (default 20)")
     parser.add_argument(
         "--concurrency",
@@ -62,34 +104,84 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def datasets(args: argparse.Namespace) -> list[str]:
+def folders(args: argparse.Namespace) -> list[Path]:
+    """The output folders to score: --output-dir itself, or the shard folders of a sharded run under it
+    (every one, or that of --shard I/N). Each shard's side files go beside its rows."""
+    if args.shard is not None:
+        shard = parse_shard(args.shard)
+        path = args.output_dir / shard.folder
+        if not path.is_dir():
+            raise UsageError(
+                f"--shard {shard}: no folder {path}; run run_inference.py --shard {shard} "
+                f"--output-dir {args.output_dir} first (or check --output-dir)"
+            )
+        return [path]
+    found = shard_folders(args.output_dir)
+    if not found:
+        return [args.output_dir]
+    try:  # every shard read as one, as the export reads them: the same refusals, before anything is sent
+        records = check_shards(args.output_dir)
+        assert records is not None
+        merge(args.output_dir, requested(args) or dataset_names(args.output_dir, records), records)
+    except UsageError as exc:
+        raise UsageError(f"{exc}; or score each shard there is on its own: --shard I/N") from None
+    for names, how in ENV_HINTS:
+        if all(os.environ.get(name) for name in names):
+            print(
+                f"note: {', '.join(f'{n}={os.environ[n]}' for n in names)} is set but --shard is not: scoring "
+                f"every shard under {args.output_dir}; pass {how} to score this task's shard only",
+                file=sys.stderr,
+            )
+            break
+    return [found[shard] for shard in sorted(found, key=lambda shard: shard.index)]
+
+
+def requested(args: argparse.Namespace) -> list[str]:
+    """The datasets --dataset and --partition name (none: every one with results)."""
     names = list(dict.fromkeys(args.dataset))
     if args.partition is not None:
         names = [source.name for source in discover(args.prompts_dir, args.partition, names)]
-    elif not names and not args.existing:
-        names = sorted(p.parent.name for p in args.output_dir.glob(f"*/{RESULTS}"))
-    return [n for n in names if (args.output_dir / n / RESULTS).is_file()]
+    return names
 
 
-def sources(args: argparse.Namespace) -> list[tuple[str, Callable[[], Iterator[Unit]]]]:
-    """(name, a function iterating its units) per dataset and --existing file."""
-    out: list[tuple[str, Callable[[], Iterator[Unit]]]] = []
-    for name in datasets(args):
-        path = args.output_dir / name / RESULTS
-        out.append((name, functools.partial(dataset_units, path, UnitCounts())))
+def datasets(args: argparse.Namespace, output_dir: Path) -> list[str]:
+    names = requested(args)
+    if args.partition is None and not names and not args.existing:
+        names = sorted(p.parent.name for p in output_dir.glob(f"*/{RESULTS}"))
+    return [n for n in names if (output_dir / n / RESULTS).is_file()]
+
+
+Source = tuple[str, Path, Callable[[], Iterator[Unit]]]
+
+
+def label(args: argparse.Namespace, name: str, folder: Path) -> str:
+    """A dataset as messages name it: with its shard folder when the shards of --output-dir are scored."""
+    return name if folder == args.output_dir else f"{folder.name}/{name}"
+
+
+def sources(args: argparse.Namespace) -> list[Source]:
+    """(name, output folder, a function iterating its units) per dataset (per shard) and --existing file."""
+    out: list[Source] = []
+    where = folders(args)
+    for folder in where:
+        for name in datasets(args, folder):
+            path = folder / name / RESULTS
+            out.append((name, folder, functools.partial(dataset_units, path, UnitCounts())))
     for source in parse_existing(args.existing):
-        out.append((source.name, functools.partial(existing_units, source, UnitCounts())))
+        out.append((source.name, args.output_dir, functools.partial(existing_units, source, UnitCounts())))
     if not out:
-        raise UsageError(f"nothing to score under {args.output_dir}; pass --dataset NAME or --partition P")
+        shards = f" (shards {', '.join(f.name for f in where)})" if where != [args.output_dir] else ""
+        raise UsageError(f"nothing to score under {args.output_dir}{shards}; pass --dataset NAME or --partition P")
     return out
 
 
 def dry_run(args: argparse.Namespace) -> int:
     print(f"{'dataset':<28} {'rows':>9} {'positions':>12} {'prefill tokens':>15} {'side file':>10}")
     total = cost.Cost()
-    for name, units_of in sources(args):
+    for name, folder, units_of in sources(args):
         c = cost.cost_of(units_of(), args.top_k)
-        print(f"{name:<28} {c.rows:>9} {c.positions:>12} {c.prefill_tokens:>15} {cost.human_bytes(c.side_bytes):>10}")
+        size = cost.human_bytes(c.side_bytes)
+        print(f"{label(args, name, folder):<28} {c.rows:>9} {c.positions:>12} {c.prefill_tokens:>15} {size:>10}")
         for key in ("rows", "positions", "prefill_tokens", "side_bytes"):
             setattr(total, key, getattr(total, key) + getattr(c, key))
     print(
@@ -99,8 +191,28 @@ def dry_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def launch_config(args: argparse.Namespace, urls: list[str]) -> RunConfig:
+    """The server part of a run's config, for the launched server's supervisor (synthgen.launch). With --shard,
+    its record and log go in the shard's folder, as the run's do: hosts sharing the parent never share them."""
+    return RunConfig(
+        output_dir=args.output_dir / parse_shard(args.shard).folder if args.shard else args.output_dir,
+        server_url=urls[0],
+        server_urls=tuple(urls),
+        api_key=args.api_key,
+        launch_server=args.launch_server,
+        keep_server=args.keep_server,
+        server_log=args.server_log,
+        server_start_timeout=args.server_start_timeout,
+        server_restarts=args.server_restarts,
+    ).validate()
+
+
+def say(line: str) -> None:
+    print(f"teacher: {line}", file=sys.stderr, flush=True)
+
+
 async def score_all(args: argparse.Namespace) -> int:
-    urls = args.server_url or ["http://127.0.0.1:30000"]
+    urls = args.server_url or [default_of("server_url")]
     concurrency = None if args.concurrency == "auto" else int(args.concurrency)
     config = ScoreConfig(
         args.output_dir,
@@ -111,23 +223,30 @@ async def score_all(args: argparse.Namespace) -> int:
         transport=args.transport,
         part_rows=args.part_rows,
     )
+    todo = sources(args)
     scorer = Scorer(config)
     outcomes: list[DatasetOutcome] = []
-    try:
-        await scorer.describe_server()
-        for name, units_of in sources(args):
-            outcome = await run_dataset(
-                scorer,
-                name,
-                units_of,
-                teacherfile.folder(args.output_dir, name),
-                teacherfile.meta_path(args.output_dir, name),
-            )
-            outcomes.append(outcome)
-            if outcome.stopped:
-                break
-    finally:
-        await scorer.aclose()
+    # The server (launched only when a row needs scoring) is asked once, before the first row is sent.
+    async with Supervisor(launch_config(args, urls), say, on_fatal=scorer.fail, lazy=True) as supervisor:
+        try:
+            for name, folder, units_of in todo:
+                if not scorer.server and has_work(units_of(), teacherfile.folder(folder, name)):
+                    await supervisor.start()
+                    await scorer.describe_server()
+                outcome = await run_dataset(
+                    scorer,
+                    label(args, name, folder),
+                    units_of,
+                    teacherfile.folder(folder, name),
+                    teacherfile.meta_path(folder, name),
+                )
+                outcomes.append(outcome)
+                if outcome.stopped:
+                    break
+        finally:
+            await scorer.aclose()
+        if not scorer.server and args.launch_server is not None:
+            say("every row is scored already: the server was not started")
     for o in outcomes:
         print(
             f"{o.name}: {o.already + o.scored}/{o.units} rows scored ({o.scored} now, {o.rescored} rescored "

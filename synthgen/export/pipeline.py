@@ -87,7 +87,7 @@ def _write(
     report = request.report
     for name, found in scan_existing(existing).items():
         voice.say(f"{name}: {found.rows:,} existing token rows ({found.trained_tokens:,} trained tokens) merged")
-    join = TeacherJoin(Path(request.output_dir)) if config.fmt.teacher else None
+    join = TeacherJoin.of(Path(request.output_dir), config.datasets) if config.fmt.teacher else None
     try:
         written = write_export(scans, config, existing, join)
     except DriftError:

@@ -92,6 +92,7 @@ class Scorer:
         self.transport = "b64" if config.transport == "auto" else config.transport
         self._transport_settled = config.transport != "auto"
         self.signal: signal.Signals | None = None
+        self.fatal: BaseException | None = None  # the launched server could not be brought back
         self.in_flight: set[asyncio.Task[None]] = set()
         self.server: dict[str, Any] = {}
 
@@ -104,6 +105,17 @@ class Scorer:
         self.signal = sig
         for task in self.in_flight:
             task.cancel()
+
+    def fail(self, exc: BaseException) -> None:
+        """The launched server is gone for good (--launch-server, restarts used up): stop as on a signal,
+        then end the pass with ``exc``."""
+        self.fatal = exc
+        for task in self.in_flight:
+            task.cancel()
+
+    @property
+    def stopping(self) -> bool:
+        return self.signal is not None or self.fatal is not None
 
     async def aclose(self) -> None:
         for client in self.clients:
@@ -155,10 +167,10 @@ class Scorer:
                 raise Rejected(BAD_RESPONSE.name, f"{client.shown_url}: {exc}") from exc
             except Transient as exc:
                 attempt += 1
-                if attempt > self.config.retries or self.signal is not None:
+                if attempt > self.config.retries or self.stopping:
                     raise
                 if exc.outage:
-                    while not await client.healthy() and self.signal is None:
+                    while not await client.healthy() and not self.stopping:
                         await asyncio.sleep(2.0)
                 else:
                     await asyncio.sleep(exc.shed or min(0.5 * 2**attempt, 30.0))
@@ -191,7 +203,7 @@ class Scorer:
 
         for unit in todo:
             await limit.acquire()
-            if failure or self.signal is not None:
+            if failure or self.stopping:
                 limit.release()
                 break
             task = asyncio.create_task(one(unit))
@@ -207,6 +219,8 @@ class Scorer:
         self._flush(writer, outcome)
         if failure:
             raise failure[0]
+        if self.fatal is not None:
+            raise self.fatal
         outcome.stopped = self.signal is not None
         self._progress(name, outcome)
 
@@ -235,6 +249,12 @@ def plan(units: Iterator[Unit], index: dict[str, str]) -> tuple[int, set[str]]:
         if known is not None and known != teacherfile.digest(unit.input_ids, unit.start):
             stale.add(unit.id)
     return total, stale
+
+
+def has_work(units: Iterator[Unit], folder: Path) -> bool:
+    """Whether a unit has no row in the side file at ``folder``, or one of other ids (reads ids, not scores)."""
+    index = teacherfile.read_index(folder)
+    return any(index.get(u.id) != teacherfile.digest(u.input_ids, u.start) for u in units)
 
 
 def todo(units: Iterator[Unit], index: dict[str, str], outcome: DatasetOutcome) -> Iterator[Unit]:
@@ -274,10 +294,15 @@ async def run_dataset(
                 index.pop(key, None)
         meta = {**scorer.server, **teacher_meta(scorer.config)}
         check_meta(meta_path, meta)
-        teacherfile.write_meta(meta_path, meta)
+        if scorer.server:  # else nothing to score: no server asked, the file's record stays as it is
+            teacherfile.write_meta(meta_path, meta)
+        pending = todo(units_of(), index, outcome)
+        first = next(pending, None)
+        if first is None:  # every row scored: nothing is sent
+            return outcome
         signals.hold(scorer.on_signal)
         try:
-            await scorer.score(name, writer, todo(units_of(), index, outcome), outcome)
+            await scorer.score(name, writer, itertools.chain([first], pending), outcome)
         finally:
             signals.release(scorer.on_signal)
     finally:

@@ -22,9 +22,10 @@ left out and counted (``no_teacher``), never exported with a gap.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -32,9 +33,13 @@ import pyarrow.dataset as pads
 
 from synthgen.data import teacherfile
 from synthgen.data.records import ResultRecord
+from synthgen.errors import UsageError
 from synthgen.export.fields import Exported
 from synthgen.export.formats.base import register
 from synthgen.export.formats.tokens import token_rows
+
+if TYPE_CHECKING:
+    from synthgen.export.config import DatasetRef
 
 NEG_INF = float("-inf")
 
@@ -65,13 +70,27 @@ def sparse_rows(record: ResultRecord) -> list[Exported]:
 
 
 class TeacherIndex:
-    """One dataset's side file in Arrow memory (about K x 8 bytes a position), rows found by id."""
+    """One dataset's side file in Arrow memory (about K x 8 bytes a position), rows found by id. A sharded
+    run's dataset has one side file per shard (each scored where its shard ran): read as one, refused when
+    their teachers differ (model, K) or one id is scored in two of them."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folders: Sequence[Path]):
         self.table: pa.Table | None = None
         self.where: dict[str, int] = {}
-        if teacherfile.parts(folder):
-            self.table = pads.dataset(teacherfile.parts(folder), format="parquet").to_table()
+        held = [f for f in folders if teacherfile.parts(f)]
+        check_same_teacher(held)
+        tables = [pads.dataset(teacherfile.parts(f), format="parquet").to_table() for f in held]
+        seen: dict[str, Path] = {}
+        for f, table in zip(held, tables, strict=True):
+            for key in table.column("id").to_pylist():
+                if key in seen:
+                    raise UsageError(
+                        f"{key} is scored in two side files ({seen[key]} and {f}): one shard's rows were "
+                        "copied into another; remove the copy and score that shard again"
+                    )
+                seen[key] = f
+        if tables:
+            self.table = pa.concat_tables(tables)
             self.where = {key: i for i, key in enumerate(self.table.column("id").to_pylist())}
 
     def get(self, key: str) -> dict[str, Any] | None:
@@ -82,20 +101,48 @@ class TeacherIndex:
         return row
 
 
+def check_same_teacher(folders: Sequence[Path]) -> None:
+    """The side files of one dataset's shards come from one teacher: same model and K (teacher.json)."""
+    first: tuple[Path, dict[str, Any]] | None = None
+    for f in folders:
+        meta = teacherfile.read_meta(f.parent / teacherfile.META) or {}
+        if first is None:
+            first = (f, meta)
+            continue
+        for key in ("model", "top_k", "logprob_temperature"):
+            a, b = first[1].get(key), meta.get(key)
+            if a is not None and b is not None and a != b:
+                raise UsageError(
+                    f"{f.parent / teacherfile.META}: {key} {b!r}, but {first[0].parent / teacherfile.META} has "
+                    f"{a!r}: one dataset's shards were scored by different teachers; score them all with one"
+                )
+
+
 @dataclass
 class TeacherJoin:
     """The side files of the export's datasets and what the join left out."""
 
     output_dir: Path
+    folders: dict[str, list[Path]] = field(default_factory=dict)  # dataset -> its side files (one per shard)
     top_k: int | None = None
     kept: int = 0
     no_teacher: int = 0
     examples: list[str] = field(default_factory=list)
     indexes: dict[str, TeacherIndex] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, output_dir: Path, refs: Sequence[DatasetRef]) -> TeacherJoin:
+        """The join of the datasets read: each one's side file beside its results (every shard's, for the
+        shards of a sharded run); an --existing source's under ``output_dir``."""
+        folders: dict[str, list[Path]] = {}
+        for ref in refs:
+            folders.setdefault(ref.name, []).append(ref.path.parent / teacherfile.FOLDER)
+        return cls(output_dir, folders)
+
     def index(self, dataset: str) -> TeacherIndex:
         if dataset not in self.indexes:
-            self.indexes = {dataset: TeacherIndex(teacherfile.folder(self.output_dir, dataset))}  # one at a time
+            folders = self.folders.get(dataset) or [teacherfile.folder(self.output_dir, dataset)]
+            self.indexes = {dataset: TeacherIndex(folders)}  # one at a time
         return self.indexes[dataset]
 
     def targets(self, row: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
