@@ -299,6 +299,8 @@ def test_help_lists_exit_codes_and_ends_with_examples_of_the_main_jobs(ws):
     examples = result.stdout.split("exit codes:")[1].split("examples:")[1]
     for job in ("--launch-server demo", "--budget budget.json", "--regenerate all", "python export_training.py"):
         assert job in examples
-    assert result.stdout.rstrip().split("\n\n")[-1].strip().startswith("# then: the rows as SpecForge")
+    last = result.stdout.rstrip().split("\n\n")[-1].strip()
+    assert last.startswith("# then: the rows as training data, the exact ids for drafters")
+    assert last.endswith("python export_training.py --partition short --format tokens --out tokens.jsonl")
     assert "--max-tokens 32768" not in result.stdout  # no example passes a default
     assert len(result.stdout.splitlines()) <= 120  # what a user scans (it was 196 lines)
