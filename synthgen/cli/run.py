@@ -71,8 +71,7 @@ examples:
   # from another shell: what the folder holds (rows, failed, cut, loops, tokens), the live run's pid
   python run_inference.py --status --output-dir outputs
 
-  # then: the rows as training data, the exact ids for drafters (SpecForge, speculators); --format messages
-  # re-renders the text for SFT trainers
+  # then: the rows as training data, the exact ids for drafters (docs/export.md)
   python export_training.py --partition short --format tokens --out tokens.jsonl
 """
 
@@ -129,7 +128,7 @@ def _what_to_run(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--columns",
         metavar="FIELD=COLUMN,...",
-        help="which column holds each field, e.g. prompt=question,id=uid (docs/inputs.md)",
+        help="e.g. prompt=question,id=uid (docs/inputs.md)",
     )
     g.add_argument(
         "--regenerate",
@@ -154,26 +153,24 @@ def _how_many(g: argparse._ArgumentGroup) -> None:
         type=int,
         default=default_of("seed"),
         metavar="N",
-        help="seed of --sample random, of each sample's sampling_seed and recipe draw (default: %(default)s)",
+        help="of --sample random, samples' seeds, recipes (default: %(default)s)",
     )
     g.add_argument(
         "--shard",
         metavar="I/N",
-        help="run shard I (0..N-1) of every dataset, in <output-dir>/shard-I-of-N; the cap counts all shards "
-        "(e.g. --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT; docs/cluster.md)",
+        help="slice I (0..N-1) into <output-dir>/shard-I-of-N (docs/cluster.md)",
     )
     g.add_argument(
         "--samples-per-prompt",
         type=int,
         default=default_of("samples_per_prompt"),
         metavar="N",
-        help="N samples of each prompt, each its own request, seed and row (default: %(default)s)",
+        help="each its own request, seed and row (default: %(default)s)",
     )
     g.add_argument(
         "--sampling-mix",
         metavar="JSON|FILE",
-        help='weighted recipes each sample draws from, e.g. \'[{"weight": 3, "temperature": 0}, '
-        '{"weight": 1, "temperature": 0.8}]\' (docs/training-mix.md)',
+        help="weighted recipes for the samples (docs/training-mix.md)",
     )
 
 
@@ -182,14 +179,13 @@ def _server(g: argparse._ArgumentGroup) -> None:
         "--server-url",
         action="append",
         metavar="URL",
-        help=f"default: {default_of('server_url')}; give it again for several servers without a gateway "
-        "(requests go to the least loaded, a conversation stays on one)",
+        help=f"default: {default_of('server_url')}; repeat it for several servers",
     )
     g.add_argument("--api-key", default=None, metavar="KEY", help="default: $SGLANG_API_KEY; never printed")
     g.add_argument(
         "--launch-server",
         metavar="CMD|demo",
-        help="start this server command (or demo: SGLang on the CPU, tiny model), watch it, stop it at the end",
+        help="start this server (demo: SGLang on the CPU), watch, stop it",
     )
     g.add_argument("--keep-server", action="store_true", help="leave the launched server running for the next run")
     g.add_argument("--server-log", type=Path, metavar="FILE", help="its output (default: <output-dir>/server.log)")
@@ -239,8 +235,7 @@ def _model_and_template(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--redo",
         choices=("repetition",),
-        help="generate again the rows the loop guard ended (old rows to looped_rows.jsonl; "
-        "with --loop-guard off, without the guard)",
+        help="generate the rows the loop guard ended again (docs/resume.md)",
     )
 
 
@@ -325,27 +320,26 @@ def _answers(g: argparse._ArgumentGroup) -> None:
         type=int,
         default=default_of("continue_cut"),
         metavar="N",
-        help="an answer cut at --max-tokens with its reasoning open gets N more tokens, once (0: off)",
+        help="N more tokens once for an answer cut mid-reasoning (0: off)",
     )
     g.add_argument(
         "--checkpoint-tokens",
         type=int,
         default=default_of("checkpoint_tokens"),
         metavar="N",
-        help="stream requests, saving their output every N tokens: a crash loses at most ~N each (0: off; 256)",
+        help="save streamed output every N tokens (0: off; 256)",
     )
     g.add_argument(
         "--loop-guard",
         choices=("on", "off"),
         default="on",
-        help="end an answer whose tail repeats one pattern over 10%% of --max-tokens (text; at least 2,048 ids) or "
-        "40%% (rows of data): a loop; shorter repetition, a table's, is left alone; its row says so (on)",
+        help="end an answer looping for 10%%/40%% of --max-tokens (on)",
     )
     g.add_argument(
         "--keep-partials",
         choices=("on", "off"),
         default="on",
-        help="on a stop, end requests and keep their output so far to continue (on)",
+        help="keep a stopped request's output to continue it (on)",
     )
 
 
@@ -354,8 +348,7 @@ def _status_and_errors(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--status",
         action="store_true",
-        help="print what --output-dir holds (rows, failed, cut, loops, tokens, the live run's pid) and exit; "
-        "reads only, safe beside a running run",
+        help="print what --output-dir holds and exit (reads only)",
     )
     g.add_argument("--log-file", type=Path, metavar="FILE", help="also append status lines here")
     g.add_argument(
