@@ -3,6 +3,7 @@ tier marker (``unit``, ``e2e``, ``integration``) of every test, from the folder 
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,12 @@ from model_tokenizers import build_model_tokenizer
 from simharness import start_sim
 from tiny_tokenizers import build_all
 from workspace import Workspace
+
+# A suite started in the background (`bash .ci/run &`) inherits SIGINT ignored, and the CLI keeps a signal it
+# inherited ignored (nohup's rule): the processes the tests start would never see their SIGINT. A handler here
+# is not inherited across exec, so they start with the default, as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TIERS = ("unit", "e2e", "integration")
 HERE = Path(__file__).resolve().parent
