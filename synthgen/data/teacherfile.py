@@ -26,29 +26,35 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from synthgen.errors import RunLockedError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FOLDER = "teacher"
 META = "teacher.json"
 PART = re.compile(r"^part-(\d{6})\.parquet$")
 
-SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("input_ids", pa.list_(pa.int32())),
-        ("start", pa.int32()),
-        ("topk_ids", pa.list_(pa.list_(pa.int32()))),
-        ("topk_logprobs", pa.list_(pa.list_(pa.float32()))),
-        ("token_logprob", pa.list_(pa.float32())),
-        ("digest", pa.string()),
-    ]
-)
+
+def schema() -> pa.Schema:
+    """The side file's columns (pyarrow is loaded by what reads or writes one, never at import)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("id", pa.string()),
+            ("input_ids", pa.list_(pa.int32())),
+            ("start", pa.int32()),
+            ("topk_ids", pa.list_(pa.list_(pa.int32()))),
+            ("topk_logprobs", pa.list_(pa.list_(pa.float32()))),
+            ("token_logprob", pa.list_(pa.float32())),
+            ("digest", pa.string()),
+        ]
+    )
 
 
 def side_bytes(positions: int, input_tokens: int, top_k: int) -> int:
@@ -92,13 +98,17 @@ def parts(path: Path) -> list[Path]:
 
 
 def _nested(arr: np.ndarray) -> pa.Array:
+    import pyarrow as pa
+
     n, k = arr.shape
     values = pa.array(arr.reshape(-1))
     return pa.ListArray.from_arrays(pa.array(np.arange(0, n * k + 1, k, dtype=np.int32)), values)
 
 
 def to_table(rows: list[TeacherRow]) -> pa.Table:
-    """Rows as one table of SCHEMA, built from the arrays (no per-position Python objects)."""
+    """Rows as one table of ``schema()``, built from the arrays (no per-position Python objects)."""
+    import pyarrow as pa
+
     inner_ids = [_nested(np.asarray(r.topk_ids, dtype=np.int32)) for r in rows]
     inner_lps = [_nested(np.asarray(r.topk_logprobs, dtype=np.float32)) for r in rows]
 
@@ -117,10 +127,12 @@ def to_table(rows: list[TeacherRow]) -> pa.Table:
         pa.array([np.asarray(r.token_logprob, dtype=np.float32) for r in rows], pa.list_(pa.float32())),
         pa.array([digest(r.input_ids, r.start) for r in rows], pa.string()),
     ]
-    return pa.Table.from_arrays(columns, schema=SCHEMA)
+    return pa.Table.from_arrays(columns, schema=schema())
 
 
 def _write_atomic(table: pa.Table, target: Path) -> None:
+    import pyarrow.parquet as pq
+
     tmp = target.with_name(f".{target.name}.tmp")
     pq.write_table(table, tmp, compression="zstd")
     fd = os.open(tmp, os.O_RDONLY)
@@ -138,6 +150,8 @@ def _write_atomic(table: pa.Table, target: Path) -> None:
 
 def read_index(path: Path) -> dict[str, str]:
     """id -> digest of every row in the side file (two columns read, not the distributions)."""
+    import pyarrow.parquet as pq
+
     index: dict[str, str] = {}
     for part in parts(path):
         table = pq.read_table(part, columns=["id", "digest"])
@@ -147,6 +161,8 @@ def read_index(path: Path) -> dict[str, str]:
 
 def iter_rows(path: Path, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
     """Every row as a dict, part by part (one part in memory at a time)."""
+    import pyarrow.parquet as pq
+
     for part in parts(path):
         yield from pq.read_table(part, columns=columns).to_pylist()
 
@@ -173,6 +189,9 @@ class TeacherWriter:
 
     def drop(self, ids: set[str]) -> int:
         """Remove rows of these ids (stale scores), rewriting each part that holds one; returns how many."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         removed = 0
         for part in parts(self.path):
             table = pq.read_table(part)

@@ -28,8 +28,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.dataset as pads
 
 from synthgen.data import teacherfile
 from synthgen.data.records import ResultRecord
@@ -39,6 +37,8 @@ from synthgen.export.formats.base import register
 from synthgen.export.formats.tokens import token_rows
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from synthgen.export.config import DatasetRef
 
 NEG_INF = float("-inf")
@@ -75,6 +75,9 @@ class TeacherIndex:
     their teachers differ (model, K) or one id is scored in two of them."""
 
     def __init__(self, folders: Sequence[Path]):
+        import pyarrow as pa
+        import pyarrow.dataset as pads
+
         self.table: pa.Table | None = None
         self.where: dict[str, int] = {}
         held = [f for f in folders if teacherfile.parts(f)]
@@ -213,49 +216,56 @@ def sparse_columns(row: dict[str, Any], ids: np.ndarray, lps: np.ndarray, wanted
     }
 
 
-SCHEMAS = {
-    "axolotl-kd": pa.schema(
-        [
-            ("id", pa.string()),
-            ("input_ids", pa.list_(pa.int32())),
-            ("attention_mask", pa.list_(pa.int8())),
-            ("labels", pa.list_(pa.int32())),
-            ("target_token_ids", pa.list_(pa.list_(pa.int32()))),
-            ("target_logprobs", pa.list_(pa.list_(pa.float32()))),
-            ("target_mask", pa.list_(pa.list_(pa.int8()))),
-        ]
-    ),
-    "topk-sparse": pa.schema(
-        [
-            ("id", pa.string()),
-            ("input_ids", pa.list_(pa.int32())),
-            ("loss_mask", pa.list_(pa.int8())),
-            ("top_indices", pa.list_(pa.list_(pa.int32()))),
-            ("top_values", pa.list_(pa.list_(pa.float32()))),
-        ]
-    ),
-}
+def schema(fmt: str) -> pa.Schema:
+    """The parquet schema of a KD format (pyarrow is loaded here, by an export that writes one)."""
+    import pyarrow as pa
+
+    return {
+        "axolotl-kd": pa.schema(
+            [
+                ("id", pa.string()),
+                ("input_ids", pa.list_(pa.int32())),
+                ("attention_mask", pa.list_(pa.int8())),
+                ("labels", pa.list_(pa.int32())),
+                ("target_token_ids", pa.list_(pa.list_(pa.int32()))),
+                ("target_logprobs", pa.list_(pa.list_(pa.float32()))),
+                ("target_mask", pa.list_(pa.list_(pa.int8()))),
+            ]
+        ),
+        "topk-sparse": pa.schema(
+            [
+                ("id", pa.string()),
+                ("input_ids", pa.list_(pa.int32())),
+                ("loss_mask", pa.list_(pa.int8())),
+                ("top_indices", pa.list_(pa.list_(pa.int32()))),
+                ("top_values", pa.list_(pa.list_(pa.float32()))),
+            ]
+        ),
+    }[fmt]
+
+
 COLUMNS = {"axolotl-kd": axolotl_columns, "topk-sparse": sparse_columns}
 BATCH = 256
 
 
 def write_parquet(out: Any, rows: Any, fmt: str, join: TeacherJoin) -> int:
     """The rows with their teacher targets to the open file ``out``, a row group per BATCH; returns rows written."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema, make = SCHEMAS[fmt], COLUMNS[fmt]
+    layout, make = schema(fmt), COLUMNS[fmt]
     written = 0
     batch: list[dict[str, Any]] = []
-    with pq.ParquetWriter(out, schema, compression="zstd") as writer:
+    with pq.ParquetWriter(out, layout, compression="zstd") as writer:
         for row in rows:
             found = join.targets(row)
             if found is None:
                 continue
             batch.append(make(row, *found))
             if len(batch) >= BATCH:
-                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+                writer.write_table(pa.Table.from_pylist(batch, schema=layout))
                 written, batch = written + len(batch), []
         if batch:
-            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+            writer.write_table(pa.Table.from_pylist(batch, schema=layout))
             written += len(batch)
     return written
