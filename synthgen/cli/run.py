@@ -17,6 +17,7 @@ import orjson
 from synthgen import __version__
 from synthgen.budget.file import Budget, read_budget
 from synthgen.budget.plan import parse_count
+from synthgen.cli.launchflags import launch_flags
 from synthgen.config import CHANGED_PROMPTS, RunConfig, default_of
 from synthgen.data.mix import load_mix
 from synthgen.data.prompts import REGENERATE_MODES
@@ -182,27 +183,7 @@ def _server(g: argparse._ArgumentGroup) -> None:
         help=f"default: {default_of('server_url')}; repeat it for several servers",
     )
     g.add_argument("--api-key", default=None, metavar="KEY", help="default: $SGLANG_API_KEY; never printed")
-    g.add_argument(
-        "--launch-server",
-        metavar="CMD|demo",
-        help="start this server (demo: SGLang on the CPU), watch, stop it",
-    )
-    g.add_argument("--keep-server", action="store_true", help="leave the launched server running for the next run")
-    g.add_argument("--server-log", type=Path, metavar="FILE", help="its output (default: <output-dir>/server.log)")
-    g.add_argument(
-        "--server-start-timeout",
-        type=float,
-        default=default_of("server_start_timeout"),
-        metavar="S",
-        help="its start-up limit (default: %(default).0f)",
-    )
-    g.add_argument(
-        "--server-restarts",
-        type=int,
-        default=default_of("server_restarts"),
-        metavar="N",
-        help="restarts if it dies (default: %(default)s)",
-    )
+    launch_flags(g, "start this server (demo: SGLang on the CPU), watch, stop it", "for the next run")
 
 
 def _model_and_template(g: argparse._ArgumentGroup) -> None:

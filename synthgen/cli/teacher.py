@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from synthgen.cli.launchflags import launch_flags
 from synthgen.config import RunConfig, default_of
 from synthgen.data import teacherfile
 from synthgen.data.prompts import discover
@@ -70,26 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--server-url", action="append", default=[], help="SGLang server (repeatable)")
     parser.add_argument("--api-key", default=None)
-    parser.add_argument(
-        "--launch-server",
-        metavar="CMD|demo",
-        help="start this server command (or demo) when something needs scoring, watch it, stop it at the end",
-    )
-    parser.add_argument("--keep-server", action="store_true", help="leave the launched server running")
-    parser.add_argument("--server-log", type=Path, metavar="FILE", help="its output (default: <output-dir>/server.log)")
-    parser.add_argument(
-        "--server-start-timeout",
-        type=float,
-        default=default_of("server_start_timeout"),
-        metavar="S",
-        help="its start-up limit (default: %(default).0f)",
-    )
-    parser.add_argument(
-        "--server-restarts",
-        type=int,
-        default=default_of("server_restarts"),
-        metavar="N",
-        help="restarts if it dies (default: %(default)s)",
+    launch_flags(
+        parser, "start this server command (or demo) when something needs scoring, watch it, stop it at the end", ""
     )
     parser.add_argument("--top-k", type=int, default=20, help="distribution entries per position (default 20)")
     parser.add_argument(
