@@ -107,6 +107,13 @@ def http_get_json(url: str, timeout: float = 5.0) -> dict:
     return body if isinstance(body, dict) else {}
 
 
+class PortTaken(Exception):
+    """The server could not bind its port: another process took it between free_port() and the bind."""
+
+
+BIND_FAILED = "address already in use"
+
+
 def spawn_and_wait(
     args: argparse.Namespace,
     kind: str,
@@ -133,6 +140,9 @@ def spawn_and_wait(
     except ServerLaunchError as exc:
         server.stop(grace=10.0)
         raise HarnessError(str(exc)) from exc
+    except PortTaken:
+        server.stop(grace=10.0)
+        raise
     info = {"pid": server.pid, "port": port, "url": url, "log": str(log)}
     args.paths.run.mkdir(parents=True, exist_ok=True)
     entry = {**info, "kind": kind, "cmd": cmd}
@@ -150,7 +160,22 @@ def require_setup(paths: commands.DemoPaths) -> None:
 def cmd_start(args: argparse.Namespace) -> int:
     paths = args.paths
     require_setup(paths)
-    port = args.port or free_port()
+    # A port picked free can be taken by another test's process while SGLang loads (minutes on a
+    # busy machine) before it binds: then SGLang logs the bind error and lingers. With --port 0 a
+    # new port is picked and the server started again.
+    attempts = 1 if args.port else 3
+    for attempt in range(1, attempts + 1):
+        port = args.port or free_port()
+        try:
+            return start_server_on(args, paths, port)
+        except PortTaken:
+            if attempt == attempts:
+                raise HarnessError(f"sglang could not bind port {port}: {BIND_FAILED}") from None
+            say(f"port {port} was taken before sglang bound it; starting again on another port")
+    raise AssertionError("unreachable")
+
+
+def start_server_on(args: argparse.Namespace, paths: commands.DemoPaths, port: int) -> int:
     log = Path(args.log) if args.log else paths.logs / f"sglang-{port}.log"
     cmd = commands.server_command(paths, port, model=args.model, extra=args.extra)
 
@@ -158,6 +183,8 @@ def cmd_start(args: argparse.Namespace) -> int:
     # itself a warm-up /generate, then the ready line and /health 200. Both are checked so that
     # readiness does not hang on that order, which SGLang does not promise.
     def ready(url: str, server: ServerProcess) -> bool:
+        if server.log_contains(BIND_FAILED):
+            raise PortTaken(port)
         return server.log_contains(commands.SERVER_READY_LINE) and http_get(url + "/health") == 200
 
     env = commands.child_env(paths, **commands.server_env(paths))
