@@ -8,6 +8,7 @@ the outcomes to write, run/outcomes.py); nothing here writes or counts.
     Continuation.extend(job, carry, turn)  --continue-cut: a cut answer carried into one more request
     Continuation.watch(job, carry, emit)   the progress hook of a streamed attempt: loop guard, checkpoints
     Continuation.looped(payload, loop)   the loop guard's end of a request, as its answer
+    whole_text(decode, ids, finish)      a continued output's text, as one uninterrupted request gives it
 
 Where a continuation would not draw from the same distribution (``partials.continuation_blocker``), or
 with ``--keep-partials off``, nothing is continued and ended attempts are counted as lost.
@@ -30,6 +31,21 @@ from synthgen.run.outcomes import Checkpoint, Discarded, KeptPartial, Lost, Outc
 from synthgen.server.backend import Backend
 from synthgen.server.client import Generation
 from synthgen.server.discovery import ServerContext, fit_max_new_tokens
+
+
+def whole_text(decode: Callable[[list[int]], str], output_ids: list[int], finish_reason: dict[str, Any]) -> str:
+    """The text of a continued output (earlier segments' ids + this request's) as one uninterrupted
+    request gives it: all its ids decoded at once. Joining the head's text to the server's text of
+    the rest is not that: where a token boundary splits a UTF-8 character (CJK, emoji), the head
+    decoded alone ends in U+FFFD and the server's text of the rest starts after the character. The
+    matched stop is left out as SGLang's detokenizer leaves it out (``trim_matched_stop``): a stop id
+    is the last id and not in the text; a stop string ends the text where it first occurs."""
+    matched = finish_reason.get("matched") if finish_reason.get("type") == "stop" else None
+    ids = output_ids[:-1] if type(matched) is int and output_ids and output_ids[-1] == matched else output_ids
+    text = decode(ids)
+    if isinstance(matched, str) and matched and matched in text:
+        text = text[: text.index(matched)]
+    return text
 
 
 class LoopFound(Exception):

@@ -36,7 +36,7 @@ from synthgen.config import RunConfig
 from synthgen.data.failures import BAD_RESPONSE, SERVER_DIED
 from synthgen.data.records import Turn
 from synthgen.errors import ServerError
-from synthgen.run.continuation import Continuation, LoopFound
+from synthgen.run.continuation import Continuation, LoopFound, whole_text
 from synthgen.run.fleet import Fleet
 from synthgen.run.job import Carry, Job
 from synthgen.run.outcomes import Failed, Lost, Outcome, Stopped
@@ -273,10 +273,16 @@ class Requests:
         death of a worker."""
         new_tokens = generation.completion_tokens
         if carry.output_ids is not None:
+            ids = [*carry.output_ids, *(generation.output_ids or [])]
+            text = (
+                whole_text(self.decode, ids, generation.finish_reason)
+                if generation.output_ids is not None
+                else self.decode(carry.output_ids) + generation.text
+            )
             generation = dataclasses.replace(
                 generation,
-                text=self.decode(carry.output_ids) + generation.text,
-                output_ids=[*carry.output_ids, *(generation.output_ids or [])],
+                text=text,
+                output_ids=ids,
                 prompt_tokens=len(job.input_ids),
                 completion_tokens=carry.tokens + new_tokens,
             )

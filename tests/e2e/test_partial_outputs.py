@@ -7,7 +7,9 @@ from __future__ import annotations
 import signal
 
 import orjson
+import pytest
 from simharness import wait_until
+from tokenizers import Tokenizer
 from workspace import assert_model_answer
 
 from synthgen.data.partials import PartialOutputs, merged
@@ -192,3 +194,34 @@ def test_where_abort_request_is_refused_a_stop_ends_each_stream_after_its_next_c
 def checkpointed(ws) -> dict[str, list[int]]:
     """The partial outputs on disk by id, as a run reads them (a checkpoint line extends, a stop's replaces)."""
     return {key: p.output_ids for key, p in merged(PartialOutputs(ws.outputs / "d").load()).items()}
+
+
+# Answers in CJK and emoji: a byte-level tokenizer spells such characters in several ids, so a partial
+# output can end inside one. Varied ASCII prefixes move the cut across the characters' bytes.
+MULTIBYTE = "我们先仔细分析这个问题 🙂 答案是四"
+
+
+@pytest.mark.parametrize(
+    "how",
+    [("--max-tokens", "14", "--continue-cut", "400"), ("--max-tokens", "400", "--rate-abort-run")],
+    ids=["continue-cut", "server-abort"],
+)
+def test_a_continued_answer_that_split_a_character_has_the_uninterrupted_text(ws, make_sim, tokenizers, how):
+    abort = how[-1] == "--rate-abort-run"
+    sim = make_sim("chatml", *(("--rate-abort", "0.5", "--fault-seed", "3") if abort else ()))
+    rows_in = [{"id": f"m{i}", "prompt": "x" * i + MULTIBYTE} for i in range(8)]
+    ids = ws.dataset("short", "d", rows_in)
+    result = ws.run("--server-url", sim.url, *(how[:2] if abort else how), "--concurrency", "4")
+    assert result.returncode == 0, result.stderr
+    decode = Tokenizer.from_file(str(tokenizers["chatml"] / "tokenizer.json")).decode
+    sim.configure(rate_abort=0.0)  # the uninterrupted requests below run to their end
+    split_inside = 0
+    for row in ws.assert_exactly_once("d", ids):
+        params = {"max_new_tokens": 400, "skip_special_tokens": False}
+        whole = sim.client.post("/generate", json={"input_ids": row["input_ids"], "sampling_params": params}).json()
+        assert row["output_ids"] == whole["output_ids"]
+        assert row["output_text"] == whole["text"] and "\ufffd" not in row["output_text"]
+        assert MULTIBYTE in row["reasoning_content"] and MULTIBYTE in row["content"]
+        if row["segments"]:
+            split_inside += "\ufffd" in decode(row["output_ids"][: row["segments"][0]], skip_special_tokens=False)
+    assert split_inside > 0  # some partial did end inside a character: the case is exercised
