@@ -3,16 +3,18 @@ run stopped and aborted it, or the server aborted it), kept so that a later atte
 it instead of paying for it again.
 
     outputs/<dataset>/partial_outputs.jsonl
-        {"id", "turn", "start", "output_ids", "segments", "prompt_hash", "settings"} per line
+        {"id", "turn", "start", "output_ids", "segments", "prompt_hash", "settings"} per line,
+        and "segment_seeds" where the attempts sent a sampling_seed
 
-A line holds the ids from position ``start`` on: 0 for a whole partial (a stop's, an abort's), the
-ids since the previous line for a checkpoint of a streaming request (``--checkpoint-tokens``), so
-the file grows by each id once. ``segments`` is the number of tokens each attempt added, for the
-whole partial as of that line (their sum is ``start + len(output_ids)``). A
-request is continued by sending the prompt ids plus ``output_ids`` with what is left of its
-``max_new_tokens``: for plain temperature/top-p/top-k sampling that draws from the same
-distribution as one uninterrupted request (``continuation_blocker`` names the settings where it
-does not).
+``id`` is the work's key (``samples.sample_key``: the prompt id, with the sample after the first), so each
+(id, sample) has its own partial. A line holds the ids from position ``start`` on: 0 for a whole partial
+(a stop's, an abort's), the ids since the previous line for a checkpoint of a streaming request
+(``--checkpoint-tokens``), so the file grows by each id once. ``segments`` is the number of tokens each
+attempt added, for the whole partial as of that line (their sum is ``start + len(output_ids)``), and
+``segment_seeds`` the sampling_seed each of those attempts sent (null: none). A request is continued by
+sending the prompt ids plus ``output_ids`` with what is left of its ``max_new_tokens``, under the same
+seed: for temperature/top-p/top-k/min-p sampling, seeded or not, that draws from the same distribution as
+one uninterrupted request (``continuation_blocker`` names the settings where it does not).
 
 The rules are those of ``store.PartialTurns``: every line is one ``os.write`` of a whole line on
 an O_APPEND descriptor; a line with ``start`` 0 replaces what an id had, a later one extends it
@@ -38,6 +40,7 @@ import orjson
 from synthgen.data.openfiles import limit_error, open_output
 from synthgen.data.records import typed_list
 from synthgen.data.rowread import Row
+from synthgen.data.samples import split_key
 from synthgen.data.sampling_keys import continuation_rows
 from synthgen.data.store import WRITE_POOL, iter_rows, rewrite_lines
 from synthgen.errors import StoreWriteError
@@ -47,8 +50,9 @@ NAME = "partial_outputs.jsonl"
 
 def continuation_blocker(sampling: dict[str, Any]) -> str | None:
     """Why a request with these sampling params cannot be continued from a partial output (None: it
-    can): penalties that count output tokens, min_new_tokens and a fixed sampling_seed are not
-    carried over by a new request (the rows of sampling_keys with a ``continuation``)."""
+    can): penalties that count output tokens and min_new_tokens are not carried over by a new request
+    (the rows of sampling_keys with a ``continuation``). A sampling_seed is: SGLang keys each token's
+    draw by the seed and the token's position, which a continuation keeps."""
     for row in continuation_rows():
         value = sampling.get(row.key, row.neutral)
         if row.blocks_continuation(value):
@@ -65,6 +69,7 @@ class Partial:
     prompt_hash: str | None
     settings: str | None
     start: int = 0  # as a line: output_ids hold the ids from here on (see the module docstring)
+    seeds: list[int | None] | None = None  # the sampling_seed each attempt sent (None: no attempt sent one)
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> Partial | None:
@@ -83,12 +88,15 @@ class Partial:
             digest if isinstance(digest, str) else None,
             settings if isinstance(settings, str) else None,
             start,
+            _seeds(row.get("segment_seeds"), len(segments)),
         )
 
     def to_json(self, start: int = 0) -> bytes:
         """The line of this partial from id ``start`` on (0: the whole)."""
         row = {"id": self.id, "turn": self.turn, "start": start, "output_ids": self.output_ids[start:]}
         row |= {"segments": self.segments, "prompt_hash": self.prompt_hash, "settings": self.settings}
+        if self.seeds is not None:
+            row["segment_seeds"] = self.seeds
         return orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
 
     def extended(self, line: Partial) -> Partial | None:
@@ -102,6 +110,15 @@ class Partial:
     @property
     def tokens(self) -> int:
         return len(self.output_ids)
+
+
+def _seeds(value: Any, segments: int) -> list[int | None] | None:
+    """A line's ``segment_seeds``: one int (or null) per segment, else None (not recorded, or not readable)."""
+    if not isinstance(value, list) or len(value) != segments:
+        return None
+    if not all(s is None or (isinstance(s, int) and not isinstance(s, bool)) for s in value):
+        return None
+    return value
 
 
 def merged(lines: list[Partial]) -> dict[str, Partial]:
@@ -122,15 +139,16 @@ def merged(lines: list[Partial]) -> dict[str, Partial]:
 def usable(
     rows: list[Partial], done: set[str], hashes: dict[str, str], settings: str | None
 ) -> tuple[dict[str, Partial], list[Partial]]:
-    """(the partials a run may continue, by id; those it must discard: made for another prompt text
-    or other settings). Done prompts' partials are neither (compact drops them). ``settings`` None:
-    not known yet (a dry run, before the server is asked), not compared."""
+    """(the partials a run may continue, by key; those it must discard: made for another prompt text
+    or other settings). Done samples' partials are neither (compact drops them). ``hashes`` are by
+    prompt id: every sample of a prompt is checked against its prompt's. ``settings`` None: not
+    known yet (a dry run, before the server is asked), not compared."""
     keep: dict[str, Partial] = {}
     discard: list[Partial] = []
     for row in merged(rows).values():
         if row.id in done:
             continue
-        if row.prompt_hash is None or row.prompt_hash != hashes.get(row.id):
+        if row.prompt_hash is None or row.prompt_hash != hashes.get(split_key(row.id)[0]):
             discard.append(row)
         elif settings is not None and row.settings != settings:
             discard.append(row)

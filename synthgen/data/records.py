@@ -86,6 +86,8 @@ class ResultRecord:
     sample: int | None = None
     sampling_seed: int | None = None
     recipe: dict[str, Any] | None = None
+    # With segments, the sampling_seed each attempt sent (null: none); left out where no attempt sent one.
+    segment_seeds: list[int | None] | None = None
 
     def to_json(self) -> bytes:
         return json_line(self.to_dict())
@@ -147,9 +149,11 @@ class Turn:
     segments: list[int] | None = None  # continued: output tokens per attempt (see ResultRecord.segments)
     extended_by: int | None = None  # --continue-cut (see ResultRecord.extended_by)
     worker: str | None = None  # the replica that generated it
+    segment_seeds: list[int | None] | None = None  # with segments (see ResultRecord.segment_seeds)
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        row = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {k: v for k, v in row.items() if v is not None or k not in MIX_FIELDS}
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> Turn:
@@ -236,10 +240,11 @@ def build_result(
         extended_by=last.extended_by,
         worker=last.worker,
         **(ctx.mix or {}),
+        segment_seeds=last.segment_seeds,
     )
 
 
-MIX_FIELDS = ("sample", "sampling_seed", "recipe")
+MIX_FIELDS = ("sample", "sampling_seed", "recipe", "segment_seeds")
 # (name, default) of every ResultRecord field, None where it has none: from_dict reads a row through it.
 _RECORD_DEFAULTS = tuple(
     (f.name, None if f.default is dataclasses.MISSING else f.default) for f in dataclasses.fields(ResultRecord)

@@ -4,7 +4,7 @@ continuation and the gateway's forwarded keys (pure).
 Each row is one SGLang ``sampling_params`` key and what the run knows of it: the option (``name``: the
 RunConfig field or ``sampling_flags`` entry and the ``--sampling-mix`` recipe key) and its flag, the value's
 type and range, whether a continuation from a partial output would draw from another distribution (the
-key counts output tokens, or fixes the seed), whether smg 1.13 forwards it, and whether the run sets it
+key counts output tokens), whether smg 1.13 forwards it, and whether the run sets it
 itself. A key with no flag is still sent when the user gives it in ``--sampling-params``.
 
 A new sampling flag is one row here (with ``name``, ``flag``, ``kind``, ``must``/``within``, ``metavar`` and
@@ -21,9 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-# Why a continuation from a partial output would not be the same distribution as one whole request.
+# Why a continuation from a partial output would not be the same distribution as one whole request. A seed
+# does not: SGLang draws each token from (sampling_seed, its position in the sequence) alone
+# (``multinomial_with_seed``), so a continuation under the sample's seed draws what one request would have.
 COUNTS_OUTPUT = "it counts output tokens"
-FIXED_SEED = "a fixed seed draws another sequence"
 # Who sets a key (the user may not): for every request, or for each sample of several or of a mix.
 RUN = "run"
 SAMPLE = "sample"
@@ -44,7 +45,7 @@ class SamplingKey:
     within: Callable[[float], bool] = _any  # the range, on a value of the right kind
     metavar: str = ""
     help: str = ""  # --help's text; {default} is RunConfig's default, {demo} the demo server's
-    continuation: str | None = None  # COUNTS_OUTPUT or FIXED_SEED: why a continuation differs
+    continuation: str | None = None  # COUNTS_OUTPUT: why a continuation differs
     neutral: Any = None  # with `continuation`: the value that changes nothing
     # smg 1.13 forwards it to a worker's /generate: measured by sending every key SGLang 0.5.23 accepts through
     # smg to a server that prints what it receives (2026-12-02); smg drops the others without a word.
@@ -131,7 +132,7 @@ SAMPLING_KEYS: tuple[SamplingKey, ...] = (
     SamplingKey("skip_special_tokens", smg=True, set_by=RUN),  # off, so special think tags stay in the text
     SamplingKey("stream", set_by=RUN),  # not a sampling key (a top-level field): refused so no one thinks it streams
     SamplingKey("n", smg=True, set_by=RUN),  # one sample per request; several are several requests
-    SamplingKey("sampling_seed", continuation=FIXED_SEED, smg=True, set_by=SAMPLE),
+    SamplingKey("sampling_seed", smg=True, set_by=SAMPLE),
     *(SamplingKey(key, smg=True) for key in ("stop", "stop_token_ids", "ignore_eos", "no_stop_trim")),
     *(SamplingKey(key, smg=True) for key in ("regex", "json_schema", "ebnf", "custom_params")),
     SamplingKey("stream_interval"),  # the client sets it on a streamed request

@@ -39,6 +39,7 @@ from synthgen.data.openfiles import FilePool, create_new, limit_error, open_outp
 from synthgen.data.records import DoneEntry, ErrorRecord, ResultRecord, json_line, parse_line
 from synthgen.data.rowread import Outcome, done_entry, from_dict, read_row
 from synthgen.data.rowscan import lines
+from synthgen.data.samples import split_key
 from synthgen.errors import RunLockedError, StoreWriteError, SynthgenError
 
 RESULTS = "raw_responses.jsonl"
@@ -590,12 +591,12 @@ class PartialTurns:
     def usable(
         rows: list[PartialTurn], done: set[str], hashes: dict[str, str], settings: str | None
     ) -> dict[str, list[PartialTurn]]:
-        """The turns a run may continue from, by conversation: not done, made for the prompt of hash
-        ``hashes[id]`` and (unless ``settings`` is None: not known, a dry run) under ``settings``,
-        contiguous from turn 0."""
+        """The turns a run may continue from, by conversation (its key: id and sample): not done, made
+        for the prompt of hash ``hashes[prompt id]`` and (unless ``settings`` is None: not known, a dry
+        run) under ``settings``, contiguous from turn 0."""
         turns: dict[str, list[PartialTurn]] = {}
         for row in rows:
-            if row.id in done or row.prompt_hash is None or row.prompt_hash != hashes.get(row.id):
+            if row.id in done or row.prompt_hash is None or row.prompt_hash != hashes.get(split_key(row.id)[0]):
                 continue
             if settings is not None and row.settings != settings:
                 continue

@@ -10,8 +10,10 @@ the outcomes to write, run/outcomes.py); nothing here writes or counts.
     Continuation.looped(payload, loop)   the loop guard's end of a request, as its answer
     whole_text(decode, ids, finish)      a continued output's text, as one uninterrupted request gives it
 
-Where a continuation would not draw from the same distribution (``partials.continuation_blocker``), or
-with ``--keep-partials off``, nothing is continued and ended attempts are counted as lost.
+Where a continuation would not draw from the same distribution (``partials.continuation_blocker``: the
+run's settings, or a recipe's), or with ``--keep-partials off``, nothing is continued and ended attempts
+are counted as lost. A seeded sample is continued under its own seed (SGLang draws each token from the seed
+and the token's position), and each segment's seed goes with its ids, to the row that ends it.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class Continuation:
         decode: Callable[[list[int]], str],
     ):
         self.client, self.cfg, self.stopping, self.server, self.decode = client, cfg, stopping, server, decode
+        self.sampling = sampling
         # Why a continuation would not be the same distribution as one whole request (None: it is).
         self.unlike = continuation_blocker(sampling)
         # Why partial outputs are not continued in this run (None: they are).
@@ -80,10 +83,15 @@ class Continuation:
 
     def unlike_for(self, job: Job) -> str | None:
         """Why a continuation of this job would not be the same distribution (None: it would): the
-        run's sampling params, or its sample's (a training mix's per-sample seed is a fixed seed)."""
+        run's sampling params, or its sample's (a recipe's penalties)."""
         if self.unlike is not None or job.request is None:
             return self.unlike
         return continuation_blocker(job.request.sampling())
+
+    def seed_of(self, job: Job) -> int | None:
+        """The sampling_seed this job's requests send (its sample's, or one --sampling-params gives)."""
+        seed = (self.sampling if job.request is None else job.request.sampling()).get("sampling_seed")
+        return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
     def keeps_for(self, job: Job) -> bool:
         """This job's ended attempts are kept and continued."""
@@ -92,7 +100,8 @@ class Continuation:
     def watch(self, job: Job, carry: Carry, emit: Callable[[Outcome], None]) -> Callable[[list[int]], None]:
         """The hook a streamed attempt calls with its output ids so far: the loop guard, then a
         checkpoint (the ids since the last one) every --checkpoint-tokens ids."""
-        base, segments = carry.output_ids or [], carry.segments
+        base, segments, seeds = carry.output_ids or [], carry.segments, [*carry.seeds, self.seed_of(job)]
+        recorded = seeds if any(seed is not None for seed in seeds) else None
         guard = LoopGuard(job.max_new_tokens, self.decode) if self.cfg.loop_guard else None
         every = self.cfg.checkpoint_tokens if self.keeps_for(job) else 0
         saved = 0  # ids of this attempt on disk
@@ -104,7 +113,7 @@ class Continuation:
             if found is not None:
                 raise LoopFound(found, list(ids))
             if every and len(ids) - saved >= every:
-                emit(Checkpoint(job, whole, [*segments, len(ids)], len(base) + saved))
+                emit(Checkpoint(job, whole, [*segments, len(ids)], len(base) + saved, seeds=recorded))
                 saved = len(ids)
 
         return progress
@@ -134,7 +143,8 @@ class Continuation:
             return fresh, None
         if partial.tokens >= job.max_new_tokens:
             return fresh, Discarded(job.dataset, partial.tokens)
-        return Carry(job.max_new_tokens, partial.output_ids, partial.segments, partial.tokens), None
+        seeds = partial.seeds or [None] * len(partial.segments)
+        return Carry(job.max_new_tokens, partial.output_ids, partial.segments, partial.tokens, seeds=seeds), None
 
     def keep(self, job: Job, carry: Carry, partial: list[int]) -> tuple[Carry, list[Outcome]]:
         """An ended attempt's output so far (an abort's answer, or what a stream delivered): carried
@@ -149,8 +159,9 @@ class Continuation:
         if not partial:
             return carry, outcomes
         ids, segments = [*(carry.output_ids or []), *partial], [*carry.segments, len(partial)]
-        outcomes.append(KeptPartial(job, ids, segments, len(partial)))
-        return replace(carry, output_ids=ids, segments=segments), outcomes
+        after = replace(carry, output_ids=ids, segments=segments, seeds=[*carry.seeds, self.seed_of(job)])
+        outcomes.append(KeptPartial(job, ids, segments, len(partial), after.recorded_seeds()))
+        return after, outcomes
 
     def extend(self, job: Job, carry: Carry, turn: Turn) -> Carry | None:
         """--continue-cut N: an answer cut at max tokens with its reasoning open (or no answer yet) is
@@ -167,5 +178,6 @@ class Continuation:
         )
         if room is None:
             return None
-        ids = turn.output_ids
-        return Carry(len(ids) + room, ids, turn.segments or [len(ids)], carry.before, extended_by=room)
+        ids, segments = turn.output_ids, turn.segments or [len(turn.output_ids)]
+        seeds = turn.segment_seeds or [self.seed_of(job)] * len(segments)
+        return Carry(len(ids) + room, ids, segments, carry.before, extended_by=room, seeds=seeds)

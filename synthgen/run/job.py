@@ -98,7 +98,8 @@ class Job:
 
 @dataclass(frozen=True)
 class Carry:
-    """A turn's output so far: ``output_ids`` (None: nothing carried), ``segments`` (tokens per attempt),
+    """A turn's output so far: ``output_ids`` (None: nothing carried), ``segments`` (tokens per attempt)
+    and ``seeds`` (the sampling_seed each attempt sent, None where it sent none; as long as ``segments``),
     ``before`` (of them, what an earlier run generated); ``max_new_tokens`` for the whole turn and
     ``extended_by`` (--continue-cut: the tokens a cut answer was given beyond its max)."""
 
@@ -107,6 +108,7 @@ class Carry:
     segments: list[int] = field(default_factory=list)
     before: int = 0
     extended_by: int | None = None
+    seeds: list[int | None] = field(default_factory=list)
 
     @classmethod
     def fresh(cls, job: Job) -> Carry:
@@ -120,6 +122,10 @@ class Carry:
     def left(self) -> int:
         """What is left of max_new_tokens for the next request."""
         return self.max_new_tokens - self.tokens
+
+    def recorded_seeds(self) -> list[int | None] | None:
+        """The segments' seeds as a row or a partial output line records them: None when no attempt sent one."""
+        return self.seeds if any(seed is not None for seed in self.seeds) else None
 
     def ids_after(self, input_ids: list[int]) -> list[int]:
         """A request's ids: the prompt's, plus the output so far."""

@@ -69,6 +69,7 @@ class KeptPartial:
     output_ids: list[int]  # the whole output so far
     segments: list[int]
     generated: int  # of them, new this run: kept, to be continued
+    seeds: list[int | None] | None = None  # the sampling_seed of each segment (None: none was sent)
 
     @property
     def dataset(self) -> str:
@@ -82,6 +83,7 @@ class Checkpoint:
     segments: list[int]
     start: int  # the ids from here on are new on disk (the earlier ones are there)
     generated: int = 0  # counted when the attempt ends
+    seeds: list[int | None] | None = None  # the sampling_seed of each segment (None: none was sent)
 
     @property
     def dataset(self) -> str:

@@ -87,5 +87,6 @@ class Procedure:
                     job, sent.turn, sent.sampling, sent.carry, sent.generated, job.conversation_done(sent.turn)
                 )
             assert extended.output_ids is not None
-            writer.write(KeptPartial(job, extended.output_ids, extended.segments, sent.generated))
+            kept = KeptPartial(job, extended.output_ids, extended.segments, sent.generated, extended.recorded_seeds())
+            writer.write(kept)
             carry, retry = extended, sent.retry.answered()

@@ -291,8 +291,14 @@ class Requests:
         except Exception as exc:
             self.emit(Lost(job.dataset, new_tokens, stopped=False))
             raise Transient(BAD_RESPONSE.name, f"could not read the answer ({type(exc).__name__}: {exc})") from exc
-        segments = turn.segments if carry.output_ids is None else [*carry.segments, new_tokens]
-        return dataclasses.replace(turn, segments=segments, extended_by=carry.extended_by)
+        if carry.output_ids is None:
+            return dataclasses.replace(turn, extended_by=carry.extended_by)
+        after = dataclasses.replace(
+            carry, segments=[*carry.segments, new_tokens], seeds=[*carry.seeds, self.partials.seed_of(job)]
+        )
+        return dataclasses.replace(
+            turn, segments=after.segments, segment_seeds=after.recorded_seeds(), extended_by=carry.extended_by
+        )
 
     async def _hold_off(self, delay: float) -> None:
         """Wait ``delay`` s (less if the run stops)."""

@@ -64,12 +64,11 @@ class Writer:
         elif isinstance(outcome, KeptPartial):
             # On disk before anything else happens to it (with --keep-partials off, in memory only).
             if run.partial_outputs is not None:
-                run.partial_outputs.append(self._partial(run, outcome.job, outcome.output_ids, outcome.segments))
+                run.partial_outputs.append(self._partial(run, outcome))
             tokens.partials += outcome.generated
         elif isinstance(outcome, Checkpoint):
             if run.partial_outputs is not None:
-                partial = self._partial(run, outcome.job, outcome.output_ids, outcome.segments)
-                run.partial_outputs.append(partial, outcome.start)
+                run.partial_outputs.append(self._partial(run, outcome), outcome.start)
         elif isinstance(outcome, Lost):
             if outcome.stopped:
                 tokens.stopped += outcome.generated
@@ -81,8 +80,9 @@ class Writer:
             assert isinstance(outcome, Stopped)  # the prompt stays pending: nothing to write
 
     @staticmethod
-    def _partial(run: DatasetRun, job: Job, ids: list[int], segments: list[int]) -> Partial:
-        return Partial(job.key, job.turn_index, ids, segments, job.prompt.prompt_hash, run.settings)
+    def _partial(run: DatasetRun, kept: KeptPartial | Checkpoint) -> Partial:
+        job, hashed = kept.job, kept.job.prompt.prompt_hash
+        return Partial(job.key, job.turn_index, kept.output_ids, kept.segments, hashed, run.settings, seeds=kept.seeds)
 
     def _answered(self, run: DatasetRun, answer: Answered) -> None:
         job, turn = answer.job, answer.turn

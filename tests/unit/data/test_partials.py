@@ -7,6 +7,7 @@ import orjson
 import pytest
 
 from synthgen.data.partials import Partial, PartialOutputs, continuation_blocker, usable
+from synthgen.data.samples import sample_key
 
 
 def partial(pid: str, ids: list[int], digest: str = "h", settings: str = "s", turn: int = 0) -> Partial:
@@ -23,7 +24,7 @@ def partial(pid: str, ids: list[int], digest: str = "h", settings: str = "s", tu
         ({"presence_penalty": -0.1}, "presence_penalty"),
         ({"repetition_penalty": 1.1}, "repetition_penalty"),
         ({"min_new_tokens": 10}, "min_new_tokens"),
-        ({"sampling_seed": 0}, "sampling_seed"),
+        ({"sampling_seed": 0, "temperature": 0.8}, None),  # a seed is drawn by position: continued under it
     ],
 )
 def test_only_output_side_settings_block_a_continuation(sampling, blocked):
@@ -39,6 +40,29 @@ def test_the_latest_line_of_an_id_wins_and_changed_prompts_or_settings_are_disca
     assert sorted(p.id for p in discard) == ["b", "c"]
     keep, _ = usable(rows, done=set(), hashes={"a": "h", "c": "h", "d": "h"}, settings=None)  # settings not known yet
     assert set(keep) == {"a", "c", "d"}
+
+
+def test_each_sample_of_a_prompt_has_its_own_partial_checked_against_its_prompts_hash(tmp_path):
+    first, second, third = sample_key("p", 0), sample_key("p", 1), sample_key("p", 2)
+    store = PartialOutputs(tmp_path)
+    store.append(Partial(first, 0, [1, 2], [2], "h", "s", seeds=[11]))
+    store.append(Partial(second, 0, [7], [1], "h", "s", seeds=[12]))
+    store.append(Partial(third, 0, [8, 9], [1, 1], "h", "s", seeds=[13, 13]))
+    store.close()
+    keep, discard = usable(store.load(), done={third}, hashes={"p": "h"}, settings="s")
+    assert {key: (p.output_ids, p.seeds) for key, p in keep.items()} == {first: ([1, 2], [11]), second: ([7], [12])}
+    assert not discard
+    _, changed = usable(store.load(), done=set(), hashes={"p": "new"}, settings="s")
+    assert sorted(p.id for p in changed) == sorted([first, second, third])  # the prompt changed: every sample's goes
+
+
+def test_a_partials_segment_seeds_are_kept_only_when_one_per_segment(tmp_path):
+    line = {"id": "a", "turn": 0, "start": 0, "output_ids": [1, 2], "segments": [1, 1], "prompt_hash": "h"}
+    read = lambda seeds: Partial.from_dict({**line, "segment_seeds": seeds}).seeds  # noqa: E731
+    assert read([5, 5]) == [5, 5] and read([None, 5]) == [None, 5]
+    assert read([5]) is None and read(["5", 5]) is None and read([True, 5]) is None
+    assert Partial.from_dict(line).seeds is None
+    assert b"segment_seeds" not in Partial("a", 0, [1], [1], "h", "s").to_json()
 
 
 def test_the_file_keeps_whole_lines_passes_a_torn_one_and_compacts_to_one_line_per_open_id(tmp_path):

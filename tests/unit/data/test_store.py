@@ -6,7 +6,8 @@ import orjson
 import pytest
 
 from synthgen.data.records import ResultRecord
-from synthgen.data.store import DatasetStore
+from synthgen.data.samples import sample_key
+from synthgen.data.store import DatasetStore, PartialTurn, PartialTurns
 from synthgen.errors import RunLockedError, StoreWriteError
 
 
@@ -119,3 +120,12 @@ def test_the_scan_hands_on_every_row_it_reads_and_where_the_rows_end_after_the_r
     assert state.read == (st.st_dev, st.st_ino, st.st_size)  # every case: the rows end at the end of the file
     assert st.st_size == len(body) + (len(tail) + 1 if complete else 0)
     assert state.without({"p1"}).read is None  # moving rows out rewrites the file: read again from the start
+
+
+def test_each_sample_of_a_conversation_continues_from_its_own_turns_checked_against_its_prompts_hash():
+    first, second = sample_key("c", 0), sample_key("c", 1)
+    rows = [PartialTurn(key, k, {"turn": k}, "h", "s") for key in (first, second) for k in range(2)]
+    keep = PartialTurns.usable(rows, done=set(), hashes={"c": "h"}, settings="s")
+    assert {key: [t.turn for t in turns] for key, turns in keep.items()} == {first: [0, 1], second: [0, 1]}
+    assert PartialTurns.usable(rows, done={second}, hashes={"c": "h"}, settings="s").keys() == {first}
+    assert not PartialTurns.usable(rows, done=set(), hashes={"c": "changed"}, settings="s")

@@ -1,0 +1,77 @@
+"""Samples and recipes stopped mid-run through the command line: a seeded sample's output so far is kept
+like any other, the rerun continues it under the sample's own seed token-exact, each (id, sample) ends
+up once, and the row records the seed of every segment. Waits are on the simulator's decode steps, not
+on time."""
+
+from __future__ import annotations
+
+import signal
+
+import orjson
+from simharness import wait_until
+
+from synthgen.data.samples import sample_seed, split_key
+
+# Scheduler mode: one decode step gives every running request one token.
+SIM = ("--max-total-tokens", "60000", "--step-time", "0.002", "--output-len-dist", "fixed:120")
+COMMON = ("--max-tokens", "400", "--concurrency", "4", "--status-interval", "0.5", "--temperature", "0.8")
+
+
+def stop_with_tokens_in_flight(ws, sim, *args: str) -> str:
+    """Start a run, let its first four requests make a few tokens each, SIGTERM it; its output."""
+    proc = ws.start("--server-url", sim.url, *COMMON, *args)
+    try:
+        wait_until(lambda: sim.stats()["running"] >= 4, timeout=120, what="4 running")
+        steps = sim.stats()["decode_steps"]
+        wait_until(lambda: sim.stats()["decode_steps"] >= steps + 5, timeout=120, what="5 more steps")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return (ws.root / "nohup.out").read_text()
+
+
+def kept_partials(ws, dataset: str) -> dict[tuple[str, int], dict]:
+    lines = [orjson.loads(line) for line in ws.raw_lines(dataset, "partial_outputs.jsonl")]
+    return {split_key(line["id"]): line for line in lines}
+
+
+def whole_answer(sim, row: dict) -> list[int]:
+    """One uninterrupted request of the row's prompt under its sample's seed."""
+    params = {"max_new_tokens": 400, "skip_special_tokens": False, "temperature": 0.8}
+    params["sampling_seed"] = row["sampling_seed"]
+    return sim.client.post("/generate", json={"input_ids": row["input_ids"], "sampling_params": params}).json()[
+        "output_ids"
+    ]
+
+
+def assert_continued_under_its_seed(sim, row: dict, partial: dict) -> None:
+    seed = sample_seed(0, row["id"], row["sample"])
+    assert row["sampling_seed"] == seed and row["sampling_params"]["sampling_seed"] == seed
+    assert row["segments"] == [len(partial["output_ids"]), 120 - len(partial["output_ids"])]
+    assert row["segment_seeds"] == [seed, seed]
+    assert row["output_ids"] == whole_answer(sim, row)
+
+
+def test_a_stop_under_samples_keeps_each_samples_output_and_the_rerun_continues_it_under_its_seed(ws, make_sim):
+    sim = make_sim("chatml", *SIM)
+    ids = ws.dataset("short", "d", 3)
+    out = stop_with_tokens_in_flight(ws, sim, "--samples-per-prompt", "2", "--drain-timeout", "600")
+    assert "ending the 4 in flight through /abort_request, their output so far kept" in out
+    kept = kept_partials(ws, "d")
+    assert len(kept) == 4 and all(0 < len(p["output_ids"]) < 120 for p in kept.values()), kept
+    assert any(sample > 0 for _, sample in kept)  # the second sample of a prompt is kept too
+    generated = sim.stats()["tokens_generated"]
+
+    rerun = ws.run("--server-url", sim.url, *COMMON, "--samples-per-prompt", "2")
+    assert rerun.returncode == 0, rerun.stderr
+    assert "continuing 4 partial outputs" in rerun.stderr
+    rows = {(r["id"], r["sample"]): r for r in ws.results("d")}
+    assert sorted(rows) == sorted((i, k) for i in ids for k in range(2)) and len(ws.results("d")) == 6
+    assert not ws.raw_lines("d", "partial_outputs.jsonl")
+    assert sim.stats()["tokens_generated"] - generated + sum(len(p["output_ids"]) for p in kept.values()) == 6 * 120
+    for key, partial in kept.items():
+        assert_continued_under_its_seed(sim, rows[key], partial)
+    for key in set(rows) - set(kept):
+        assert rows[key]["segments"] is None and "segment_seeds" not in rows[key]
