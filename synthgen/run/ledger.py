@@ -29,6 +29,12 @@ class TokenLedger:
     def lost(self) -> int:
         return self.stopped + self.failed + self.loops
 
+    @property
+    def kept(self) -> int:
+        """What the exports can use: rows (but those cut before their answer) and partial outputs to continue;
+        ``--status``'s *kept* by the same rule."""
+        return self.rows + self.partials - self.cut
+
     def add(self, other: TokenLedger) -> TokenLedger:
         return TokenLedger(*(a + b for a, b in zip(self.values(), other.values(), strict=True)))
 
@@ -42,8 +48,7 @@ class TokenLedger:
         """A short part of the status line: how much of what was generated is kept."""
         if not self.generated:
             return ""
-        kept = self.rows + self.partials - self.cut
-        return f"kept {kept / self.generated:.0%} of {self.generated:,} tokens"
+        return f"kept {self.kept / self.generated:.0%} of {self.generated:,} tokens"
 
     def line(self) -> str:
         """The summary's line: generated, and where it went."""

@@ -59,6 +59,7 @@ class DatasetStats:
     # Skips an earlier run settled (run.settled): not taken again, listed at the end with their fix.
     settled: dict[str, int] = field(default_factory=dict)
     cut: int = 0  # rows of this run with an answer that stopped at --max-tokens (finish_reason length)
+    finishes: dict[str, int] = field(default_factory=dict)  # rows of this run by their last turn's finish reason
     in_flight: int = 0  # prompts of the dataset in flight
     tokens: TokenLedger = field(default_factory=TokenLedger)  # where this run's output tokens went
 
@@ -343,39 +344,38 @@ def write_last(text: str, stream: TextIO, log_file: Path | None) -> None:
             pass
 
 
+# The summary's columns after the dataset's name: the rows (done, owed, this run's), how this run's prompts
+# ended (its rows by finish reason, then the prompts that failed or were skipped), its output tokens generated
+# and kept (TokenLedger.kept), and its rate and wall time.
+FINISHES = ("stop", "length", "repetition")
+SUMMARY_HEADER = ("dataset", "done", "total", "this run", *FINISHES, "failed", "skipped", "generated", "kept")
+
+
+def _summary_cells(s: DatasetStats) -> list[int]:
+    return [
+        s.already_done + s.done,
+        s.target,
+        s.done,
+        *(s.finishes.get(finish, 0) for finish in FINISHES),
+        s.failed,
+        s.skipped,
+        s.tokens.generated,
+        s.tokens.kept,
+    ]
+
+
 def summary_table(stats: list[DatasetStats], wall: float) -> str:
-    header = ("dataset", "done", "total", "this run", "skipped", "failed", "out tokens", "tok/s", "wall")
+    header = (*SUMMARY_HEADER, "tok/s", "wall")
     rows = []
     for s in stats:
-        complete = s.already_done + s.done
-        rate = s.completion_tokens / s.wall if s.wall > 0 else 0.0
-        rows.append(
-            (
-                s.name,
-                f"{complete:,}",
-                f"{s.target:,}",
-                f"{s.done:,}",
-                f"{s.skipped:,}",
-                f"{s.failed:,}",
-                f"{s.completion_tokens:,}",
-                f"{rate:,.0f}",
-                fmt_duration(s.wall),
-            )
-        )
-    total_tokens = sum(s.completion_tokens for s in stats)
-    rows.append(
-        (
-            "TOTAL",
-            f"{sum(s.already_done + s.done for s in stats):,}",
-            f"{sum(s.target for s in stats):,}",
-            f"{sum(s.done for s in stats):,}",
-            f"{sum(s.skipped for s in stats):,}",
-            f"{sum(s.failed for s in stats):,}",
-            f"{total_tokens:,}",
-            f"{total_tokens / wall if wall > 0 else 0:,.0f}",
-            fmt_duration(wall),
-        )
+        rate = s.tokens.generated / s.wall if s.wall > 0 else 0.0
+        rows.append((s.name, *(f"{n:,}" for n in _summary_cells(s)), f"{rate:,.0f}", fmt_duration(s.wall)))
+    totals = [sum(column) for column in zip(*map(_summary_cells, stats), strict=True)] or [0] * (
+        len(SUMMARY_HEADER) - 1
     )
+    total_tokens = sum(s.tokens.generated for s in stats)
+    rate = total_tokens / wall if wall > 0 else 0
+    rows.append(("TOTAL", *(f"{n:,}" for n in totals), f"{rate:,.0f}", fmt_duration(wall)))
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
 
     def fmt(row: Sequence[str]) -> str:
@@ -413,6 +413,24 @@ def summary_table(stats: list[DatasetStats], wall: float) -> str:
 
 
 SHOWN_PATHS = 3
+
+
+def _unusable(stats: list[DatasetStats]) -> str:
+    """What of this run's answers the exports leave out, and what to do about it (the last line's note)."""
+    answers = sum(s.done for s in stats)
+    cut, looped = sum(s.cut for s in stats), sum(s.finishes.get("repetition", 0) for s in stats)
+    notes = []
+    if cut:
+        notes.append(
+            f"{cut:,} of this run's {answers:,} answers cut at --max-tokens: raise --max-tokens for whole answers, "
+            "or export the cut ones too with --keep-truncated"
+        )
+    if looped:
+        notes.append(
+            f"{looped:,} of this run's {answers:,} answers ended in a loop by the loop guard: left out of every "
+            "export; --redo repetition generates them again"
+        )
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def _paths(paths: list[str]) -> str:
@@ -484,13 +502,7 @@ def end_of_run(stats: list[DatasetStats], output_dir: Path, rerun: str, export: 
     elif nothing:
         lines.append("WARNING: every selected prompt was skipped, no row was written; see the reasons above")
     if rows:
-        where = _paths([str(output_dir / s.name / "raw_responses.jsonl") for s in rows])
-        cut = sum(s.cut for s in stats)
-        if cut:
-            where += (
-                f" ({cut:,} of this run's {sum(s.done for s in stats):,} answers cut at --max-tokens: raise "
-                "--max-tokens for whole answers, or export the cut ones too with --keep-truncated)"
-            )
+        where = _paths([str(output_dir / s.name / "raw_responses.jsonl") for s in rows]) + _unusable(stats)
         if sft:
             lines.append(
                 "for SFT trainers, the text re-rendered by the chat template (the export's render check counts "

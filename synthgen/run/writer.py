@@ -123,6 +123,7 @@ class Writer:
         c.last_finish = time.monotonic()
         if any(rowread.cut(t) for t in turns):
             c.cut += 1
+        c.finishes[turn.finish_reason] = c.finishes.get(turn.finish_reason, 0) + 1
         self.progress.finished(turn.completion_tokens)
 
     @staticmethod

@@ -77,12 +77,14 @@ def test_every_number_on_the_page_equals_the_rows_the_errors_and_the_runs_log(do
     # The data are what the test meant to make: some cut, one skip.
     assert expected["alpha/length"] != "0" and expected["alpha/stop"] != "0"
     assert expected["beta/errors/skipped/prompt_too_long"] == "1"
-    # The run's own summary table (TOTAL line: done, total, this run, skipped, failed, out tokens).
-    total = re.search(r"^TOTAL\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)", done.log, re.M)
+    # The run's own summary table (TOTAL line: done, total, this run, stop, length, repetition, failed, skipped,
+    # generated): nothing was lost, so every token generated is in a row.
+    total = re.search(r"^TOTAL" + r"\s+(\S+)" * 9, done.log, re.M)
     assert total is not None, done.log
     assert stats["total/rows"] == total[1]
-    assert stats["total/output_tokens"] == total[6]
-    assert (stats["total/skipped"], stats["total/failed"]) == (total[4], total[5])
+    assert (stats["total/length"], stats["total/repetition"]) == (total[5], total[6])
+    assert stats["total/output_tokens"] == total[9]
+    assert (stats["total/failed"], stats["total/skipped"]) == (total[7], total[8])
 
 
 def test_the_timeline_has_the_runs_samples_and_the_page_its_rate(done):

@@ -73,3 +73,49 @@ def test_a_run_whose_answers_all_hit_max_tokens_says_how_many_were_cut_and_what_
         [sys.executable, str(REPO / argv[1]), *argv[2:]], cwd=ws.root, env=cli_env(), capture_output=True, text=True
     )
     assert exported.returncode == 2 and "--keep-truncated keeps them" in exported.stderr
+
+
+SUMMARY = ("dataset", "done", "total", "this run", "stop", "length", "repetition", "failed", "skipped")
+SUMMARY += ("generated", "kept", "tok/s", "wall")
+
+
+def summary(stderr: str) -> dict[str, dict[str, str]]:
+    """The end-of-run table by dataset (TOTAL too): each column's text, read under its header."""
+    lines = stderr.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split() == [*SUMMARY[:3], "this", "run", *SUMMARY[4:]])
+    table = {}
+    for line in lines[head + 2 :]:
+        if line.startswith("-"):
+            continue
+        cells = line.split()
+        if len(cells) != len(SUMMARY):
+            break
+        table[cells[0]] = dict(zip(SUMMARY, cells, strict=True))
+        if cells[0] == "TOTAL":
+            break
+    return table
+
+
+def test_the_summary_says_per_dataset_how_answers_ended_and_tokens_generated_and_kept_and_the_last_line_the_loops(
+    ws, make_sim
+):
+    sim = make_sim("chatml")
+    rows = [{"id": "ok", "prompt": "a question"}, {"id": "loop", "prompt": "go [sim:loop]"}]
+    ws.dataset("short", "d", [*rows, {"id": "cut", "prompt": "long [sim:long=5000]"}])
+    ws.dataset("short", "e", [{"id": "x", "prompt": "another question"}])
+    result = ws.run("--server-url", sim.url, "--partition", "short", "--max-tokens", "3000")
+    assert result.returncode == 0, result.stderr
+    shown = summary(result.stderr)
+    d, e = ({r["id"]: r for r in ws.rows(name)} for name in ("d", "e"))
+    assert [d[i]["finish_reason"] for i in ("ok", "loop", "cut")] == ["stop", "repetition", "length"]
+    tokens = {i: row["completion_tokens"] for i, row in {**d, **e}.items()}
+    figures = {
+        "d": ("1", "1", "1", "0", f"{sum(tokens[i] for i in ('ok', 'loop', 'cut')):,}", f"{tokens['ok']:,}"),
+        "e": ("1", "0", "0", "0", f"{tokens['x']:,}", f"{tokens['x']:,}"),
+        "TOTAL": ("2", "1", "1", "0", f"{sum(tokens.values()):,}", f"{tokens['ok'] + tokens['x']:,}"),
+    }
+    columns = ("stop", "length", "repetition", "failed", "generated", "kept")
+    assert {name: tuple(row[c] for c in columns) for name, row in shown.items()} == figures
+    # The last line says that the looping answer is in no export, and what brings a whole one.
+    last = result.stderr.strip().splitlines()[-1]
+    assert "1 of this run's 4 answers ended in a loop by the loop guard: left out of every export; --redo " in last

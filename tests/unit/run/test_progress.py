@@ -3,6 +3,7 @@
 import io
 
 from synthgen.fmt import fmt_duration
+from synthgen.run.ledger import TokenLedger
 from synthgen.run.progress import DatasetStats, Progress, summary_table
 
 
@@ -44,19 +45,6 @@ def test_summary_reports_the_token_budget_overshoot():
     )
     table = summary_table([s], 10.0)
     assert "d: token budget 400 reached; 450 output tokens in total (overshot by 50)" in table
-    assert table.splitlines()[0].split() == [
-        "dataset",
-        "done",
-        "total",
-        "this",
-        "run",
-        "skipped",
-        "failed",
-        "out",
-        "tokens",
-        "tok/s",
-        "wall",
-    ]
 
 
 def test_durations_are_human_readable():
@@ -83,3 +71,21 @@ def test_the_eta_says_estimating_until_answers_come_then_counts_from_the_first_a
     # 20 answers in the 14.5 s since the first: 610 left at that rate, not at 20 answers a minute (30m30s)
     assert progress.eta() == 610 / (20 / 14.5)
     assert "ETA 7m22s" in progress.status_line()
+
+
+def test_the_summary_has_each_datasets_finish_reasons_and_tokens_generated_and_kept():
+    d = DatasetStats("d", target=5, done=4, failed=1, finishes={"stop": 2, "length": 1, "repetition": 1})
+    d.tokens = TokenLedger(generated=1_500, rows=1_000, loops=400, cut=300, partials=100)
+    e = DatasetStats("e", target=1, done=1, finishes={"stop": 1})
+    e.tokens = TokenLedger(generated=20, rows=20)
+    lines = summary_table([d, e], 10.0).splitlines()
+    assert lines[0].split() == [
+        *("dataset", "done", "total", "this", "run", "stop", "length", "repetition", "failed", "skipped"),
+        *("generated", "kept", "tok/s", "wall"),
+    ]
+    rows = {line.split()[0]: line.split()[1:12] for line in lines[2:5] if not line.startswith("-")}
+    assert rows == {
+        "d": ["4", "5", "4", "2", "1", "1", "1", "0", "1,500", "800", "0"],
+        "e": ["1", "1", "1", "1", "0", "0", "0", "0", "20", "20", "0"],
+    }
+    assert lines[5].split()[:11] == ["TOTAL", "5", "6", "5", "3", "1", "1", "1", "0", "1,520", "820"]
