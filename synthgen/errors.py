@@ -7,7 +7,7 @@
     ├── ServerError           (3)  server unreachable at start, bad API key
     │   ├── AuthError         (3)  401/403 from the server
     │   ├── ServerGone        (3)  down for longer than --server-wait          (server.discovery)
-    │   ├── ServerChanged     (3)  back from an outage with another model      (server.discovery)
+    │   ├── ServerChanged     (3)  back from an outage changed (model, context) (server.discovery)
     │   ├── ServerLaunchError (3)  --launch-server: exited or never ready      (launch.procs)
     │   │   └── ForeignServer (3)  another process answers at the URL          (launch.launcher)
     │   └── DemoSetupError    (3)  the demo server cannot be installed         (demo.install)

@@ -52,7 +52,7 @@ from synthgen.run.serverset import make_client
 from synthgen.run.stopping import RunStop
 from synthgen.run.writer import Writer
 from synthgen.server.backend import Backend
-from synthgen.server.discovery import ServerContext, ServerHealth, changed_identity, discover
+from synthgen.server.discovery import ServerContext, ServerHealth, changed_terms, discover
 
 # What a "rerun to retry" line prints when the caller does not say (the CLI passes the real command).
 RERUN_COMMAND = "python run_inference.py (the same arguments)"
@@ -350,7 +350,7 @@ class Pool:
             cfg.server_wait,
             *outage_hooks(progress, report, client.shown_url, cfg.server_wait),
             on_gone=lambda gone: progress.gave_up(str(gone)),
-            verify=lambda: changed_identity(client, server),
+            verify=lambda: changed_terms(client, server),
         )
         # auto: the server's load moves the limit; a fixed N only watches it, for the status line.
         fixed = cfg.concurrency

@@ -9,7 +9,10 @@ to, and what the run knows of each one. Pure: no I/O, no clock of its own (run/s
 
 Least load is the server's own ``/v1/loads`` (running + waiting) from the last poll, plus what this run sent
 it since; a server without ``/v1/loads`` is judged by this run's requests in flight on it. Ties go to the
-server sent the fewest requests, so equal servers take turns.
+server sent the fewest requests, so equal servers take turns. Each request a server ended without an
+answer since its last answer counts as one more request on it: a server that rejects everything at once
+is always idle, and would otherwise draw most of the prompts to fail there; so it is sent one more only
+while its failures in a row are fewer than the others' load.
 
 Pinning is rendezvous (highest random weight) hashing: a key goes to the server with the highest
 ``hash(key, url)`` among those that are in. While that server is in, every turn of the conversation goes to
@@ -43,6 +46,7 @@ class Slot:
     in_flight_at_report: int = 0  # this run's requests on it when that report was read
     sent: int = 0
     answered: int = 0
+    failing: int = 0  # requests it ended without an answer since its last answer
     moved: int = 0  # requests that failed on it as it went out (sent again elsewhere)
     outs: int = 0
     out_since: float | None = None
@@ -50,10 +54,10 @@ class Slot:
 
     def load(self) -> int:
         """Requests on the server now, as best known: its last report plus what was sent since (never
-        below this run's own in flight)."""
+        below this run's own in flight), plus its failures in a row."""
         if self.reported is None:
-            return self.in_flight
-        return max(self.in_flight, self.reported + self.in_flight - self.in_flight_at_report)
+            return self.in_flight + self.failing
+        return max(self.in_flight, self.reported + self.in_flight - self.in_flight_at_report) + self.failing
 
     def sending(self) -> None:
         self.sent += 1
@@ -62,6 +66,7 @@ class Slot:
     def ended(self, answered: bool) -> None:
         self.in_flight -= 1
         self.answered += answered
+        self.failing = 0 if answered else self.failing + 1
 
     def moved_away(self) -> None:
         """A request failed on it as it went out: sent again elsewhere."""
@@ -83,7 +88,7 @@ class Slot:
             self.up = True
             return 0.0
         out = now - self.out_since
-        self.up, self.out_since = True, None
+        self.up, self.out_since, self.failing = True, None, 0
         self.out_seconds += out
         return out
 

@@ -15,7 +15,9 @@ server), so the runner, the requests, the health check and the load monitor work
     abort(rid)      to the server the request is on
 
 A server taken out is probed (/health, then what it serves) until it answers, then put back in; one that
-comes back serving another model stays out, and the run says so. Every answer's ``worker`` is its server's
+comes back breaking what the servers agreed on at the start (discovery.Terms: its model, context length,
+parsers, a smaller input limit) stays out, and the run says so once: it would fail or change every row sent
+to it. Every answer's ``worker`` is its server's
 URL, so rows, the summary and the sick-worker check name the server.
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from synthgen.config import RunConfig
@@ -33,7 +36,7 @@ from synthgen.run.concurrency import LOADS_PATH, parse_loads
 from synthgen.run.servers import Slot, choose, disagreement, probe_delay, status_text, summary_lines
 from synthgen.server.backend import Backend
 from synthgen.server.client import DEFAULT_STREAM_INTERVAL, Closer, Generation, Progress, SGLangClient, Transient
-from synthgen.server.discovery import ServersDisagree, identity
+from synthgen.server.discovery import ServersDisagree, Terms, identity, input_limit, parsers, terms_of
 
 # A load poll of a server that hangs must not hold up the others' (nor the monitor).
 LOAD_TIMEOUT = 5.0
@@ -73,7 +76,8 @@ class ServerSet:
         self.stream_interval_honoured: bool | None = None
         self.gateway_seen = False
         self.router_found = False  # no gateway's worker listing here: the servers are asked themselves
-        self.identity: tuple[object, ...] | None = None  # what every server must serve (set by model_info)
+        self.terms = Terms()  # what every server agreed on at the start, held to when it comes back
+        self._settled: set[str] = set()  # which of the terms the start has read
         self._rids: dict[str, int] = {}  # request id -> the server it is on
         self._locks = [asyncio.Lock() for _ in clients]
         self._probes: dict[int, asyncio.Task[None]] = {}
@@ -174,13 +178,16 @@ class ServerSet:
             if not await client.healthy():
                 return False
             try:
-                now = identity(await client.model_info())
+                broken = self.terms.broken_by(await terms_of(client, self.terms.context_length is not None))
             except ServerError:  # also a key it refuses now: it stays out
                 return False
-            if self.identity is not None and now != self.identity:
+            if broken is not None:
                 if index not in self._told_changed:
                     self._told_changed.add(index)
-                    self.say(f"server {slot.url} answers again but serves {now!r}, not {self.identity!r}: it stays out")
+                    self.say(
+                        f"server {slot.url} answers again but has changed since the start ({broken}): it stays out, "
+                        "as every request sent to it would fail or differ; restart it as the others run"
+                    )
                 return False
             out = slot.bring_back(self.clock())
             self.say(f"server {slot.url} is back after {out:.0f} s out; requests go to it again")
@@ -221,18 +228,25 @@ class ServerSet:
                 "model: pass only --server-url of servers started alike"
             )
 
+    def _settle(self, term: str, value: Any) -> None:
+        """The start's answer to one of the terms (later answers do not change it)."""
+        if term not in self._settled:
+            self._settled.add(term)
+            self.terms = replace(self.terms, **{term: value})
+
     async def model_info(self) -> dict[str, Any]:
         answers = await self._ask_all(lambda client: client.model_info())
-        if self.identity is None:
+        if "identity" not in self._settled:
             self._agree("the model they serve", [(i, identity(info)) for i, info in answers])
-            self.identity = identity(answers[0][1])
+            self._settle("identity", identity(answers[0][1]))
             return dict(answers[0][1])
         # After an outage: a server serving something else is taken out; the run's model where one serves it.
-        same = [info for index, info in answers if identity(info) == self.identity]
+        run = self.terms.identity
+        same = [info for index, info in answers if identity(info) == run]
         if same:
             for index, info in answers:
-                if identity(info) != self.identity:
-                    self._take_out(index, f"it serves {identity(info)!r}, not the run's {self.identity!r}")
+                if identity(info) != run:
+                    self._take_out(index, f"it serves {identity(info)!r}, not the run's {run!r}")
             return dict(same[0])
         return dict(answers[0][1])
 
@@ -240,18 +254,20 @@ class ServerSet:
         answers = await self._ask_all(lambda client: client.context_length())
         self._agree("context length (max_model_len)", answers)
         value = answers[0][1]
-        return value if isinstance(value, int) else None
+        length = value if isinstance(value, int) else None
+        self._settle("context_length", length)
+        return length
 
     async def server_info(self) -> dict[str, Any]:
         answers = await self._ask_all(lambda client: client.server_info())
-        keys = ("reasoning_parser", "tool_call_parser")
-        self._agree("their parsers", [(i, tuple(info.get(k) for k in keys)) for i, info in answers])
+        self._agree("their parsers", [(i, parsers(info)) for i, info in answers])
+        self._settle("parsers", parsers(answers[0][1]))
         merged = dict(answers[0][1])
         # The input limit follows each server's KV pool: the smallest one holds for all.
-        limits = [info.get("max_req_input_len") for _, info in answers]
-        ints = [n for n in limits if isinstance(n, int) and not isinstance(n, bool) and n > 0]
+        ints = [n for n in (input_limit(info) for _, info in answers) if n is not None]
         if ints:
             merged["max_req_input_len"] = min(ints)
+        self._settle("input_limit", min(ints) if ints else None)
         return merged
 
     # ------------------------------------------------------------------ load

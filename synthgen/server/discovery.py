@@ -27,6 +27,59 @@ from synthgen.server.backend import Backend
 SCHEDULER_RESERVED = 6
 
 
+PARSER_KEYS = ("reasoning_parser", "tool_call_parser")
+IDENTITY_KEYS = ("model_path", "served_model_name", "tokenizer_path", "weight_version")
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What a server is held to while a run goes on, as read at the start: what it serves, its context
+    length, its parsers and its input limit. A server back from an outage that breaks one of them
+    would fail or change every row sent to it (a smaller context answers 400 at once), so it is not
+    taken back. ``context_length`` and ``input_limit`` None: not asked or not reported (not compared)."""
+
+    identity: tuple[object, ...] = ()
+    context_length: int | None = None
+    parsers: tuple[object, ...] = (None, None)
+    input_limit: int | None = None
+
+    def broken_by(self, now: Terms) -> str | None:
+        """What ``now`` (a server's terms after an outage) breaks of these, or None."""
+        broken = [
+            f"{key} {old!r} -> {new!r}"
+            for key, old, new in zip(IDENTITY_KEYS, self.identity or now.identity, now.identity, strict=True)
+            if old != new
+        ]
+        if self.context_length is not None and now.context_length != self.context_length:
+            broken.append(f"context length (max_model_len) {self.context_length} -> {now.context_length}")
+        broken += [
+            f"{key} {old!r} -> {new!r}"
+            for key, old, new in zip(PARSER_KEYS, self.parsers, now.parsers, strict=True)
+            if old != new
+        ]
+        if self.input_limit is not None and now.input_limit is not None and now.input_limit < self.input_limit:
+            broken.append(f"input limit (max_req_input_len) {self.input_limit} -> {now.input_limit}")
+        return "; ".join(broken) or None
+
+
+def parsers(server_info: dict[str, Any]) -> tuple[object, ...]:
+    return tuple(server_info.get(key) for key in PARSER_KEYS)
+
+
+def input_limit(server_info: dict[str, Any]) -> int | None:
+    value = server_info.get("max_req_input_len")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+async def terms_of(client: Backend, context: bool) -> Terms:
+    """A server's terms as it answers now (``context``: ask its context length too). Raises ServerError
+    when it cannot say what it serves."""
+    info = await client.model_info()
+    length = await client.context_length() if context else None
+    server_info = await client.server_info()
+    return Terms(identity(info), length, parsers(server_info), input_limit(server_info))
+
+
 @dataclass
 class ServerContext:
     model: str | None = None
@@ -36,6 +89,7 @@ class ServerContext:
     reasoning_parser: str | None = None  # what the server was started with (/server_info)
     tool_call_parser: str | None = None
     identity: tuple[object, ...] = ()  # see identity(): what must not change while the run goes on
+    terms: Terms = field(default_factory=lambda: Terms())  # what the server is held to after an outage
     context_len: int | None = None
     max_input_len: int | None = None
     vocab_size: int | None = None
@@ -84,6 +138,7 @@ async def discover(client: Backend, cfg: RunConfig) -> ServerContext:
         raise SynthgenError(f"{cfg.display_url}/model_info reports no tokenizer_path; pass --tokenizer PATH")
     # The served model's own config.json is the truth; a --tokenizer folder's is the fallback.
     model_config = templating.model_config(info.get("model_path"), ctx.tokenizer_path)
+    reported: int | None = None  # the server's own context length, if asked (not under --max-seq-len)
     if cfg.max_seq_len is not None:
         ctx.context_len = cfg.max_seq_len
     elif not info:  # a dry run without a server: the tokenizer folder's config.json, if it says
@@ -93,7 +148,7 @@ async def discover(client: Backend, cfg: RunConfig) -> ServerContext:
             "pass --max-seq-len N for the server's"
         )
     elif info:
-        ctx.context_len = await client.context_length()
+        ctx.context_len = reported = await client.context_length()
         if ctx.context_len is None:
             ctx.context_len = templating.model_context_length(model_config)
             found = (
@@ -105,7 +160,9 @@ async def discover(client: Backend, cfg: RunConfig) -> ServerContext:
                 f"the server reports no max_model_len at /v1/models; {found}; pass --max-seq-len to set it"
             )
     server_info = await client.server_info() if info else {}
-    for key in ("reasoning_parser", "tool_call_parser"):
+    if info:
+        ctx.terms = Terms(ctx.identity, reported, parsers(server_info), input_limit(server_info))
+    for key in PARSER_KEYS:
         if isinstance(server_info.get(key), str) and server_info[key]:
             setattr(ctx, key, server_info[key])
     value = server_info.get("max_req_input_len")
@@ -118,7 +175,7 @@ async def discover(client: Backend, cfg: RunConfig) -> ServerContext:
 
 def identity(info: dict[str, Any]) -> tuple[object, ...]:
     """What must not change under a running job: the served model, its weights and its tokenizer."""
-    return tuple(info.get(k) for k in ("model_path", "served_model_name", "tokenizer_path", "weight_version"))
+    return tuple(info.get(k) for k in IDENTITY_KEYS)
 
 
 class ServerGone(ServerError):
@@ -131,21 +188,17 @@ class ServersDisagree(ServerError):
 
 
 class ServerChanged(ServerError):
-    """The server came back from an outage serving another model, weights or tokenizer."""
+    """The server came back from an outage serving another model, weights or tokenizer, or with another
+    context length, parsers or a smaller input limit (Terms)."""
 
 
-async def changed_identity(client: Backend, ctx: ServerContext) -> str | None:
+async def changed_terms(client: Backend, ctx: ServerContext) -> str | None:
     """After an outage: why the server is not the one the run started with, or None if it is."""
     try:
-        info = await client.model_info()
+        now = await terms_of(client, ctx.terms.context_length is not None)
     except ServerError as exc:
         return f"cannot ask it what it serves ({exc})"
-    now = identity(info)
-    if now == ctx.identity:
-        return None
-    keys = ("model_path", "served_model_name", "tokenizer_path", "weight_version")
-    diffs = [f"{k} {old!r} -> {new!r}" for k, old, new in zip(keys, ctx.identity, now, strict=True) if old != new]
-    return "; ".join(diffs)
+    return ctx.terms.broken_by(now)
 
 
 class ServerHealth:
@@ -202,8 +255,9 @@ class ServerHealth:
                 if changed is not None:
                     self.gone = ServerChanged(
                         f"the server {self.client.shown_url} came back serving something else ({changed}); stopped so "
-                        "no row is made with another model than the run's; restart the run's model, or rerun with "
-                        "another --output-dir (or --allow-mixed-settings) to go on with this one"
+                        "no row is made with another model or settings than the run's and no prompt fails on them; "
+                        "restart it as it was, or rerun with another --output-dir (or --allow-mixed-settings) to go "
+                        "on with this one"
                     )
                     self.up.set()
                     self.on_gone(self.gone)

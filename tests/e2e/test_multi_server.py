@@ -100,3 +100,42 @@ def test_servers_serving_different_models_are_refused_at_start_naming_both(ws, m
     last = result.stderr.strip().splitlines()[-1]
     assert "the servers differ in the model they serve" in last and a.url in last and b.url in last, last
     assert a.stats()["generate_requests"] == b.stats()["generate_requests"] == 0
+
+
+def test_a_server_back_with_a_smaller_context_length_stays_out_and_every_prompt_is_answered(ws, make_sim):
+    a, b = make_sim("chatml"), make_sim("chatml", "--exit-after", "5")
+    ids = ws.dataset("short", "d", 40)
+    a.pause()  # as above: b dies on its 5th request while a holds its share, then comes back smaller
+    log = ws.root / "run.log"
+    proc = ws.start(*servers(a, b), "--concurrency", "4", "--max-attempts", "1", *COMMON, log=log)
+    try:
+        assert b.wait_exit(60) == 1
+        b.restart("--context-length", "40")
+        back = (f"server {b.url} answers again", f"server {b.url} is back after")
+        wait_until(lambda: any(line in log.read_text() for line in back), timeout=60, what="b probed")
+        a.resume()
+        assert proc.wait(120) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    refused = [line for line in text.splitlines() if f"server {b.url} answers again" in line]
+    assert len(refused) == 1 and "context length" in refused[0] and "4096" in refused[0], refused
+    assert "stays out" in refused[0]
+    assert f"server {b.url} is back after" not in text
+    ws.assert_exactly_once("d", ids)
+    assert ws.errors("d") == []
+    assert b.stats()["generate_requests"] == 0  # the smaller b was never sent a prompt
+
+
+def test_a_server_rejecting_every_request_at_once_does_not_draw_the_prompts_to_it(ws, make_sim):
+    a, b = make_sim("chatml"), make_sim("chatml")
+    ws.dataset("short", "d", 40)
+    b.configure(reject_all=True)  # a 400 at once: always idle, it would win every least-load choice
+    result = ws.run(*servers(a, b), "--concurrency", "4", "--max-attempts", "1", *COMMON)
+    assert result.returncode == 1, result.stderr
+    sent_to_b = b.stats()["generate_requests"]
+    # b is sent another request only while its failures in a row are fewer than a's load (at most what
+    # this run has in flight, 4, and a's last reported 4): a few prompts fail, not most of them.
+    assert 1 <= sent_to_b <= 9, sent_to_b
+    assert len(ws.errors("d")) == sent_to_b and len(ws.results("d")) == 40 - sent_to_b

@@ -153,6 +153,26 @@ def test_a_server_that_comes_back_with_another_model_stops_the_run(ws, make_sim,
     assert all(r["model"] != "another-model" for r in ws.results("d"))
 
 
+def test_a_server_that_comes_back_with_a_smaller_context_length_stops_the_run_in_one_line(ws, make_sim):
+    sim = make_sim("chatml", "--exit-after", "4")
+    ids = ws.dataset("short", "d", 40)
+    proc = ws.start("--server-url", sim.url, "--concurrency", "1", *COMMON, "--server-wait", "120")
+    try:
+        assert sim.wait_exit(60) == 1
+        sim.restart("--context-length", "40")  # every prompt here needs more: each would be a 400
+        code = proc.wait(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = (ws.root / "nohup.out").read_text()
+    assert code == 3, log
+    last = log.strip().splitlines()[-1]
+    assert "came back serving something else (context length (max_model_len) 4096 -> 40;" in last, last
+    assert ws.errors("d") == []  # stopped: no prompt failed on the smaller server
+    assert sim.stats()["generate_requests"] == 0
+    assert len(ws.results("d")) == 3 and len(ids) == 40
+
+
 # --- D4: malformed answers ------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "kind",

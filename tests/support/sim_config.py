@@ -155,6 +155,7 @@ class Faults:
     fail_first_n: int = 0
     malformed: str | None = None  # one of MALFORMED_KINDS: every 200 /generate answer is broken so
     no_workers: bool = False  # /generate answers sglang-router's 503 "No available workers"
+    reject_all: bool = False  # /generate answers SGLang's 400 at once, whatever it is sent
     # smg 1.13 in front (docs/sglang_api.md §11): the first N /generate answer its admission shed (429,
     # Retry-After, x-smg-error-code); answers name a worker from ``worker_ids`` (comma-separated, by
     # arrival); after ``garbage_after`` answers the last worker (or the server) answers "!!!!" to the end.

@@ -22,6 +22,7 @@ from sim_config import (
     HttpError,
     Settings,
     log,
+    value_error,
 )
 from sim_generation import SHED_CODE, malform, response_item, run_generation
 from sim_model import FakeModel
@@ -390,6 +391,8 @@ class SimHandler(BaseHTTPRequestHandler):
             faults = state.current_faults()
             if faults.no_workers:
                 raise HttpError(503, NO_WORKERS_TEXT)
+            if faults.reject_all:
+                raise value_error("The request is rejected (the simulator's reject_all)")
             workers = [w for w in faults.worker_ids.split(",") if w]
             if workers:
                 self.extra_headers["x-smg-routed-worker-id"] = workers[arrival % len(workers)]

@@ -112,9 +112,9 @@ def validate_config_change(key: str, value) -> None:
             raise HttpError(400, {"error": "worker_ids must be a string of comma-separated names"})
     elif key == "garbage_after" and value is None:
         pass
-    elif key == "no_workers":
+    elif key in ("no_workers", "reject_all"):
         if not isinstance(value, bool):
-            raise HttpError(400, {"error": "no_workers must be true or false"})
+            raise HttpError(400, {"error": f"{key} must be true or false"})
     elif isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         raise HttpError(400, {"error": f"{key} must be a non-negative number"})
     elif key.startswith("rate_") and value > 1:

@@ -86,7 +86,7 @@ class Sim:
 
     def configure(self, **changes) -> dict:
         """``POST /sim/config`` (rate_503, rate_drop, rate_abort, rate_slow, slow_seconds,
-        token_delay, fail_first_n, malformed, no_workers); returns the whole new configuration."""
+        token_delay, fail_first_n, malformed, no_workers, reject_all); returns the whole new configuration."""
         return self._control("POST", "/sim/config", json=changes)
 
     def reset(self) -> None:

@@ -53,6 +53,24 @@ def test_the_least_loaded_server_that_is_in_gets_the_request():
     assert choose(servers) == 0
 
 
+def test_a_server_failing_at_once_counts_its_failures_in_a_row_as_load_until_it_answers():
+    servers = slots(A, B)
+    servers[0].report(3)  # a: busy with 3; b: idle, but it ends every request without an answer
+    picked = []
+    for _ in range(4):
+        index = choose(servers)
+        assert index is not None
+        servers[index].sending()
+        if index == 1:
+            servers[1].ended(answered=False)
+        picked.append(index)
+    assert picked == [1, 1, 1, 0]  # b's 3 failures in a row weigh as a's 3 requests; then a's fewer sent win
+    assert servers[1].load() == 3
+    servers[1].sending()
+    servers[1].ended(answered=True)
+    assert servers[1].load() == 0  # one answer and it is judged by its load again
+
+
 def test_a_key_is_pinned_to_one_server_and_moves_only_while_that_server_is_out():
     servers = slots(A, B, C)
     keys = [f"conversation-{i}" for i in range(200)]

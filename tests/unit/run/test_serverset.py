@@ -112,7 +112,7 @@ def test_a_server_back_with_another_model_stays_out():
 
     up, said = scenario([a, b], body)
     assert up is False
-    assert any("answers again but serves" in line and "it stays out" in line for line in said)
+    assert any("answers again but has changed" in line and "it stays out" in line for line in said)
 
 
 def key_for(group: ServerSet, index: int) -> str:
