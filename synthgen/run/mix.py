@@ -5,6 +5,7 @@
     SampleRequest.sampling()         the sampling_params it is sent with (max_new_tokens apart)
     SampleRequest.row_fields()       what its row adds: sample, sampling_seed, recipe (with a mix)
     Mix.dry_run_lines(pairs)         the draw: how many samples each recipe gets, and its first sample
+    Mix.restarting()                 the recipes whose samples restart when ended early, and why
 
 With several samples per prompt or a mix (``RunConfig.mixed``) every request carries ``sampling_seed``: on
 a server with ``--enable-deterministic-inference`` it makes the sample reproducible; elsewhere SGLang
@@ -20,6 +21,7 @@ from typing import Any
 
 from synthgen.config import RunConfig
 from synthgen.data.mix import Effective, SamplingMix, effective
+from synthgen.data.partials import continuation_blocker
 from synthgen.data.samples import sample_rid, sample_seed
 
 
@@ -93,6 +95,16 @@ class Mix:
         seed = sample_seed(self.seed, prompt_id, sample)
         return SampleRequest(prompt_id, sample, seed, eff, recipe is not None, self.seeded)
 
+    def restarting(self) -> list[tuple[int, str]]:
+        """(recipe index, why) of each recipe whose samples are not continued from a partial output but
+        restart: its settings count output tokens (``partials.continuation_blocker``)."""
+        out: list[tuple[int, str]] = []
+        for recipe in self.recipes.recipes if self.recipes is not None else ():
+            why = continuation_blocker(effective(recipe, self.sampling, self.max_tokens, self.kwargs).sampling)
+            if why is not None:
+                out.append((recipe.index, why))
+        return out
+
     def settings(self) -> dict[str, Any]:
         """What settings.jsonl records of the mix (provenance.MIX_DEFAULTS: a run without samples or a mix
         records what it recorded before)."""
@@ -129,6 +141,16 @@ class Mix:
                 f"{count:,} samples ({share}){example}"
             )
         return lines
+
+
+def restart_note(restarting: list[tuple[int, str]]) -> str:
+    """The run's note at its start where some recipes' samples restart (``Mix.restarting``)."""
+    which = ", ".join(str(index) for index, _ in restarting)
+    why = restarting[0][1] if len(restarting) == 1 else "; ".join(f"recipe {i}: {w}" for i, w in restarting)
+    return (
+        f"note: samples of recipe{'s' if len(restarting) > 1 else ''} {which} restart instead of continuing when "
+        f"ended early ({why}); a stop waits --drain-timeout for them"
+    )
 
 
 def _params(req: SampleRequest) -> str:

@@ -6,7 +6,8 @@ it sent (the row records exactly what was sent).
                              failure (Failed), or a stop (Stopped); the retries are run/retry.py's
                              policy; what happens on the way (a partial output kept, a checkpoint,
                              tokens lost) goes to the writer as it happens, through ``emit``
-    Requests.abort_all()     a stop: every request in flight is ended through /abort_request; the
+    Requests.abort_all()     a stop: every request in flight is ended through /abort_request (the
+                             first signal: those whose output is kept alone, ``in_flight_kept``); the
                              server answers each with HTTP 200, finish_reason abort and the output so
                              far, which is kept (data/partials.py) instead of being thrown away; where
                              the server refuses it (smg: 404), a streamed request's stream is closed
@@ -16,9 +17,10 @@ A request ended before it finished (by our stop, or by the server) is continued,
 next attempt (or the next run) sends the prompt ids plus the partial output ids with what is left of
 ``max_new_tokens``, and the row's ``output_ids`` is the whole sequence, parsed on the whole, with
 ``segments`` saying how many tokens each attempt made. Where a continuation would not draw from the
-same distribution (``partials.continuation_blocker``), or with ``--keep-partials off``, requests
-restart instead and the stop drains as before. The partial outputs themselves (kept, continued,
-checkpointed, extended, ended by the loop guard) are run/continuation.py's ``Continuation``.
+same distribution (``partials.continuation_blocker``: the run's settings, or a recipe's), or with
+``--keep-partials off``, requests restart instead and the stop drains them as before. The partial
+outputs themselves (kept, continued, checkpointed, extended, ended by the loop guard) are
+run/continuation.py's ``Continuation``.
 """
 
 from __future__ import annotations
@@ -114,14 +116,20 @@ class Requests:
         return self.partials.blocker
 
     # ------------------------------------------------------------------ a stop
-    async def abort_all(self) -> int:
-        """End every request in flight through the server's /abort_request; how many it ends.
+    def in_flight_kept(self) -> tuple[int, int]:
+        """(the requests in flight whose output a stop keeps, the others: their recipe restarts them)."""
+        kept = sum(1 for job in self.live.values() if self.partials.keeps_for(job))
+        return kept, len(self.live) - kept
+
+    async def abort_all(self, kept_only: bool = False) -> int:
+        """End every request in flight (``kept_only``: those whose output is kept) through the server's
+        /abort_request; how many it ends.
         Their pending answers come back (200, abort, output so far) and are kept by ``request``.
         Where the server refuses (smg 1.13 answers 404), a streamed request's stream is closed
         instead, after its next chunk (at once when called again: the drain ran out, or a second
         signal): the ids it delivered are kept the same way, and the server, seeing its client
         gone, ends the request (docs/sglang_api.md §10); an unstreamed one is left to the drain."""
-        rids = list(self.live)
+        rids = [rid for rid, job in self.live.items() if not kept_only or self.partials.keeps_for(job)]
         accepted = await asyncio.gather(*(self.client.abort(rid) for rid in rids))
         refused = [rid for rid, ok in zip(rids, accepted, strict=True) if not ok]
         closing = [self.streams[rid] for rid in refused if rid in self.streams]

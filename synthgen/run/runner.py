@@ -42,6 +42,7 @@ from synthgen.run.dataset_run import DatasetRun, claim_dataset, now_iso, open_da
 from synthgen.run.fleet import Fleet
 from synthgen.run.job import Job
 from synthgen.run.ledger import TokenLedger
+from synthgen.run.mix import Mix, restart_note
 from synthgen.run.model import flag_settings, load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
 from synthgen.run.procedure import Procedure
@@ -380,6 +381,8 @@ class Pool:
                 f"note: requests ended early restart instead of continuing ({self.requests.blocker}); a stop "
                 "waits --drain-timeout for them"
             )
+        elif cfg.keep_partials and (restarting := Mix.from_config(cfg).restarting()):
+            progress.message(restart_note(restarting))
         # Rendering and tokenizing: one worker for the producer, one for the next turns of conversations.
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
         self.producer = Producer(cfg, runs, preparer, self._executor, stop, self.limit.target, writer.write)
@@ -430,8 +433,11 @@ class Pool:
     def keeps_partials(self) -> bool:
         return self.requests.keeps_partials
 
-    async def end_in_flight(self) -> int:
-        return await self.requests.abort_all()
+    def in_flight_kept(self) -> tuple[int, int]:
+        return self.requests.in_flight_kept()
+
+    async def end_in_flight(self, kept_only: bool = False) -> int:
+        return await self.requests.abort_all(kept_only)
 
     # ------------------------------------------------------------------ sending
     async def dispatch(self) -> None:

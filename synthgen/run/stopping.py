@@ -33,7 +33,9 @@ class InFlight(Protocol):
 
     def keeps_partials(self) -> bool: ...
 
-    async def end_in_flight(self) -> int: ...
+    def in_flight_kept(self) -> tuple[int, int]: ...
+
+    async def end_in_flight(self, kept_only: bool = False) -> int: ...
 
 
 class RunStop:
@@ -74,7 +76,8 @@ class RunStop:
         return signals.exit_code(self.signal)
 
     def on_signal(self, sig: signal.Signals) -> None:
-        """The first signal stops sending and ends what is in flight (keeping its output) or drains; a
+        """The first signal stops sending, ends what is in flight whose output is kept and drains the
+        rest (a recipe's samples that restart, or everything where partial outputs are not kept); a
         second (or the drain timeout) ends what is left."""
         name = sig.name
         if self.signal is not None:
@@ -89,17 +92,26 @@ class RunStop:
                 self._cancel(f"{name} during an outage: nothing in flight can finish")
                 return
         asyncio.get_running_loop().call_later(self.drain_timeout, self._end_now, "drain timeout")
-        if pool is not None and pool.keeps_partials():
+        wait, again = fmt_duration(self.drain_timeout), f"(send {name} again to stop now)"
+        kept, others = pool.in_flight_kept() if pool is not None else (0, 0)
+        if pool is not None and pool.keeps_partials() and (kept or not others):
             # Nothing is lost by ending them now: their output so far is kept and the next run continues it.
-            self._ending = asyncio.create_task(pool.end_in_flight())
+            self._ending = asyncio.create_task(pool.end_in_flight(kept_only=bool(others)))
+            if not others:
+                self.progress.message(
+                    f"{name}: no new requests; ending the {self.progress.in_flight} in flight through "
+                    f"/abort_request, their output so far kept for the next run to continue {again}"
+                )
+                return
             self.progress.message(
-                f"{name}: no new requests; ending the {self.progress.in_flight} in flight through /abort_request, "
-                f"their output so far kept for the next run to continue (send {name} again to stop now)"
+                f"{name}: no new requests; ending the {kept} in flight whose output is kept through /abort_request "
+                f"(kept for the next run to continue); waiting up to {wait} for the other {others}, whose recipe "
+                f"restarts when ended early, so its output would not be kept {again}"
             )
             return
+        why = ", whose recipe restarts when ended early" if pool is not None and pool.keeps_partials() else ""
         self.progress.message(
-            f"{name}: no new requests; waiting up to {fmt_duration(self.drain_timeout)} for "
-            f"{self.progress.in_flight} in flight (send {name} again to stop now)"
+            f"{name}: no new requests; waiting up to {wait} for {self.progress.in_flight} in flight{why} {again}"
         )
 
     def _end_now(self, why: str) -> None:

@@ -1,7 +1,8 @@
 """Samples and recipes stopped mid-run through the command line: a seeded sample's output so far is kept
 like any other, the rerun continues it under the sample's own seed token-exact, each (id, sample) ends
-up once, and the row records the seed of every segment. Waits are on the simulator's decode steps, not
-on time."""
+up once, and the row records the seed of every segment. A recipe whose continuation would be another
+distribution (an output-side penalty) is not kept: the stop says so and waits for it. Waits are on the
+simulator's decode steps, not on time."""
 
 from __future__ import annotations
 
@@ -75,3 +76,46 @@ def test_a_stop_under_samples_keeps_each_samples_output_and_the_rerun_continues_
         assert_continued_under_its_seed(sim, rows[key], partial)
     for key in set(rows) - set(kept):
         assert rows[key]["segments"] is None and "segment_seeds" not in rows[key]
+
+
+PENALTY_MIX = '[{"weight": 1}, {"weight": 1, "sampling_params": {"presence_penalty": 0.5}}]'
+
+
+def test_a_stop_under_a_mix_keeps_the_plain_recipes_and_waits_for_a_penalty_recipe_saying_so(ws, make_sim):
+    sim = make_sim("chatml", *SIM)
+    ws.dataset("short", "d", 4)
+    mix = ("--sampling-mix", PENALTY_MIX)
+    out = stop_with_tokens_in_flight(ws, sim, *mix, "--drain-timeout", "600")
+    assert "note: samples of recipe 1 restart instead of continuing when ended early (presence_penalty 0.5" in out
+    kept = kept_partials(ws, "d")
+    first = [orjson.loads(line) for line in ws.raw_lines("d")]
+    penalised = {(r["id"], r["sample"]) for r in first if r["recipe"]["index"] == 1}
+    # The four in flight: the plain recipe's ended and kept, the penalty recipe's drained into rows.
+    assert kept and penalised and len(kept) + len(penalised) == 4, (kept, penalised)
+    assert f"ending the {len(kept)} in flight whose output is kept through /abort_request" in out
+    assert f"waiting up to 10m00s for the other {len(penalised)}, whose recipe restarts when ended early" in out
+    assert all(r["segments"] is None for r in first)
+
+    rerun = ws.run("--server-url", sim.url, *COMMON, *mix)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"continuing {len(kept)} partial outputs" in rerun.stderr
+    rows = {(r["id"], r["sample"]): r for r in ws.results("d")}
+    assert len(ws.results("d")) == len(rows) == 4
+    for key, partial in kept.items():
+        assert rows[key]["recipe"]["index"] == 0
+        assert_continued_under_its_seed(sim, rows[key], partial)
+
+
+def test_continue_cut_extends_a_cut_sample_under_its_own_seed(ws, make_sim):
+    sim = make_sim("chatml")
+    ids = ws.dataset("short", "d", 2)
+    flags = ("--max-tokens", "6", "--continue-cut", "200", "--samples-per-prompt", "2", "--temperature", "0.8")
+    result = ws.run("--server-url", sim.url, *flags)
+    assert result.returncode == 0, result.stderr
+    assert "4 cut answers continued by --continue-cut" in result.stderr
+    rows = ws.results("d")
+    assert sorted((r["id"], r["sample"]) for r in rows) == sorted((i, k) for i in ids for k in range(2))
+    for row in rows:
+        seed = sample_seed(0, row["id"], row["sample"])
+        assert row["extended_by"] == 200 and row["segments"][0] == 6 and row["segment_seeds"] == [seed, seed]
+        assert row["finish_reason"] == "stop" and row["output_ids"] == whole_answer(sim, row)

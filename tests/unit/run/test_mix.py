@@ -2,7 +2,7 @@
 
 from synthgen.data.mix import load_mix
 from synthgen.data.samples import sample_seed
-from synthgen.run.mix import Mix
+from synthgen.run.mix import Mix, restart_note
 
 MIX = load_mix(
     '[{"weight": 3, "temperature": 0.0}, '
@@ -87,3 +87,17 @@ def test_a_budget_planned_for_another_sample_count_is_refused_naming_the_flag(tm
         config_from_args(build_parser().parse_args(["--budget", str(plan)]))
     cfg = config_from_args(build_parser().parse_args(["--budget", str(plan), "--samples-per-prompt", "4"]))
     assert cfg.samples_per_prompt == 4 and cfg.mixed
+
+
+def test_the_recipes_whose_samples_restart_are_those_with_an_output_side_setting_a_seed_is_not_one():
+    assert mix().restarting() == [] and mix(recipes=None).restarting() == []
+    penalties = load_mix(
+        '[{"temperature": 0.8}, {"sampling_params": {"presence_penalty": 0.5}}, '
+        '{"sampling_params": {"min_new_tokens": 4}}]'
+    )
+    restarting = mix(penalties).restarting()
+    assert [index for index, _ in restarting] == [1, 2]
+    assert restarting[0][1].startswith("presence_penalty 0.5: it counts output tokens")
+    note = restart_note(restarting)
+    assert note.startswith("note: samples of recipes 1, 2 restart instead of continuing when ended early (recipe 1: ")
+    assert restart_note(restarting[:1]).startswith("note: samples of recipe 1 restart instead of continuing")
