@@ -33,6 +33,7 @@ from synthgen.data.rowread import (
     from_dict,
     looped,
 )
+from synthgen.report.examples import Examples
 
 STOP = "stop"
 
@@ -86,6 +87,7 @@ class DatasetFigures:
     budget: int | None = None  # output tokens the dataset may use
     by_worker: Counter[tuple[str, str]] = field(default_factory=Counter)  # (worker, finish or error kind) -> rows
     budget_kind: str = ""  # "cap" (--max-tokens-per-dataset) or "plan" (a budget file's expected tokens)
+    examples: Examples = field(default_factory=Examples)  # a few rows kept to show (examples.py)
     _ids: set[str] = field(default_factory=set, repr=False)  # the keys of the rows counted
     _answered: set[str] = field(default_factory=set, repr=False)  # the keys of malformed rows
 
@@ -137,6 +139,7 @@ class DatasetFigures:
         self.rows_with_tool_calls += calls > 0
         self.turns += len(turns)
         self.turns_per_row[len(turns)] += 1
+        self.examples.add(row)
 
     def set_errors(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """errors.jsonl: the latest line of each prompt counts, and only prompts that have no row (an error

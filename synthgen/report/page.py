@@ -20,6 +20,7 @@ from typing import Any
 from synthgen.data.rowread import LENGTH, LOOPED
 from synthgen.fmt import fmt_duration
 from synthgen.report import svg
+from synthgen.report.examples import examples_section
 from synthgen.report.figures import STOP, DatasetFigures, bins, quantile, share
 from synthgen.report.timeline import Timeline
 
@@ -403,11 +404,12 @@ def dataset_section(d: DatasetFigures, index: int) -> str:
             f"already counted), {stat(d.name + '/malformed', f'{d.malformed:,}')} malformed rows, "
             f"{stat(d.name + '/unreadable', f'{d.unreadable:,}')} unreadable lines</li>"
         )
+    examples = examples_section(d.examples.chosen(quantile([s.output for s in d.samples], 0.5)))
     return (
         f'<section class="dataset" id="ds-{escape(d.name)}"><h3>{escape(d.name)}</h3>'
         f'<ul class="facts">{"".join(facts)}</ul>'
         f'{finish_legend(list(d.finish))}<div class="figs">{"".join(figs)}</div>{lengths_table(d)}{workers_table(d)}'
-        f"{errors_table(d)}</section>"
+        f"{errors_table(d)}{examples}</section>"
     )
 
 
@@ -491,6 +493,11 @@ table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0;font-variant-nume
 th,td{border-bottom:1px solid var(--line);padding:.2rem .5rem;text-align:right;white-space:nowrap}
 th:first-child,td:first-child{text-align:left}td.example{text-align:left;white-space:normal;min-width:16rem}
 .facts{margin:.2rem 0 .6rem;padding-left:1.2rem}a{color:#2b6cb0}
+h4{font-size:.95rem;margin:1rem 0 .2rem}details.example{border:1px solid var(--line);border-radius:6px;
+margin:.4rem 0;padding:.3rem .6rem}details.example summary{cursor:pointer;overflow-wrap:anywhere}
+.example .why{font-weight:600}.example dt{font-size:.8rem;color:var(--muted);margin-top:.4rem}.example dd{margin:0}
+.example pre{white-space:pre-wrap;overflow-wrap:anywhere;unicode-bidi:isolate;max-height:24rem;overflow:auto;
+margin:.1rem 0;padding:.4rem;background:var(--card);font-size:.8rem}.example .none{margin:0;color:var(--muted)}
 @media (max-width:40rem){body{padding:.5rem;font-size:14px}.card .big{font-size:1.3rem}h1{font-size:1.15rem}}
 @media print{body{max-width:none;padding:0;font-size:10pt}.scroll{overflow:visible}
 table{font-size:8pt}th,td{white-space:normal;padding:.1rem .3rem}.key,.card{print-color-adjust:exact;
