@@ -93,7 +93,7 @@ def test_a_stop_under_a_mix_keeps_the_plain_recipes_and_waits_for_a_penalty_reci
     # The four in flight: the plain recipe's ended and kept, the penalty recipe's drained into rows.
     assert kept and penalised and len(kept) + len(penalised) == 4, (kept, penalised)
     assert f"ending the {len(kept)} in flight whose output is kept through /abort_request" in out
-    assert f"waiting up to 10m00s for the other {len(penalised)}, whose recipe restarts when ended early" in out
+    assert f"waiting up to 10m00s for the other {len(penalised)}, whose output would not be kept (their recipe" in out
     assert all(r["segments"] is None for r in first)
 
     rerun = ws.run("--server-url", sim.url, *COMMON, *mix)
