@@ -119,3 +119,32 @@ def test_continue_cut_extends_a_cut_sample_under_its_own_seed(ws, make_sim):
         seed = sample_seed(0, row["id"], row["sample"])
         assert row["extended_by"] == 200 and row["segments"][0] == 6 and row["segment_seeds"] == [seed, seed]
         assert row["finish_reason"] == "stop" and row["output_ids"] == whole_answer(sim, row)
+
+
+def test_a_kill_9_under_samples_keeps_each_samples_checkpoints_with_its_seed_and_the_rerun_continues_them(ws, make_sim):
+    sim = make_sim("chatml", *SIM)
+    ids = ws.dataset("short", "d", 2)
+    args = (*COMMON, "--samples-per-prompt", "2", "--checkpoint-tokens", "16")
+    proc = ws.start("--server-url", sim.url, *args)
+    try:
+        wait_until(lambda: sim.stats()["running"] >= 4, timeout=120, what="4 running")
+        steps = sim.stats()["decode_steps"]
+        wait_until(lambda: sim.stats()["decode_steps"] >= steps + 40, timeout=120, what="40 more steps")
+        proc.kill()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = [orjson.loads(line) for line in ws.raw_lines("d", "partial_outputs.jsonl")]
+    assert {split_key(line["id"]) for line in lines} == {(i, k) for i in ids for k in range(2)}
+    for line in lines:
+        prompt, sample = split_key(line["id"])
+        assert line["segment_seeds"] == [sample_seed(0, prompt, sample)]
+    rerun = ws.run("--server-url", sim.url, *args)
+    assert rerun.returncode == 0, rerun.stderr
+    rows = ws.results("d")
+    assert sorted((r["id"], r["sample"]) for r in rows) == sorted((i, k) for i in ids for k in range(2))
+    for row in rows:
+        seed = sample_seed(0, row["id"], row["sample"])
+        assert len(row["segments"]) == 2 and row["segments"][0] >= 32 and row["segment_seeds"] == [seed, seed]
+        assert row["output_ids"] == whole_answer(sim, row)
