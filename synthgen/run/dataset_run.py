@@ -215,7 +215,8 @@ class DatasetRun:
 def plan_lines(run: DatasetRun) -> list[str]:
     """The plan of one dataset as a run prints it: what it holds, what was passed over, what this run takes."""
     ix, sel, resume = run.index, run.selection, run.resume
-    cap = "no cap" if sel.cap is None else f"cap {sel.cap:,}"
+    per_prompt = run.mix.per_prompt if run.mix is not None else 1
+    cap = "no cap" if sel.cap is None else f"cap {plural(sel.cap, 'prompt') if per_prompt > 1 else f'{sel.cap:,}'}"
     extra = []
     if ix.duplicates:
         extra.append(f"{plural(ix.duplicates, 'duplicate id')} ignored (first wins)")
@@ -223,8 +224,6 @@ def plan_lines(run: DatasetRun) -> list[str]:
         extra.append(f"{plural(ix.bad_lines, 'bad line')} skipped")
     if ix.dropped_empty_system:
         extra.append(f"{plural(ix.dropped_empty_system, 'empty system turn')} dropped")
-    if run.mix is not None and run.mix.seeded:
-        extra.append(f"{run.mix.per_prompt} samples per prompt: 'to run' counts samples")
     if resume.repaired:
         extra.append(resume.repaired)
     if resume.bom:
@@ -242,9 +241,12 @@ def plan_lines(run: DatasetRun) -> list[str]:
     if run.counts.settled:
         kinds = ", ".join(sorted(run.counts.settled))
         extra.append(f"{sum(run.counts.settled.values()):,} skipped for good by an earlier run ({kinds})")
+    # Several samples of a prompt: what is done and what is to run are samples, and said so.
+    held = f"{sel.already_done:,}" if per_prompt == 1 else plural(run.counts.already_done, "sample")
+    prompts = plural(sel.available, "prompt") + (f" x {per_prompt:,} samples" if per_prompt > 1 else "")
     lines = [
-        f"  {run.name} ({ix.source.partition}): {plural(sel.available, 'prompt')}, {cap}, "
-        f"{sel.already_done:,} already done, {len(sel.pending):,} to run" + (f" [{'; '.join(extra)}]" if extra else "")
+        f"  {run.name} ({ix.source.partition}): {prompts}, {cap}, {held} already done, {len(sel.pending):,} to run"
+        + (f" [{'; '.join(extra)}]" if extra else "")
     ]
     lines += [f"    skipped {bad}" for bad in ix.first_bad]
     return lines
