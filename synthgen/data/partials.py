@@ -4,7 +4,9 @@ it instead of paying for it again.
 
     outputs/<dataset>/partial_outputs.jsonl
         {"id", "turn", "start", "output_ids", "segments", "prompt_hash", "settings"} per line,
-        and "segment_seeds" where the attempts sent a sampling_seed
+        "segment_seeds" where the attempts sent a sampling_seed, and "max_new_tokens", "extended_by"
+        where the output is a cut answer being extended by --continue-cut (the turn's whole budget:
+        the cut answer's length plus the ``extended_by`` tokens it was given)
 
 ``id`` is the work's key (``samples.sample_key``: the prompt id, with the sample after the first), so each
 (id, sample) has its own partial. A line holds the ids from position ``start`` on: 0 for a whole partial
@@ -61,6 +63,27 @@ def continuation_blocker(sampling: dict[str, Any]) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Extension:
+    """A cut answer being extended by --continue-cut: the turn's whole ``max_new_tokens`` (the cut
+    answer's length plus ``extended_by``), so a rerun continues the extension to the same end."""
+
+    max_new_tokens: int
+    extended_by: int
+
+    @property
+    def cut_at(self) -> int:
+        """The cut answer's length: where the extension began."""
+        return self.max_new_tokens - self.extended_by
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> Extension | None:
+        budget, extra = row.get("max_new_tokens"), row.get("extended_by")
+        if type(budget) is not int or type(extra) is not int or not 0 < extra < budget:
+            return None
+        return cls(budget, extra)
+
+
+@dataclass(frozen=True, slots=True)
 class Partial:
     id: str
     turn: int  # regenerate=all: the turn it is part of (0 otherwise)
@@ -70,6 +93,7 @@ class Partial:
     settings: str | None
     start: int = 0  # as a line: output_ids hold the ids from here on (see the module docstring)
     seeds: list[int | None] | None = None  # the sampling_seed each attempt sent (None: no attempt sent one)
+    extension: Extension | None = None  # --continue-cut: the cut answer's extension this output is part of
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> Partial | None:
@@ -89,6 +113,7 @@ class Partial:
             settings if isinstance(settings, str) else None,
             start,
             _seeds(row.get("segment_seeds"), len(segments)),
+            Extension.from_dict(row),
         )
 
     def to_json(self, start: int = 0) -> bytes:
@@ -97,6 +122,8 @@ class Partial:
         row |= {"segments": self.segments, "prompt_hash": self.prompt_hash, "settings": self.settings}
         if self.seeds is not None:
             row["segment_seeds"] = self.seeds
+        if self.extension is not None:
+            row |= {"max_new_tokens": self.extension.max_new_tokens, "extended_by": self.extension.extended_by}
         return orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
 
     def extended(self, line: Partial) -> Partial | None:
@@ -110,6 +137,20 @@ class Partial:
     @property
     def tokens(self) -> int:
         return len(self.output_ids)
+
+    def head(self, n: int) -> Partial:
+        """This partial's first ``n`` ids (all of it when it has no more), its segments and seeds cut to match."""
+        if n >= self.tokens:
+            return self
+        segments, seeds, total = [], [], 0
+        for i, made in enumerate(self.segments):
+            if total >= n:
+                break
+            segments.append(min(made, n - total))
+            seeds.append(None if self.seeds is None else self.seeds[i])
+            total += segments[-1]
+        recorded = seeds if self.seeds is not None else None
+        return dataclasses.replace(self, output_ids=self.output_ids[: max(n, 0)], segments=segments, seeds=recorded)
 
 
 def _seeds(value: Any, segments: int) -> list[int | None] | None:

@@ -3,7 +3,7 @@ attempt (or the next run), checkpointed as a stream grows, extended once where -
 and cut short by the loop guard. Each step takes the turn's ``job.Carry`` and gives the next one (and
 the outcomes to write, run/outcomes.py); nothing here writes or counts.
 
-    Continuation.resume(job, partial)    an earlier run's partial output of the job, carried if it fits
+    Continuation.resume(job, partial)    an earlier run's partial output of the job (or of its extension), carried
     Continuation.keep(job, carry, ids)   an ended attempt's output so far: carried and kept, or lost
     Continuation.extend(job, carry, turn)  --continue-cut: a cut answer carried into one more request
     Continuation.watch(job, carry, emit)   the progress hook of a streamed attempt: loop guard, checkpoints
@@ -25,7 +25,7 @@ from typing import Any
 
 from synthgen.config import RunConfig
 from synthgen.data import rowread
-from synthgen.data.partials import Partial, continuation_blocker
+from synthgen.data.partials import Extension, Partial, continuation_blocker
 from synthgen.data.records import Turn
 from synthgen.run.job import Carry, Job
 from synthgen.run.loopguard import LoopGuard, Repetition
@@ -113,7 +113,8 @@ class Continuation:
             if found is not None:
                 raise LoopFound(found, list(ids))
             if every and len(ids) - saved >= every:
-                emit(Checkpoint(job, whole, [*segments, len(ids)], len(base) + saved, seeds=recorded))
+                at = len(base) + saved
+                emit(Checkpoint(job, whole, [*segments, len(ids)], at, seeds=recorded, extension=carry.extension()))
                 saved = len(ids)
 
         return progress
@@ -133,18 +134,32 @@ class Continuation:
             request_id=payload["rid"],
         )
 
-    @staticmethod
-    def resume(job: Job, partial: Partial | None) -> tuple[Carry, Discarded | None]:
-        """The turn's start: a partial output an earlier run kept for this prompt (and turn) carried,
-        if it can be continued; one with nothing left to continue (the context shrank, a cut
-        extended) is discarded."""
-        fresh = Carry.fresh(job)
+    def resume(self, job: Job, partial: Partial | None) -> tuple[Carry, Discarded | None]:
+        """The turn's start: a partial output an earlier run kept for this prompt (and turn), carried. A
+        cut answer's --continue-cut extension goes on to the end it was given, the context allowing.
+        Ids at or past the turn's max_new_tokens (the context shrank since, or a checkpoint caught the
+        last id) are dropped, the last kept one sampled again: still the same generation."""
         if partial is None:
-            return fresh, None
-        if partial.tokens >= job.max_new_tokens:
-            return fresh, Discarded(job.dataset, partial.tokens)
-        seeds = partial.seeds or [None] * len(partial.segments)
-        return Carry(job.max_new_tokens, partial.output_ids, partial.segments, partial.tokens, seeds=seeds), None
+            return Carry.fresh(job), None
+        budget, extended_by = self._budget(job, partial.extension)
+        kept = partial.head(budget - 1)
+        dropped = Discarded(job.dataset, partial.tokens - kept.tokens) if kept.tokens < partial.tokens else None
+        if not kept.tokens:
+            return Carry.fresh(job), dropped
+        seeds = kept.seeds or [None] * len(kept.segments)
+        return Carry(budget, kept.output_ids, kept.segments, kept.tokens, extended_by, seeds), dropped
+
+    def _budget(self, job: Job, extension: Extension | None) -> tuple[int, int | None]:
+        """(max_new_tokens, extended_by) of the turn a partial output is part of: the job's, or a
+        --continue-cut extension's end (its cut answer's length plus what it was given), the context
+        allowing (else the cut answer alone, cut again and extended as this run's flags say)."""
+        if extension is None:
+            return job.max_new_tokens, None
+        ctx = self.server
+        fitted, _ = fit_max_new_tokens(len(job.input_ids), extension.max_new_tokens, ctx.context_len, ctx.max_input_len)
+        if fitted is None or fitted <= extension.cut_at:
+            return job.max_new_tokens, None
+        return fitted, fitted - extension.cut_at
 
     def keep(self, job: Job, carry: Carry, partial: list[int]) -> tuple[Carry, list[Outcome]]:
         """An ended attempt's output so far (an abort's answer, or what a stream delivered): carried
@@ -160,7 +175,7 @@ class Continuation:
             return carry, outcomes
         ids, segments = [*(carry.output_ids or []), *partial], [*carry.segments, len(partial)]
         after = replace(carry, output_ids=ids, segments=segments, seeds=[*carry.seeds, self.seed_of(job)])
-        outcomes.append(KeptPartial(job, ids, segments, len(partial), after.recorded_seeds()))
+        outcomes.append(KeptPartial(job, ids, segments, len(partial), after.recorded_seeds(), after.extension()))
         return after, outcomes
 
     def extend(self, job: Job, carry: Carry, turn: Turn) -> Carry | None:

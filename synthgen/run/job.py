@@ -16,6 +16,7 @@ from typing import Any
 
 from synthgen.chat.parsers import OutputParser
 from synthgen.data import rowread
+from synthgen.data.partials import Extension
 from synthgen.data.prompts import Prompt
 from synthgen.data.records import Turn
 from synthgen.data.samples import sample_key
@@ -122,6 +123,10 @@ class Carry:
     def left(self) -> int:
         """What is left of max_new_tokens for the next request."""
         return self.max_new_tokens - self.tokens
+
+    def extension(self) -> Extension | None:
+        """--continue-cut: the extension this carry is part of, as a partial output line records it."""
+        return Extension(self.max_new_tokens, self.extended_by) if self.extended_by else None
 
     def recorded_seeds(self) -> list[int | None] | None:
         """The segments' seeds as a row or a partial output line records them: None when no attempt sent one."""

@@ -22,7 +22,7 @@ class TokenLedger:
     loops: int = 0  # of them: rows ended by the loop guard (left out of exports)
     cut: int = 0  # part of ``rows``: rows cut at --max-tokens with their reasoning open (exports drop them)
     earlier: int = 0  # partial outputs of earlier runs continued into rows this run
-    discarded: int = 0  # partial outputs of earlier runs discarded (their prompt or settings changed)
+    discarded: int = 0  # partial outputs of earlier runs discarded (prompt or settings changed, past max tokens)
     extended: int = 0  # rows (turns), not tokens: cut answers continued by --continue-cut
 
     @property
@@ -63,5 +63,6 @@ class TokenLedger:
         if self.extended:
             text += f"; {self.extended:,} cut answers continued by --continue-cut"
         if self.discarded:
-            text += f"; {self.discarded:,} of earlier partial outputs discarded (prompt or settings changed)"
+            why = "prompt or settings changed, or past the turn's max tokens"
+            text += f"; {self.discarded:,} of earlier partial outputs discarded ({why})"
         return text

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from synthgen.data.partials import Extension
 from synthgen.data.records import Turn
 from synthgen.run.job import Carry, Job
 
@@ -70,6 +71,7 @@ class KeptPartial:
     segments: list[int]
     generated: int  # of them, new this run: kept, to be continued
     seeds: list[int | None] | None = None  # the sampling_seed of each segment (None: none was sent)
+    extension: Extension | None = None  # --continue-cut: the cut answer's extension it is part of
 
     @property
     def dataset(self) -> str:
@@ -84,6 +86,7 @@ class Checkpoint:
     start: int  # the ids from here on are new on disk (the earlier ones are there)
     generated: int = 0  # counted when the attempt ends
     seeds: list[int | None] | None = None  # the sampling_seed of each segment (None: none was sent)
+    extension: Extension | None = None  # --continue-cut: the cut answer's extension it is part of
 
     @property
     def dataset(self) -> str:

@@ -87,6 +87,13 @@ class Procedure:
                     job, sent.turn, sent.sampling, sent.carry, sent.generated, job.conversation_done(sent.turn)
                 )
             assert extended.output_ids is not None
-            kept = KeptPartial(job, extended.output_ids, extended.segments, sent.generated, extended.recorded_seeds())
+            kept = KeptPartial(
+                job,
+                extended.output_ids,
+                extended.segments,
+                sent.generated,
+                extended.recorded_seeds(),
+                extended.extension(),
+            )
             writer.write(kept)
             carry, retry = extended, sent.retry.answered()

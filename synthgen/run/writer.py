@@ -82,7 +82,10 @@ class Writer:
     @staticmethod
     def _partial(run: DatasetRun, kept: KeptPartial | Checkpoint) -> Partial:
         job, hashed = kept.job, kept.job.prompt.prompt_hash
-        return Partial(job.key, job.turn_index, kept.output_ids, kept.segments, hashed, run.settings, seeds=kept.seeds)
+        extension = kept.extension
+        return Partial(
+            job.key, job.turn_index, kept.output_ids, kept.segments, hashed, run.settings, 0, kept.seeds, extension
+        )
 
     def _answered(self, run: DatasetRun, answer: Answered) -> None:
         job, turn = answer.job, answer.turn

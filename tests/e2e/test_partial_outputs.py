@@ -148,7 +148,7 @@ def test_redo_repetition_generates_the_guards_rows_again_and_each_id_keeps_one_r
     # --redo repetition with the guard off: the row moves aside and is generated whole, to the end.
     redo = ws.run("--server-url", sim.url, "--max-tokens", "6000", "--redo", "repetition", "--loop-guard", "off")
     assert redo.returncode == 0, redo.stderr
-    assert "1 row the loop guard ended to generate again (old rows to looped_rows.jsonl)" in redo.stderr
+    assert "1 rows the loop guard ended to generate again (old rows to looped_rows.jsonl)" in redo.stderr
     rows = {r["id"]: r for r in ws.assert_exactly_once("d", ["ok", "loop"])}
     assert rows["loop"]["finish_reason"] == "length" and rows["loop"]["completion_tokens"] > len(cut["output_ids"])
     assert rows["loop"]["output_ids"][: len(cut["output_ids"])] == cut["output_ids"]
@@ -225,3 +225,38 @@ def test_a_continued_answer_that_split_a_character_has_the_uninterrupted_text(ws
         if row["segments"]:
             split_inside += "\ufffd" in decode(row["output_ids"][: row["segments"][0]], skip_special_tokens=False)
     assert split_inside > 0  # some partial did end inside a character: the case is exercised
+
+
+def test_a_stop_during_a_continue_cut_extension_is_continued_by_the_rerun_not_restarted(ws, make_sim):
+    sim = make_sim("chatml", "--max-total-tokens", "60000", "--step-time", "0.01", "--output-len-dist", "fixed:200")
+    ids = ws.dataset("short", "d", 4)
+    args = ("--max-tokens", "6", "--continue-cut", "400", "--concurrency", "4", "--status-interval", "0.5")
+    proc = ws.start("--server-url", sim.url, *args, "--drain-timeout", "600")
+    try:
+        # Each cut answer's line is written before its extension is sent; then all four extensions run.
+        wait_until(lambda: len(checkpointed(ws)) == 4, timeout=120, what="4 cut answers extended")
+        wait_until(lambda: sim.stats()["running"] >= 4, timeout=120, what="4 extensions running")
+        steps = sim.stats()["decode_steps"]
+        wait_until(lambda: sim.stats()["decode_steps"] >= steps + 5, timeout=120, what="5 more steps")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    kept = checkpointed(ws)
+    assert len(kept) == 4 and all(6 < len(p) < 200 for p in kept.values()), kept
+    generated = sim.stats()["tokens_generated"]
+
+    rerun = ws.run("--server-url", sim.url, *args)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "discarded" not in rerun.stderr and "continuing 4 partial outputs" in rerun.stderr
+    # Only what the extensions had left: no answer generated again from its first token.
+    assert sim.stats()["tokens_generated"] - generated == 4 * 200 - sum(len(p) for p in kept.values())
+    rows = {r["id"]: r for r in ws.assert_exactly_once("d", ids)}
+    for key, partial in kept.items():
+        row = rows[key]
+        assert row["extended_by"] == 400 and row["segments"] == [6, len(partial) - 6, 200 - len(partial)]
+        params = {"max_new_tokens": 406, "skip_special_tokens": False}
+        whole = sim.client.post("/generate", json={"input_ids": row["input_ids"], "sampling_params": params}).json()
+        assert (row["output_ids"], row["output_text"]) == (whole["output_ids"], whole["text"])
+    assert not ws.raw_lines("d", "partial_outputs.jsonl")

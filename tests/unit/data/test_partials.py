@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from synthgen.data.partials import Partial, PartialOutputs, continuation_blocker, usable
+from synthgen.data.partials import Extension, Partial, PartialOutputs, continuation_blocker, merged, usable
 from synthgen.data.samples import sample_key
 
 
@@ -134,3 +134,26 @@ def test_the_token_report_names_loops_cut_continued_and_waiting_tokens(tmp_path)
         "partials": 1,
         "partial_tokens": 3,
     }
+
+
+def test_an_extensions_line_keeps_its_budget_through_checkpoints_and_a_bad_one_is_read_as_none(tmp_path):
+    store = PartialOutputs(tmp_path)
+    extension = Extension(max_new_tokens=406, extended_by=400)
+    store.append(Partial("a", 0, [1] * 6, [6], "h", "s", extension=extension))  # the cut answer, to extend
+    store.append(Partial("a", 0, [1] * 9, [6, 3], "h", "s", extension=extension), start=6)  # a checkpoint
+    store.close()
+    (kept,) = merged(store.load()).values()
+    assert (kept.tokens, kept.extension, kept.extension.cut_at) == (9, extension, 6)
+    line = orjson.loads(Partial("b", 0, [1], [1], "h", "s").to_json())
+    assert "extended_by" not in line and Partial.from_dict(line).extension is None
+    for budget, extra in ((406, 0), (406, 406), (406, None), ("406", 400), (406, True)):
+        assert Partial.from_dict({**line, "max_new_tokens": budget, "extended_by": extra}).extension is None
+
+
+def test_a_partials_head_cuts_its_segments_and_seeds_to_match():
+    whole = Partial("a", 0, [1, 2, 3, 4, 5], [2, 3], "h", "s", seeds=[7, 8])
+    assert whole.head(9) is whole and whole.head(5) is whole
+    head = whole.head(3)
+    assert (head.output_ids, head.segments, head.seeds) == ([1, 2, 3], [2, 1], [7, 8])
+    assert (whole.head(2).segments, whole.head(2).seeds) == ([2], [7])
+    assert whole.head(0).tokens == 0 and Partial("a", 0, [1, 2], [2], "h", "s").head(1).seeds is None
