@@ -14,3 +14,8 @@ def fmt_duration(seconds: float | None) -> str:
     if minutes:
         return f"{minutes}m{secs:02d}s"
     return f"{secs}s"
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """A count and its noun as a sentence says it: "1 prompt", "2 prompts", "1,024 rows"."""
+    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"

@@ -7,7 +7,6 @@ import asyncio
 import functools
 import os
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from synthgen.cli.launchflags import launch_flags
@@ -21,8 +20,8 @@ from synthgen.errors import OneLineParser, UsageError, run_guarded
 from synthgen.launch.supervisor import Supervisor
 from synthgen.signals import exit_code
 from synthgen.teacher import cost
-from synthgen.teacher.scorer import DatasetOutcome, ScoreConfig, Scorer, has_work, run_dataset
-from synthgen.teacher.units import Unit, UnitCounts, dataset_units, existing_units
+from synthgen.teacher.scorer import DatasetOutcome, ScoreConfig, Scorer, UnitsOf, has_work, run_dataset
+from synthgen.teacher.units import UnitCounts, dataset_units, existing_units, left_out_text
 
 PROG = "score_teacher.py"
 EPILOG = """\
@@ -82,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--transport", choices=("auto", "b64", "flat", "nested"), default="auto")
     parser.add_argument("--part-rows", type=int, default=512, help="rows per parquet part (default 512)")
+    parser.add_argument(
+        "--status-interval",
+        type=float,
+        default=default_of("status_interval"),
+        metavar="SECONDS",
+        help="seconds between progress lines on stderr (default %(default)s)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the cost of scoring what is stored")
     parser.add_argument("--debug", action="store_true")
     return parser
@@ -134,7 +140,7 @@ def datasets(args: argparse.Namespace, output_dir: Path) -> list[str]:
     return [n for n in names if (output_dir / n / RESULTS).is_file()]
 
 
-Source = tuple[str, Path, Callable[[], Iterator[Unit]]]
+Source = tuple[str, Path, UnitsOf]
 
 
 def label(args: argparse.Namespace, name: str, folder: Path) -> str:
@@ -149,9 +155,9 @@ def sources(args: argparse.Namespace) -> list[Source]:
     for folder in where:
         for name in datasets(args, folder):
             path = folder / name / RESULTS
-            out.append((name, folder, functools.partial(dataset_units, path, UnitCounts())))
+            out.append((name, folder, functools.partial(dataset_units, path)))
     for source in parse_existing(args.existing):
-        out.append((source.name, args.output_dir, functools.partial(existing_units, source, UnitCounts())))
+        out.append((source.name, args.output_dir, functools.partial(existing_units, source)))
     if not out:
         shards = f" (shards {', '.join(f.name for f in where)})" if where != [args.output_dir] else ""
         raise UsageError(f"nothing to score under {args.output_dir}{shards}; pass --dataset NAME or --partition P")
@@ -162,7 +168,7 @@ def dry_run(args: argparse.Namespace) -> int:
     print(f"{'dataset':<28} {'rows':>9} {'positions':>12} {'prefill tokens':>15} {'side file':>10}")
     total = cost.Cost()
     for name, folder, units_of in sources(args):
-        c = cost.cost_of(units_of(), args.top_k)
+        c = cost.cost_of(units_of(UnitCounts()), args.top_k)
         size = cost.human_bytes(c.side_bytes)
         print(f"{label(args, name, folder):<28} {c.rows:>9} {c.positions:>12} {c.prefill_tokens:>15} {size:>10}")
         for key in ("rows", "positions", "prefill_tokens", "side_bytes"):
@@ -205,6 +211,7 @@ async def score_all(args: argparse.Namespace) -> int:
         concurrency=concurrency,
         transport=args.transport,
         part_rows=args.part_rows,
+        progress_every=args.status_interval,
     )
     todo = sources(args)
     scorer = Scorer(config)
@@ -213,7 +220,7 @@ async def score_all(args: argparse.Namespace) -> int:
     async with Supervisor(launch_config(args, urls), say, on_fatal=scorer.fail, lazy=True) as supervisor:
         try:
             for name, folder, units_of in todo:
-                if not scorer.server and has_work(units_of(), teacherfile.folder(folder, name)):
+                if not scorer.server and has_work(units_of(UnitCounts()), teacherfile.folder(folder, name)):
                     await supervisor.start()
                     await scorer.describe_server()
                 outcome = await run_dataset(
@@ -235,6 +242,8 @@ async def score_all(args: argparse.Namespace) -> int:
             f"{o.name}: {o.already + o.scored}/{o.units} rows scored ({o.scored} now, {o.rescored} rescored "
             f"after their ids changed, {o.positions} positions), {o.failed} failed"
         )
+        if o.left_out:
+            print(f"{o.name}: left out: {left_out_text(o.left_out)}")
         for line in o.failures:
             print(f"  failed: {line}", file=sys.stderr)
     if scorer.signal is not None:
@@ -248,6 +257,8 @@ def run(argv: list[str]) -> int:
         raise UsageError(f"--concurrency {args.concurrency}: give a number of requests (1 or more) or auto")
     if args.top_k < 1:
         raise UsageError(f"--top-k {args.top_k}: give 1 or more (20 is usual)")
+    if not args.status_interval > 0:
+        raise UsageError(f"--status-interval {args.status_interval}: give a number of seconds above 0")
     if args.dry_run:
         return dry_run(args)
     return asyncio.run(score_all(args))

@@ -124,7 +124,8 @@ GARBAGE = register(
         FAILED,
         "200",
         "every answer was garbage (one token repeated to the end, `!!!!`, no text): a sick worker's engine "
-        "fault, named in `worker`; 5 of one worker's last 10 answers garbage stop the run (exit 3)",
+        "fault, named in `worker`; 5 of one worker's last 10 answers garbage stop the run (exit 3), the "
+        "prompt it answered last failing so",
         "take the worker named in `worker` out of the gateway (or restart it) and rerun",
     )
 )

@@ -1,6 +1,8 @@
 """The run report: one self-contained HTML page per output folder (``<output-dir>/report.html``).
 
     figures    pure: result and error rows -> per-dataset figures (counts, token lengths, histograms)
+    examples   pure: a few rows of each dataset kept, as they stream past, to show (shortest, median, longest, ...)
+    mix        pure: lengths per recipe and per sample, prompts by samples, the share whose samples differ
     timeline   the run's small time series (``<output-dir>/timeline.jsonl``): written as the run goes, read back
     svg        pure: inline SVG charts (histograms, bars, lines over time) with text alternatives
     page       pure: figures + timeline -> one HTML page (no script, no outside file, prints, narrow windows)

@@ -33,6 +33,8 @@ from synthgen.data.rowread import (
     from_dict,
     looped,
 )
+from synthgen.report.examples import Examples
+from synthgen.report.mix import MixFigures
 
 STOP = "stop"
 
@@ -86,6 +88,9 @@ class DatasetFigures:
     budget: int | None = None  # output tokens the dataset may use
     by_worker: Counter[tuple[str, str]] = field(default_factory=Counter)  # (worker, finish or error kind) -> rows
     budget_kind: str = ""  # "cap" (--max-tokens-per-dataset) or "plan" (a budget file's expected tokens)
+    examples: Examples = field(default_factory=Examples)  # a few rows kept to show (examples.py)
+    mix: MixFigures = field(default_factory=MixFigures)  # lengths per recipe and per sample (mix.py)
+    worker_tokens: Counter[str] = field(default_factory=Counter)  # worker -> output tokens of its rows
     _ids: set[str] = field(default_factory=set, repr=False)  # the keys of the rows counted
     _answered: set[str] = field(default_factory=set, repr=False)  # the keys of malformed rows
 
@@ -113,6 +118,7 @@ class DatasetFigures:
         finish = turns[-1].finish_reason or "unknown"
         self.finish[finish] += 1
         self.by_worker[row.worker or "-", finish] += 1
+        self.worker_tokens[row.worker or "-"] += row.output_tokens
         output, prompt = row.output_tokens, row.prompt_tokens
         self.output_tokens += output
         self.prompt_tokens += prompt
@@ -137,6 +143,8 @@ class DatasetFigures:
         self.rows_with_tool_calls += calls > 0
         self.turns += len(turns)
         self.turns_per_row[len(turns)] += 1
+        self.examples.add(row)
+        self.mix.add(row)
 
     def set_errors(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """errors.jsonl: the latest line of each prompt counts, and only prompts that have no row (an error

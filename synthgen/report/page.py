@@ -11,6 +11,7 @@ the charts inline SVG (``svg``). Every figure has its numbers beside it as text.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -20,7 +21,9 @@ from typing import Any
 from synthgen.data.rowread import LENGTH, LOOPED
 from synthgen.fmt import fmt_duration
 from synthgen.report import svg
+from synthgen.report.examples import examples_section
 from synthgen.report.figures import STOP, DatasetFigures, bins, quantile, share
+from synthgen.report.mix import mix_section
 from synthgen.report.timeline import Timeline
 
 MAX_POINTS = 400  # per chart line: a day of 10 s samples is thinned to this
@@ -233,27 +236,31 @@ def glance(data: PageData) -> str:
         card("rows", "total/rows", f"{rows:,}", f"in {len(ds)} dataset{'s' if len(ds) != 1 else ''}"),
         card("output tokens", "total/output_tokens", f"{tokens:,}", _over(over), bool(over)),
         card(
-            "cut at max tokens", "total/cut_share", share(cut, rows), stat("total/cut", f"{cut:,}") + " rows", cut > 0
+            "cut at max tokens",
+            "total/cut_share",
+            share(cut, rows),
+            stat("total/cut", f"{cut:,}") + f" {_rows(cut)}",
+            cut > 0,
         ),
         card(
             "finish: length",
             "total/length_share",
             share(length, rows),
-            stat("total/length", f"{length:,}") + " rows ended at --max-tokens",
+            stat("total/length", f"{length:,}") + f" {_rows(length)} ended at --max-tokens",
             length > 0,
         ),
         card(
             "ended by the loop guard",
             "total/repetition_share",
             share(loops, rows),
-            stat("total/repetition", f"{loops:,}") + " rows (finish: repetition), left out of exports",
+            stat("total/repetition", f"{loops:,}") + f" {_rows(loops)} (finish: repetition), left out of exports",
             loops > 0,
         ),
         card(
             "empty answer",
             "total/empty_share",
             share(empty, rows),
-            stat("total/empty", f"{empty:,}") + " rows",
+            stat("total/empty", f"{empty:,}") + f" {_rows(empty)}",
             empty > 0,
         ),
         card(
@@ -280,6 +287,10 @@ def glance(data: PageData) -> str:
     return f'<section id="glance" aria-label="At a glance"><div class="cards">{"".join(cards)}</div></section>'
 
 
+def _rows(n: int) -> str:
+    return "row" if n == 1 else "rows"
+
+
 def _seconds(value: float) -> str:
     return fmt_duration(value) if value >= 1 else f"{value:g} s"
 
@@ -296,6 +307,52 @@ def header(data: PageData) -> str:
             f"by {escape(data.source)}.</p>"
         )
     return f"<header><h1>Run report: {escape(data.title)}</h1>{status}{last_run_line(data.timeline)}</header>"
+
+
+# --- servers ------------------------------------------------------------------------------------------
+SERVER_KINDS = (STOP, LENGTH, LOOPED)
+
+
+def servers_section(ds: Sequence[DatasetFigures]) -> str:
+    """A line per server that answered (a worker: the server URL, or a gateway's worker id), over every
+    dataset, when more than one did: its rows, output tokens, finish reasons and failed prompts."""
+    rows: Counter[str] = Counter()
+    kinds: Counter[tuple[str, str]] = Counter()
+    tokens: Counter[str] = Counter()
+    for d in ds:
+        tokens.update(d.worker_tokens)
+        for (worker, kind), n in d.by_worker.items():
+            kind = "failed" if kind.startswith("error ") else kind if kind in SERVER_KINDS else "other"
+            kinds[worker, kind] += n
+            rows[worker] += 0 if kind == "failed" else n
+    workers = sorted({w for w, _ in kinds})
+    if len(workers) < 2:
+        return ""
+    total = sum(rows.values())
+    cols = [*SERVER_KINDS, *(["other"] if any(k == "other" for _, k in kinds) else []), "failed"]
+    body = "".join(
+        f"<tr><td>{escape('(not recorded)' if w == '-' else w)}</td>"
+        f"<td>{stat(f'server/{w}/rows', f'{rows[w]:,}')}</td><td>{share(rows[w], total)}</td>"
+        f"<td>{stat(f'server/{w}/output_tokens', f'{tokens[w]:,}')}</td>"
+        + "".join(f"<td>{stat(f'server/{w}/{k}', f'{kinds[w, k]:,}')}</td>" for k in cols)
+        + "</tr>"
+        for w in workers
+    )
+    head = "".join(f"<th>{escape(k)}</th>" for k in cols)
+    chart = svg.bars(
+        "srv-tokens",
+        [svg.Bar("(not recorded)" if w == "-" else w, tokens[w]) for w in workers],
+        "Output tokens by server",
+        "Output tokens of the rows each server wrote: " + "; ".join(f"{w}: {tokens[w]:,}" for w in workers),
+    )
+    return (
+        '<section id="servers"><h2>Servers</h2><p>Which server (or gateway worker) wrote each row, from the '
+        "rows' <code>worker</code> field; failed prompts by the server of their last failure.</p>"
+        f'<figure class="wide"><figcaption>Output tokens by server</figcaption>'
+        f"{legend_of(('s-stop', 'output tokens of its rows'))}{chart}</figure>"
+        f'<div class="scroll"><table class="servers"><thead><tr><th>server</th><th>rows</th><th>share</th>'
+        f"<th>output tokens</th>{head}</tr></thead><tbody>{body}</tbody></table></div></section>"
+    )
 
 
 # --- datasets -----------------------------------------------------------------------------------------
@@ -339,8 +396,13 @@ def overview(ds: Sequence[DatasetFigures]) -> str:
         f"<td>{stat(d.name + '/skipped', f'{d.skipped:,}')}</td></tr>"
         for d in ds
     )
+    keys = [("s-stop", "output tokens")]
+    keys += [("s-length", "over its budget")] if any(i.over for i in items) else []
+    keys += [("mark", "the dataset's budget")] if any(i.mark is not None for i in items) else []
+    legend = legend_of(*keys)
     return (
-        f'<section id="datasets"><h2>Datasets</h2>{note}<figure class="wide">{chart}</figure>'
+        f'<section id="datasets"><h2>Datasets</h2>{note}<figure class="wide">'
+        f"<figcaption>Output tokens by dataset</figcaption>{legend}{chart}</figure>"
         f'<div class="scroll"><table><thead>{head}</thead><tbody>{body}</tbody></table></div></section>'
     )
 
@@ -403,11 +465,12 @@ def dataset_section(d: DatasetFigures, index: int) -> str:
             f"already counted), {stat(d.name + '/malformed', f'{d.malformed:,}')} malformed rows, "
             f"{stat(d.name + '/unreadable', f'{d.unreadable:,}')} unreadable lines</li>"
         )
+    examples = examples_section(d.examples.chosen(quantile([s.output for s in d.samples], 0.5)))
     return (
         f'<section class="dataset" id="ds-{escape(d.name)}"><h3>{escape(d.name)}</h3>'
         f'<ul class="facts">{"".join(facts)}</ul>'
-        f'{finish_legend(list(d.finish))}<div class="figs">{"".join(figs)}</div>{lengths_table(d)}{workers_table(d)}'
-        f"{errors_table(d)}</section>"
+        f'{finish_legend(list(d.finish))}<div class="figs">{"".join(figs)}</div>{lengths_table(d)}'
+        f"{mix_section(d.name, d.mix)}{workers_table(d)}{errors_table(d)}{examples}</section>"
     )
 
 
@@ -485,12 +548,17 @@ figure{margin:0}figure.wide{max-width:46rem}figcaption{font-size:.85rem;color:va
 .key{display:inline-block;width:.9em;height:.9em;margin:0 .25em 0 .8em;
 vertical-align:-.1em;border-radius:2px;background:#718096}.key.s-rate{background:#2b6cb0}.key.s-inflight{background:#2f855a}
 .key.s-running{background:#6b46c1}.key.s-waiting{background:#dd6b20}.key.outage{background:#fbd5d5}.key.restart{background:#c53030}
-.key.s-stop{background:#2b6cb0}.key.s-length{background:#dd6b20}.key.s-repetition{background:#9b2c2c}
+.key.mark{background:var(--fg);width:.25em}.key.s-stop{background:#2b6cb0}.key.s-length{background:#dd6b20}.key.s-repetition{background:#9b2c2c}
 .scroll{overflow-x:auto}
 table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0;font-variant-numeric:tabular-nums}
 th,td{border-bottom:1px solid var(--line);padding:.2rem .5rem;text-align:right;white-space:nowrap}
 th:first-child,td:first-child{text-align:left}td.example{text-align:left;white-space:normal;min-width:16rem}
 .facts{margin:.2rem 0 .6rem;padding-left:1.2rem}a{color:#2b6cb0}
+h4{font-size:.95rem;margin:1rem 0 .2rem}details.example{border:1px solid var(--line);border-radius:6px;
+margin:.4rem 0;padding:.3rem .6rem}details.example summary{cursor:pointer;overflow-wrap:anywhere}
+.example .why{font-weight:600}.example dt{font-size:.8rem;color:var(--muted);margin-top:.4rem}.example dd{margin:0}
+.example pre{white-space:pre-wrap;overflow-wrap:anywhere;unicode-bidi:isolate;max-height:24rem;overflow:auto;
+margin:.1rem 0;padding:.4rem;background:var(--card);font-size:.8rem}.example .none{margin:0;color:var(--muted)}
 @media (max-width:40rem){body{padding:.5rem;font-size:14px}.card .big{font-size:1.3rem}h1{font-size:1.15rem}}
 @media print{body{max-width:none;padding:0;font-size:10pt}.scroll{overflow:visible}
 table{font-size:8pt}th,td{white-space:normal;padding:.1rem .3rem}.key,.card{print-color-adjust:exact;
@@ -508,6 +576,7 @@ def build_page(data: PageData) -> str:
         header(data),
         glance(data),
         timeline_section(data.timeline),
+        servers_section(data.datasets),
         overview(data.datasets),
         *(dataset_section(d, i) for i, d in enumerate(charted(data.datasets))),
     ]

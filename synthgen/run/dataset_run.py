@@ -28,6 +28,7 @@ from synthgen.data.selection import Selection, select
 from synthgen.data.shards import shard_selection
 from synthgen.data.store import DatasetStore, PartialTurn, PartialTurns, ResumeState, RowSink, move_rows
 from synthgen.errors import UsageError
+from synthgen.fmt import plural
 from synthgen.run.ledger import TokenLedger
 from synthgen.run.mix import Mix
 from synthgen.run.progress import DatasetStats, Progress
@@ -160,10 +161,10 @@ class DatasetRun:
             progress.message(f"{self.name}: {self.resume.repaired}")
         if self.moving:
             moved = move_rows(store.results_path, set(self.moving))
-            progress.message(f"{self.name}: moved {moved:,} rows of changed prompts to changed_rows.jsonl")
+            progress.message(f"{self.name}: moved {plural(moved, 'row')} of changed prompts to changed_rows.jsonl")
         if self.redoing:
             moved = move_rows(store.results_path, set(self.redoing), LOOPED_ROWS)
-            progress.message(f"{self.name}: moved {moved:,} rows the loop guard ended to {LOOPED_ROWS}")
+            progress.message(f"{self.name}: moved {plural(moved, 'row')} the loop guard ended to {LOOPED_ROWS}")
         tokens_before = 0
         if self.index.mode == "all":
             partial = PartialTurns(store.dir)
@@ -214,16 +215,15 @@ class DatasetRun:
 def plan_lines(run: DatasetRun) -> list[str]:
     """The plan of one dataset as a run prints it: what it holds, what was passed over, what this run takes."""
     ix, sel, resume = run.index, run.selection, run.resume
-    cap = "no cap" if sel.cap is None else f"cap {sel.cap:,}"
+    per_prompt = run.mix.per_prompt if run.mix is not None else 1
+    cap = "no cap" if sel.cap is None else f"cap {plural(sel.cap, 'prompt') if per_prompt > 1 else f'{sel.cap:,}'}"
     extra = []
     if ix.duplicates:
-        extra.append(f"{ix.duplicates} duplicate ids ignored (first wins)")
+        extra.append(f"{plural(ix.duplicates, 'duplicate id')} ignored (first wins)")
     if ix.bad_lines:
-        extra.append(f"{ix.bad_lines} bad lines skipped")
+        extra.append(f"{plural(ix.bad_lines, 'bad line')} skipped")
     if ix.dropped_empty_system:
-        extra.append(f"{ix.dropped_empty_system} empty system turns dropped")
-    if run.mix is not None and run.mix.seeded:
-        extra.append(f"{run.mix.per_prompt} samples per prompt: 'to run' counts samples")
+        extra.append(f"{plural(ix.dropped_empty_system, 'empty system turn')} dropped")
     if resume.repaired:
         extra.append(resume.repaired)
     if resume.bom:
@@ -231,18 +231,22 @@ def plan_lines(run: DatasetRun) -> list[str]:
     if resume.bad_lines:
         extra.append(f"unreadable result lines {resume.bad_lines[:5]}")
     if resume.duplicate_rows:
-        extra.append(f"{resume.duplicate_rows} duplicate result rows")
+        extra.append(plural(resume.duplicate_rows, "duplicate result row"))
     if ix.changed:
         how = "to generate again (old rows to changed_rows.jsonl)" if run.moving else "kept"
-        extra.append(f"{len(ix.changed)} changed prompts {how}")
+        extra.append(f"{plural(len(ix.changed), 'changed prompt')} {how}")
     if run.redoing:
-        extra.append(f"{len(run.redoing):,} rows the loop guard ended to generate again (old rows to {LOOPED_ROWS})")
+        redo = plural(len(run.redoing), "row")
+        extra.append(f"{redo} the loop guard ended to generate again (old rows to {LOOPED_ROWS})")
     if run.counts.settled:
         kinds = ", ".join(sorted(run.counts.settled))
         extra.append(f"{sum(run.counts.settled.values()):,} skipped for good by an earlier run ({kinds})")
+    # Several samples of a prompt: what is done and what is to run are samples, and said so.
+    held = f"{sel.already_done:,}" if per_prompt == 1 else plural(run.counts.already_done, "sample")
+    prompts = plural(sel.available, "prompt") + (f" x {per_prompt:,} samples" if per_prompt > 1 else "")
     lines = [
-        f"  {run.name} ({ix.source.partition}): {sel.available:,} prompts, {cap}, "
-        f"{sel.already_done:,} already done, {len(sel.pending):,} to run" + (f" [{'; '.join(extra)}]" if extra else "")
+        f"  {run.name} ({ix.source.partition}): {prompts}, {cap}, {held} already done, {len(sel.pending):,} to run"
+        + (f" [{'; '.join(extra)}]" if extra else "")
     ]
     lines += [f"    skipped {bad}" for bad in ix.first_bad]
     return lines

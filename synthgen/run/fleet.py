@@ -1,7 +1,8 @@
 """The run's view of the replicas behind a gateway: who answered what, sheds, sick workers.
 
     Fleet.answered(gen)        a good answer: counted for its worker; after a calm stretch the target grows back
-    Fleet.judge(gen)           garbage (sickworker.garbage_reason) -> a Transient to retry; a burst -> ServerError
+    Fleet.judge(gen)           garbage (sickworker.garbage_reason; stricter for a worker seen answering it)
+                               -> a Transient to retry; a burst -> ServerError
     Fleet.shed(exc)            a gateway's 429/503 with Retry-After: the in-flight target comes down, the wait
     Fleet.failed(exc, kind)    a prompt's recorded failure, by worker
     Fleet.gateway_found(keys)  once, behind a gateway: the sampling keys it drops
@@ -66,7 +67,7 @@ class Fleet:
         """Raise when ``gen`` is garbage: a Transient (retried, not written), or a ServerError once its
         worker's garbage comes in a burst (the run stops, naming it)."""
         worker = gen.worker or "?"
-        reason = garbage_reason(gen.output_ids, gen.text)
+        reason = garbage_reason(gen.output_ids, gen.text, suspect=self.health.garbage[worker] > 0)
         sick = self.health.record(worker, reason)
         if reason is None:
             return

@@ -29,7 +29,7 @@ from synthgen.data.failures import kind_of, lasting
 from synthgen.data.openfiles import open_output
 from synthgen.data.records import ErrorRecord
 from synthgen.errors import StoreWriteError
-from synthgen.fmt import fmt_duration
+from synthgen.fmt import fmt_duration, plural
 from synthgen.redact import redact
 from synthgen.run.ledger import TokenLedger
 
@@ -484,7 +484,7 @@ def end_of_run(stats: list[DatasetStats], output_dir: Path, rerun: str, export: 
             entry = kind_of(kind)
             fix = entry.fix if entry is not None else ""
             lines.append(
-                f"{s.name}: {n:,} prompts skipped ({kind}), a rerun will not change that: {fix} "
+                f"{s.name}: {plural(n, 'prompt')} skipped ({kind}), a rerun will not change that: {fix} "
                 f"(first: {s.skip_example.get(kind, '')}; all in {errors})"
             )
         left = s.failed + s.skipped - sum(lasting_here.values())
@@ -495,9 +495,8 @@ def end_of_run(stats: list[DatasetStats], output_dir: Path, rerun: str, export: 
     rows = [s for s in stats if s.already_done + s.done]
     nothing = not rows and any(s.skipped or s.settled for s in stats)
     if failed or retry_skips:
-        what = " and ".join(
-            f"{n} prompts {verb}" for n, verb in ((failed, "failed"), (retry_skips, "were skipped")) if n
-        )
+        ended = ((failed, "failed", "failed"), (retry_skips, "was skipped", "were skipped"))
+        what = " and ".join(f"{plural(n, 'prompt')} {one if n == 1 else many}" for n, one, many in ended if n)
         lines.append(f"WARNING: {what} (see {_paths(retry)}); rerun to retry them: {rerun}")
     elif nothing:
         lines.append("WARNING: every selected prompt was skipped, no row was written; see the reasons above")

@@ -35,7 +35,7 @@ from typing import Any
 
 from synthgen.chat.parsers import OutputParser
 from synthgen.config import RunConfig
-from synthgen.data.failures import BAD_RESPONSE, SERVER_DIED
+from synthgen.data.failures import BAD_RESPONSE, GARBAGE, SERVER_DIED
 from synthgen.data.records import Turn
 from synthgen.errors import ServerError
 from synthgen.run.continuation import Continuation, LoopFound, whole_text
@@ -170,7 +170,7 @@ class Requests:
                     generation, payload = await self._generate(job, carry, payload)
                 except LoopFound as loop:
                     generation = await partials.looped(payload, loop)
-                self._judge(job, carry, generation)
+                self._judge(job, carry, generation, retry.attempt)
                 turn = self._turn(job, carry, generation, retry.attempt, time.monotonic() - started, payload["rid"])
                 return Reply(turn, payload["sampling_params"], carry, retry, generation.completion_tokens)
             except Transient as exc:
@@ -205,9 +205,10 @@ class Requests:
         message = f"the server went down {outages} times while this prompt was in flight (last: {exc.message})"
         return Failed(job, SERVER_DIED.name, message, step.policy.attempts, exc.status)
 
-    def _judge(self, job: Job, carry: Carry, generation: Generation) -> None:
-        """A garbage answer raises (retried, or the run stops on a burst); a good one is counted for its
-        worker; smg's worker header makes the run say which sampling keys it drops."""
+    def _judge(self, job: Job, carry: Carry, generation: Generation, attempt: int) -> None:
+        """A garbage answer raises (retried, or the run stops on a burst: the prompt fails as ``garbage``,
+        its row in errors.jsonl naming the worker); a good one is counted for its worker; smg's worker
+        header makes the run say which sampling keys it drops."""
         if self.fleet is None:
             return
         try:
@@ -216,8 +217,9 @@ class Requests:
         except Transient:
             self.emit(Lost(job.dataset, generation.completion_tokens, stopped=False))
             raise
-        except ServerError:  # a sick worker: the run stops; what it answered is lost
+        except ServerError as exc:  # a sick worker: the run stops; what it answered is lost
             self.emit(Lost(job.dataset, generation.completion_tokens, stopped=False))
+            self.emit(Failed(job, GARBAGE.name, str(exc), attempt, None, generation.worker))
             raise
         self.fleet.answered(generation)
         if self.client.gateway_seen:

@@ -15,22 +15,32 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-MIN_TOKENS = 16  # shorter answers ("4", "Yes.") are never judged
+MIN_TOKENS = 16  # shorter answers ("4", "Yes.") are never judged ...
 MIN_CHARS = 32
+# ... unless their worker has answered garbage already: a sick worker's garbage is as short as the room
+# a prompt leaves it, and "!!!!!!!!" of 8 tokens from it is no answer.
+SUSPECT_MIN_TOKENS = 4
+SUSPECT_MIN_CHARS = 4
 NOT_TEXT = frozenset("\ufffd\x00")
 
 
-def garbage_reason(output_ids: list[int] | None, text: str, stop_ids: frozenset[int] = frozenset()) -> str | None:
+def garbage_reason(
+    output_ids: list[int] | None, text: str, stop_ids: frozenset[int] = frozenset(), suspect: bool = False
+) -> str | None:
     """Why this whole answer is garbage, or None when it may be an answer.
 
     Judged: every generated token the same id (stop tokens left out); text that is one character
     repeated (``!!!!``); text that is mostly replacement characters or NUL bytes. Short answers are
-    never garbage."""
+    never garbage, except from a ``suspect`` worker (one seen answering garbage), where only the
+    shortest are spared."""
+    min_tokens, min_chars = (SUSPECT_MIN_TOKENS, SUSPECT_MIN_CHARS) if suspect else (MIN_TOKENS, MIN_CHARS)
     ids = [t for t in output_ids or () if t not in stop_ids]
-    if len(ids) >= MIN_TOKENS and len(set(ids)) == 1:
-        return f"one token (id {ids[0]}) repeated {len(ids)} times"
     body = text.strip()
-    if len(body) >= MIN_CHARS and (output_ids is None or len(ids) >= MIN_TOKENS):
+    # A short answer of one token repeated is garbage only when its text has no letter or digit either.
+    short_ok = len(ids) >= MIN_TOKENS or not any(ch.isalnum() for ch in body)
+    if len(ids) >= min_tokens and len(set(ids)) == 1 and short_ok:
+        return f"one token (id {ids[0]}) repeated {len(ids)} times"
+    if len(body) >= min_chars and (output_ids is None or len(ids) >= min_tokens):
         if len(set(body)) == 1 and not body[0].isalnum():
             return f"the answer is {body[0]!r} repeated {len(body)} times"
         bad = sum(1 for ch in body if ch in NOT_TEXT)

@@ -105,11 +105,12 @@ class RunStop:
                 return
             self.progress.message(
                 f"{name}: no new requests; ending the {kept} in flight whose output is kept through /abort_request "
-                f"(kept for the next run to continue); waiting up to {wait} for the other {others}, whose recipe "
-                f"restarts when ended early, so its output would not be kept {again}"
+                f"(kept for the next run to continue); waiting up to {wait} for the other {others}, whose output "
+                f"would not be kept (their recipe restarts a request ended early) {again}"
             )
             return
-        why = ", whose recipe restarts when ended early" if pool is not None and pool.keeps_partials() else ""
+        keeps = pool is not None and pool.keeps_partials()
+        why = ", whose output would not be kept (their recipe restarts a request ended early)" if keeps else ""
         self.progress.message(
             f"{name}: no new requests; waiting up to {wait} for {self.progress.in_flight} in flight{why} {again}"
         )

@@ -37,7 +37,7 @@ from synthgen.server.answers import Rejected, RequestFailure, Transient, check_s
 from synthgen.server.client import SGLangClient, transport_failure
 from synthgen.server.gateway import request_headers
 from synthgen.teacher.answer import MissingLogprobs, payload, read_scores
-from synthgen.teacher.units import Unit
+from synthgen.teacher.units import Unit, UnitCounts
 
 DROPPED = (
     "the answers carry no top-k logprobs: the server, or a gateway in front of it (smg), drops the "
@@ -58,7 +58,7 @@ class ScoreConfig:
     part_positions: int = 1 << 18
     request_timeout: float = 600.0
     retries: int = 6
-    progress_every: float = 2.0
+    progress_every: float = 10.0  # seconds between progress lines (--status-interval)
 
 
 @dataclass
@@ -72,6 +72,7 @@ class DatasetOutcome:
     failed: int = 0
     failures: list[str] = field(default_factory=list)
     stopped: bool = False
+    left_out: dict[str, int] = field(default_factory=dict)  # stored rows/turns not made units, by reason
 
 
 class Stop(Exception):
@@ -95,6 +96,7 @@ class Scorer:
         self.fatal: BaseException | None = None  # the launched server could not be brought back
         self.in_flight: set[asyncio.Task[None]] = set()
         self.server: dict[str, Any] = {}
+        self.waiting = 0  # requests waiting for a server that is down to be healthy again
 
     def _say(self, text: str) -> None:
         print(f"teacher: {text}", file=self.err, flush=True)
@@ -170,8 +172,12 @@ class Scorer:
                 if attempt > self.config.retries or self.stopping:
                     raise
                 if exc.outage:
-                    while not await client.healthy() and not self.stopping:
-                        await asyncio.sleep(2.0)
+                    self.waiting += 1
+                    try:
+                        while not await client.healthy() and not self.stopping:
+                            await asyncio.sleep(2.0)
+                    finally:
+                        self.waiting -= 1
                 else:
                     await asyncio.sleep(exc.shed or min(0.5 * 2**attempt, 30.0))
 
@@ -181,8 +187,8 @@ class Scorer:
         tasks = self.in_flight
         await self.monitor.first_poll()
         watching = asyncio.create_task(self.monitor.run())
+        ticking = asyncio.create_task(self._tick(name, outcome))
         failure: list[BaseException] = []
-        last = time.monotonic()
 
         async def one(unit: Unit) -> None:
             try:
@@ -209,13 +215,11 @@ class Scorer:
             task = asyncio.create_task(one(unit))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
-            if time.monotonic() - last >= self.config.progress_every:
-                last = time.monotonic()
-                self._progress(name, outcome)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        watching.cancel()
-        await asyncio.gather(watching, return_exceptions=True)
+        for side in (watching, ticking):
+            side.cancel()
+        await asyncio.gather(watching, ticking, return_exceptions=True)
         self._flush(writer, outcome)
         if failure:
             raise failure[0]
@@ -229,12 +233,22 @@ class Scorer:
             outcome.scored += 1
             outcome.positions += row.positions
 
-    def _progress(self, name: str, outcome: DatasetOutcome) -> None:
+    async def _tick(self, name: str, outcome: DatasetOutcome) -> None:
+        """A progress line every ``progress_every`` seconds while the dataset is scored, whether rows are
+        being sent or every request waits on the server."""
+        began = time.monotonic()
+        while True:
+            await asyncio.sleep(self.config.progress_every)
+            self._progress(name, outcome, time.monotonic() - began)
+
+    def _progress(self, name: str, outcome: DatasetOutcome, seconds: float | None = None) -> None:
         done = outcome.already + outcome.scored
+        rate = f", {outcome.positions / seconds:,.0f} positions/s" if seconds else ""
+        down = f"; server down: {self.waiting} waiting for it to be healthy" if self.waiting else ""
         print(
-            f"teacher: {name}: {done}/{outcome.units} rows scored ({outcome.scored} now, "
-            f"{outcome.positions} positions), {outcome.failed} failed; {self.limit.in_use} in flight "
-            f"(target {self.limit.target})",
+            f"teacher: {name}: {done:,}/{outcome.units:,} rows scored ({outcome.scored:,} now, "
+            f"{outcome.positions:,} positions{rate}), {outcome.failed} failed; {self.limit.in_use} in flight "
+            f"(target {self.limit.target}){down}",
             file=self.err,
             flush=True,
         )
@@ -278,15 +292,18 @@ def check_meta(path: Path, meta: dict[str, Any]) -> None:
             )
 
 
-async def run_dataset(
-    scorer: Scorer, name: str, units_of: Callable[[], Iterator[Unit]], folder: Path, meta_path: Path
-) -> DatasetOutcome:
-    """Score one dataset: ``units_of()`` iterates its units (called twice: plan, then score)."""
+UnitsOf = Callable[[UnitCounts], Iterator[Unit]]  # a dataset's units, counting what is left out
+
+
+async def run_dataset(scorer: Scorer, name: str, units_of: UnitsOf, folder: Path, meta_path: Path) -> DatasetOutcome:
+    """Score one dataset: ``units_of`` iterates its units (called twice: plan, then score)."""
     outcome = DatasetOutcome(name)
     writer = TeacherWriter(folder)
     try:
         index = teacherfile.read_index(folder)
-        outcome.units, stale = plan(units_of(), index)
+        counts = UnitCounts()
+        outcome.units, stale = plan(units_of(counts), index)
+        outcome.left_out = counts.left_out()
         if stale:
             writer.drop(stale)
             outcome.rescored = len(stale)
@@ -295,19 +312,44 @@ async def run_dataset(
         meta = {**scorer.server, **teacher_meta(scorer.config)}
         check_meta(meta_path, meta)
         if scorer.server:  # else nothing to score: no server asked, the file's record stays as it is
-            teacherfile.write_meta(meta_path, meta)
-        pending = todo(units_of(), index, outcome)
-        first = next(pending, None)
-        if first is None:  # every row scored: nothing is sent
-            return outcome
-        signals.hold(scorer.on_signal)
+            teacherfile.write_meta(meta_path, {**(teacherfile.read_meta(meta_path) or {}), **meta})
+        began, first = time.time(), None
         try:
-            await scorer.score(name, writer, itertools.chain([first], pending), outcome)
+            pending = todo(units_of(UnitCounts()), index, outcome)
+            first = next(pending, None)
+            if first is not None:  # else every row is scored: nothing is sent
+                signals.hold(scorer.on_signal)
+                try:
+                    await scorer.score(name, writer, itertools.chain([first], pending), outcome)
+                finally:
+                    signals.release(scorer.on_signal)
         finally:
-            signals.release(scorer.on_signal)
+            record_pass(meta_path, outcome, scorer, began, sent=first is not None)
     finally:
         writer.close()
     return outcome
+
+
+def record_pass(meta_path: Path, outcome: DatasetOutcome, scorer: Scorer, began: float, sent: bool) -> None:
+    """teacher.json's ``last_pass``: when this pass ended, what it scored and left out, the server it asked
+    (none when nothing was sent) and the signal that stopped it. Only beside a side file's record."""
+    meta = teacherfile.read_meta(meta_path)
+    if meta is None:
+        return
+    meta["last_pass"] = {
+        "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "seconds": round(time.time() - began, 3),
+        "server": [c.shown_url for c in scorer.clients] if sent else None,
+        "units": outcome.units,
+        "scored_before": outcome.already,
+        "scored": outcome.scored,
+        "rescored": outcome.rescored,
+        "positions": outcome.positions,
+        "failed": outcome.failed,
+        "left_out": outcome.left_out,
+        "stopped_by": scorer.signal.name if scorer.signal is not None else None,
+    }
+    teacherfile.write_meta(meta_path, meta)
 
 
 def teacher_meta(config: ScoreConfig) -> dict[str, Any]:

@@ -11,7 +11,7 @@ trained position after it is scored too; position 0 has no distribution and is n
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from synthgen.data import samples
@@ -38,7 +38,31 @@ class UnitCounts:
     no_ids: int = 0  # rows stored without token ids: nothing the teacher could see exactly
     empty: int = 0  # turns with no output token, rows with no trained token
     duplicate: int = 0  # an id met again in the file: the first is scored
-    skipped: dict[str, int] = field(default_factory=dict)
+
+    def left_out(self) -> dict[str, int]:
+        """What was not made a unit, by reason (the reasons with none left out are not listed)."""
+        found = {"no_ids": self.no_ids, "empty": self.empty, "duplicate": self.duplicate}
+        return {reason: n for reason, n in found.items() if n}
+
+
+LEFT_OUT = {  # reason -> (one, several, why or what to do)
+    "no_ids": (
+        "row stored without token ids",
+        "rows stored without token ids",
+        "written before ids were stored: run them again to score them",
+    ),
+    "empty": ("turn with no generated token", "turns with no generated token", "nothing to score"),
+    "duplicate": ("repeated id", "repeated ids", "the first row of an id is scored"),
+}
+
+
+def left_out_text(left_out: dict[str, int]) -> str:
+    """``1 row stored without token ids (written before ...), 2 turns with no generated token (...)``."""
+    parts = []
+    for reason, n in left_out.items():
+        one, several, why = LEFT_OUT[reason]
+        parts.append(f"{n:,} {one if n == 1 else several} ({why})")
+    return ", ".join(parts)
 
 
 def row_export_id(record: ResultRecord) -> str:

@@ -248,7 +248,7 @@ def test_the_run_that_goes_ahead_makes_every_repair_the_refused_ones_left(ws, ma
     result = ws.run("--server-url", sim.url, *REGENERATE)
     assert result.returncode == 0, result.stderr
     assert "a: moved a torn last line (18 bytes) to raw_responses.jsonl.torn" in result.stderr
-    assert "a: moved 1 rows of changed prompts to changed_rows.jsonl" in result.stderr
+    assert "a: moved 1 row of changed prompts to changed_rows.jsonl" in result.stderr
     assert sim.stats()["generate_requests"] - requests == 2  # the two turns of c1
     rows = {r["id"]: r for r in ws.assert_exactly_once("a", [f"c{i}" for i in range(4)])}
     assert answers(rows["c1"]) == ["Answer: q 1 edited", "Answer: r 1"]
@@ -278,7 +278,7 @@ def test_a_duplicated_id_whose_conversation_opens_with_the_assistant_is_generate
     args = ("--server-url", sim.url, "--regenerate", "each", *COMMON)
     first = ws.run(*args)
     assert first.returncode == 0, first.stderr
-    assert "1 duplicate ids ignored (first wins)" in first.stderr
+    assert "1 duplicate id ignored (first wins)" in first.stderr
     rows = {r["id"]: r for r in ws.assert_exactly_once("mt", ["g#1", "g#2", "h#1", "h#2"])}
     assert rows["g#2"]["content"] == "Answer: first, again"
     assert sim.stats()["generate_requests"] == 4

@@ -131,7 +131,7 @@ def test_all_generates_every_turn_on_the_models_own_replies_and_skips_tool_conve
     )
     result = ws.run("--server-url", sim.url, "--regenerate", "all", *COMMON)
     assert result.returncode == 0, result.stderr  # a skip no rerun changes is reported, not exit 1
-    assert "mt: 1 prompts skipped (cannot_regenerate), a rerun will not change that" in result.stderr
+    assert "mt: 1 prompt skipped (cannot_regenerate), a rerun will not change that" in result.stderr
     assert "all in outputs/mt/errors.jsonl" in result.stderr and "rerun to retry" not in result.stderr
     rows = {r["id"]: r for r in ws.assert_exactly_once("mt", ["c1", "c2"])}
     assert sim.stats()["generate_requests"] == 3 + 1
@@ -172,7 +172,8 @@ def test_all_generates_every_turn_on_the_models_own_replies_and_skips_tool_conve
     assert [(e["id"], e["status"], e["error_type"]) for e in errors] == [("t1", "skipped", "cannot_regenerate")]
     assert "tool calls and results" in errors[0]["error"] and "--regenerate each or last" in errors[0]["error"]
     summary = next(line for line in result.stderr.splitlines() if line.startswith("mt "))
-    assert summary.split()[1:5] == ["2", "3", "2", "1"]  # done, total, this run, skipped
+    # done, total, this run; stop, length, repetition; failed, skipped
+    assert summary.split()[1:9] == ["2", "3", "2", "2", "0", "0", "0", "1"]
     # The turns of finished conversations go once their rows are written: nothing is left to take up.
     assert not (ws.outputs / "mt" / "partial_turns.jsonl").exists()
 

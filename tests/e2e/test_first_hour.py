@@ -169,7 +169,7 @@ def test_failed_prompts_end_with_the_rerun_command_with_the_api_key_left_out(ws,
     result = ws.run(*args)
     assert result.returncode == 1, result.stderr
     expected = (
-        f"WARNING: 1 prompts failed (see outputs/d/errors.jsonl); rerun to retry them: python run_inference.py "
+        f"WARNING: 1 prompt failed (see outputs/d/errors.jsonl); rerun to retry them: python run_inference.py "
         f'--server-url {sim.url} --max-seq-len 100000 --max-tokens 16 --api-key "$SGLANG_API_KEY"'
     )
     assert expected in result.stderr.splitlines()

@@ -339,7 +339,7 @@ def test_a_template_that_never_finishes_or_outputs_30_mb_is_a_skip_and_the_run_g
     result = run_cli(ws, "--server-url", sim.url, "--chat-template", "t.jinja", *FAST)
     # Exit 0: no rerun of the same command renders that prompt otherwise (docs/command-line.md).
     assert result.returncode == 0, result.stderr
-    assert f"1 prompts skipped ({kind}), a rerun will not change that" in result.stderr
+    assert f"1 prompt skipped ({kind}), a rerun will not change that" in result.stderr
     assert [r["id"] for r in ws.results("d")] == ["good"]
     (error,) = ws.errors("d")
     assert (error["id"], error["status"], error["error_type"]) == ("bad", "skipped", kind)

@@ -148,7 +148,7 @@ def test_redo_repetition_generates_the_guards_rows_again_and_each_id_keeps_one_r
     # --redo repetition with the guard off: the row moves aside and is generated whole, to the end.
     redo = ws.run("--server-url", sim.url, "--max-tokens", "6000", "--redo", "repetition", "--loop-guard", "off")
     assert redo.returncode == 0, redo.stderr
-    assert "1 rows the loop guard ended to generate again (old rows to looped_rows.jsonl)" in redo.stderr
+    assert "1 row the loop guard ended to generate again (old rows to looped_rows.jsonl)" in redo.stderr
     rows = {r["id"]: r for r in ws.assert_exactly_once("d", ["ok", "loop"])}
     assert rows["loop"]["finish_reason"] == "length" and rows["loop"]["completion_tokens"] > len(cut["output_ids"])
     assert rows["loop"]["output_ids"][: len(cut["output_ids"])] == cut["output_ids"]

@@ -80,7 +80,7 @@ def test_every_input_format_is_accepted_and_trailing_answers_regenerated(ws, mak
     result = ws.run("--server-url", sim.url, *COMMON)
     assert result.returncode == 0, result.stderr
     rows = {r["id"]: r for r in ws.results("mixed")}
-    assert len(rows) == 5 and "1 duplicate ids ignored (first wins)" in result.stderr
+    assert len(rows) == 5 and "1 duplicate id ignored (first wins)" in result.stderr
     assert rows["s"]["content"] == "Answer: from sharegpt"
     auto = [k for k in rows if k.startswith("auto-")]
     assert len(auto) == 1 and rows[auto[0]]["content"] == "Answer: no id here"
@@ -106,7 +106,7 @@ def test_failures_and_skips_are_rows_in_errors_jsonl_and_retried_next_run(ws, ma
     ws.dataset("short", "d", [{"id": "ok", "prompt": "short"}, {"id": "long", "prompt": "word " * 400}])
     first = ws.run("--server-url", sim.url, "--max-seq-len", "100000", "--max-tokens", "16")
     assert first.returncode == 1, first.stderr
-    assert "WARNING: 1 prompts failed (see outputs/d/errors.jsonl); rerun to retry them: python run_inference.py " in (
+    assert "WARNING: 1 prompt failed (see outputs/d/errors.jsonl); rerun to retry them: python run_inference.py " in (
         first.stderr
     )
     assert [r["id"] for r in ws.results("d")] == ["ok"]
@@ -118,7 +118,7 @@ def test_failures_and_skips_are_rows_in_errors_jsonl_and_retried_next_run(ws, ma
     second = ws.run("--server-url", sim.url, "--max-tokens", "16")
     # A skip no rerun can change is reported by its reason and fix, and does not fail every future run.
     assert second.returncode == 0, second.stderr
-    assert "d: 1 prompts skipped (prompt_too_long), a rerun will not change that: " in second.stderr
+    assert "d: 1 prompt skipped (prompt_too_long), a rerun will not change that: " in second.stderr
     assert "all in outputs/d/errors.jsonl" in second.stderr and "rerun to retry" not in second.stderr
     assert sim.stats()["generate_requests"] == sent_before  # skipped before sending
     (error,) = ws.errors("d")
@@ -154,7 +154,7 @@ def test_skip_bad_lines_turns_the_error_into_a_counted_warning(ws, make_sim):
     (ws.prompts / "short" / "d.jsonl").write_bytes(lines)
     result = ws.run("--server-url", sim.url, "--skip-bad-lines", *COMMON)
     assert result.returncode == 0, result.stderr
-    assert "1 bad lines skipped" in result.stderr and "d.jsonl:2: not valid JSON" in result.stderr
+    assert "1 bad line skipped" in result.stderr and "d.jsonl:2: not valid JSON" in result.stderr
     ws.assert_exactly_once("d", ["1", "2"])
 
 

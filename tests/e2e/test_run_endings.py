@@ -48,8 +48,8 @@ def test_a_rerun_left_with_only_skips_no_rerun_changes_has_nothing_to_do_and_sta
     assert "nothing to do: every selected prompt is done, or skipped for good by an earlier run" in second.stderr
     assert "started server" not in second.stderr and port_is_free(port)
     # Still listed, with the fix, so the user knows what would change them.
-    assert "d: 1 prompts skipped (prompt_too_long), a rerun will not change that: " in second.stderr
-    assert "mt: 1 prompts skipped (cannot_regenerate), a rerun will not change that: " in second.stderr
+    assert "d: 1 prompt skipped (prompt_too_long), a rerun will not change that: " in second.stderr
+    assert "mt: 1 prompt skipped (cannot_regenerate), a rerun will not change that: " in second.stderr
     assert len(ws.errors("d")) == len(ws.errors("mt")) == 1  # kept as they were
 
 

@@ -10,6 +10,7 @@ import signal
 
 import orjson
 from simharness import wait_until
+from workspace import chat
 
 from synthgen.data.samples import sample_seed, split_key
 
@@ -93,7 +94,7 @@ def test_a_stop_under_a_mix_keeps_the_plain_recipes_and_waits_for_a_penalty_reci
     # The four in flight: the plain recipe's ended and kept, the penalty recipe's drained into rows.
     assert kept and penalised and len(kept) + len(penalised) == 4, (kept, penalised)
     assert f"ending the {len(kept)} in flight whose output is kept through /abort_request" in out
-    assert f"waiting up to 10m00s for the other {len(penalised)}, whose recipe restarts when ended early" in out
+    assert f"waiting up to 10m00s for the other {len(penalised)}, whose output would not be kept (their recipe" in out
     assert all(r["segments"] is None for r in first)
 
     rerun = ws.run("--server-url", sim.url, *COMMON, *mix)
@@ -119,3 +120,63 @@ def test_continue_cut_extends_a_cut_sample_under_its_own_seed(ws, make_sim):
         seed = sample_seed(0, row["id"], row["sample"])
         assert row["extended_by"] == 200 and row["segments"][0] == 6 and row["segment_seeds"] == [seed, seed]
         assert row["finish_reason"] == "stop" and row["output_ids"] == whole_answer(sim, row)
+
+
+def test_a_kill_9_under_samples_keeps_each_samples_checkpoints_with_its_seed_and_the_rerun_continues_them(ws, make_sim):
+    sim = make_sim("chatml", *SIM)
+    ids = ws.dataset("short", "d", 2)
+    args = (*COMMON, "--samples-per-prompt", "2", "--checkpoint-tokens", "16")
+    proc = ws.start("--server-url", sim.url, *args)
+    try:
+        wait_until(lambda: sim.stats()["running"] >= 4, timeout=120, what="4 running")
+        steps = sim.stats()["decode_steps"]
+        wait_until(lambda: sim.stats()["decode_steps"] >= steps + 40, timeout=120, what="40 more steps")
+        proc.kill()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = [orjson.loads(line) for line in ws.raw_lines("d", "partial_outputs.jsonl")]
+    assert {split_key(line["id"]) for line in lines} == {(i, k) for i in ids for k in range(2)}
+    for line in lines:
+        prompt, sample = split_key(line["id"])
+        assert line["segment_seeds"] == [sample_seed(0, prompt, sample)]
+    rerun = ws.run("--server-url", sim.url, *args)
+    assert rerun.returncode == 0, rerun.stderr
+    rows = ws.results("d")
+    assert sorted((r["id"], r["sample"]) for r in rows) == sorted((i, k) for i in ids for k in range(2))
+    for row in rows:
+        seed = sample_seed(0, row["id"], row["sample"])
+        assert len(row["segments"]) == 2 and row["segments"][0] >= 32 and row["segment_seeds"] == [seed, seed]
+        assert row["output_ids"] == whole_answer(sim, row)
+
+
+def later_sample_turn(ws) -> bool:
+    """A finished turn of a conversation's sample 1 waits in partial_turns.jsonl."""
+    lines = [line for line in ws.raw_lines("conv", "partial_turns.jsonl") if line.endswith(b"\n")]  # whole lines
+    return any(split_key(orjson.loads(line)["id"])[1] for line in lines)
+
+
+def test_a_stopped_conversation_under_samples_continues_from_each_samples_own_finished_turns(ws, make_sim):
+    sim = make_sim("chatml", *SIM)
+    ws.dataset("short", "conv", [chat(f"c{i}", f"c{i} t0", "old 0", f"c{i} t1", "old 1", f"c{i} t2") for i in range(2)])
+    args = ("--server-url", sim.url, *COMMON, "--samples-per-prompt", "2", "--regenerate", "all")
+    proc = ws.start(*args)
+    try:
+        wait_until(lambda: later_sample_turn(ws), timeout=120, what="a finished turn of sample 1")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    done = len(ws.raw_lines("conv"))
+    kept = [split_key(orjson.loads(line)["id"]) for line in ws.raw_lines("conv", "partial_turns.jsonl")]
+    assert any(sample for _, sample in kept), kept
+    before = sim.stats()["generate_requests"]
+    rerun = ws.run(*args)
+    assert rerun.returncode == 0, rerun.stderr
+    # Each sample's kept turns are taken up, none sent again: 3 turns of 4 conversations in all.
+    assert sim.stats()["generate_requests"] - before == 4 * 3 - 3 * done - len(kept)
+    rows = ws.results("conv")
+    assert sorted((r["id"], r["sample"]) for r in rows) == [(f"c{i}", k) for i in range(2) for k in range(2)]
+    assert all(len(r["turns"]) == 3 and r["sampling_seed"] == sample_seed(0, r["id"], r["sample"]) for r in rows)

@@ -122,6 +122,8 @@ def test_raising_n_adds_only_the_missing_samples_and_lowering_it_sends_nothing(w
     more = ws.run(*args, "--samples-per-prompt", "4")
     assert more.returncode == 0, more.stderr
     assert sent(sim) - before == 12
+    # The plan counts samples where it counts samples: 12 of the 24 are done, 12 to run.
+    assert "grow (short): 6 prompts x 4 samples, no cap, 12 samples already done, 12 to run" in more.stderr
     rows = ws.results("grow")
     assert sorted((r["id"], r["sample"]) for r in rows) == sorted((i, k) for i in ids for k in range(4))
     assert len({(r["id"], r["sampling_seed"]) for r in rows}) == 24
@@ -142,6 +144,7 @@ def test_max_samples_counts_prompts_and_every_one_of_them_gets_all_its_samples(w
     ws.dataset("short", "capped", 8)
     run = ws.run("--server-url", sim.url, "--max-samples", "3", "--samples-per-prompt", "2", *COMMON)
     assert run.returncode == 0, run.stderr
+    assert "capped (short): 8 prompts x 2 samples, cap 3 prompts, 0 samples already done, 6 to run" in run.stderr
     rows = ws.results("capped")
     assert sorted((r["id"], r["sample"]) for r in rows) == [(f"capped-{i:04d}", k) for i in range(3) for k in range(2)]
 

@@ -267,3 +267,64 @@ def test_sigterm_mid_scoring_writes_what_was_answered_exits_143_and_a_rerun_fini
     assert result.returncode == 0, result.stderr
     assert f"24/24 rows scored ({24 - written} now" in result.stdout
     check_rows(side_table(ws, "d"), stored_units(ws, "d"), vocab_of(tokenizers))
+
+
+def test_the_pass_reports_what_it_left_out_and_why_and_teacher_json_records_the_last_pass(ws, make_sim):
+    sim = make_sim("chatml")
+    ws.dataset("short", "d", 4)
+    assert ws.run("--server-url", sim.url, *COMMON).returncode == 0
+    path = ws.outputs / "d" / "raw_responses.jsonl"
+    rows = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    del rows[0]["input_ids"]  # a row written before ids were stored
+    rows[1]["output_ids"] = []  # a turn with no generated token
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+
+    result = score(ws, "--dataset", "d", "--server-url", sim.url, "--top-k", str(K))
+    assert result.returncode == 0, result.stderr
+    assert "d: 2/2 rows scored (2 now" in result.stdout
+    assert (
+        "d: left out: 1 row stored without token ids (written before ids were stored: run them again to score them), "
+        "1 turn with no generated token (nothing to score)" in result.stdout
+    )
+    last = json.loads((ws.outputs / "d" / "teacher.json").read_text())["last_pass"]
+    assert last["scored"] == 2 and last["units"] == 2 and last["scored_before"] == 0 and last["failed"] == 0
+    assert last["left_out"] == {"no_ids": 1, "empty": 1} and last["stopped_by"] is None
+    assert last["server"] == [sim.url] and last["ended"].endswith("Z") and last["positions"] > 0
+
+    # A rerun sends nothing and says so in the record: the last pass scored none.
+    result = score(ws, "--dataset", "d", "--server-url", sim.url, "--top-k", str(K))
+    assert result.returncode == 0, result.stderr
+    last = json.loads((ws.outputs / "d" / "teacher.json").read_text())["last_pass"]
+    assert last["scored"] == 0 and last["scored_before"] == 2 and last["server"] is None
+
+
+def test_a_pass_waiting_on_its_server_keeps_a_live_progress_line_and_records_its_stop(ws, make_sim):
+    sim, stuck = make_sim("chatml"), make_sim("chatml")
+    ws.dataset("short", "d", 3)
+    assert ws.run("--server-url", sim.url, *COMMON).returncode == 0
+    stuck.configure(rate_slow=1.0, slow_seconds=600.0)  # every request hangs: nothing is sent after the first 3
+    log = ws.root / "score.err"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(SCORE), "--dataset", "d", "--server-url", stuck.url, "--concurrency", "3"]
+            + ["--top-k", str(K), "--status-interval", "0.2"],
+            cwd=ws.root,
+            env=cli_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        wait_until(lambda: stuck.stats()["http_in_flight"] == 3, timeout=60, what="every row sent")
+        wait_until(
+            lambda: "d: 0/3 rows scored" in log.read_text() and "3 in flight" in log.read_text(),
+            timeout=60,
+            what="a progress line while every request waits",
+        )
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, log.read_text()
+    last = json.loads((ws.outputs / "d" / "teacher.json").read_text())["last_pass"]
+    assert last["stopped_by"] == "SIGTERM" and last["scored"] == 0 and last["units"] == 3

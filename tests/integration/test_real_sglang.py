@@ -147,7 +147,7 @@ def test_with_max_seq_len_raised_the_long_prompt_is_sent_and_the_servers_400_is_
     mark = real_server.mark()
     result = ws.run("--server-url", real_server.url, "--max-tokens", "16", "--max-seq-len", "100000")
     assert result.returncode == 1, result.stderr
-    assert "1 prompts failed (see outputs/d/errors.jsonl); rerun to retry them" in result.stderr
+    assert "1 prompt failed (see outputs/d/errors.jsonl); rerun to retry them" in result.stderr
     ws.assert_exactly_once("d", ["a", "b"])
     (error,) = ws.errors("d")
     assert (error["id"], error["status"], error["error_type"], error["http_status"], error["attempts"]) == (

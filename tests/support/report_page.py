@@ -174,3 +174,19 @@ def make_folder(out: Path, sizes: dict[str, int], start: float) -> None:
     first = next(iter(sizes))
     write_jsonl(out / first / "errors.jsonl", errors)
     write_jsonl(out / "timeline.jsonl", make_timeline(start))
+
+
+def with_mix(rows: list[dict], samples: int, recipes: int = 1, workers: tuple[str, ...] = ()) -> list[dict]:
+    """``rows`` as a run with ``--samples-per-prompt samples`` (and a mix of ``recipes``) wrote them: each
+    prompt's samples in a row, every other prompt's samples all the same answer; their worker in turn."""
+    out = []
+    for i, row in enumerate(rows):
+        prompt, sample = divmod(i, samples)
+        row = {**row, "id": f"{row['dataset']}-p{prompt:05d}", "sample": sample}
+        row["output_text"] = f"same {prompt}" if prompt % 2 else f"answer {prompt}/{sample}"
+        if recipes > 1:
+            row["recipe"] = {"index": (prompt + sample) % recipes, "temperature": 0.6}
+        if workers:
+            row["worker"] = workers[i % len(workers)]
+        out.append(row)
+    return out

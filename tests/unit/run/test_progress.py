@@ -1,10 +1,11 @@
 """Progress: a tqdm bar that advances on completion on a TTY; plain status lines otherwise."""
 
 import io
+from pathlib import Path
 
-from synthgen.fmt import fmt_duration
+from synthgen.fmt import fmt_duration, plural
 from synthgen.run.ledger import TokenLedger
-from synthgen.run.progress import DatasetStats, Progress, summary_table
+from synthgen.run.progress import DatasetStats, Progress, end_of_run, summary_table
 
 
 def test_status_lines_are_newline_terminated_and_carry_every_figure():
@@ -89,3 +90,19 @@ def test_the_summary_has_each_datasets_finish_reasons_and_tokens_generated_and_k
         "e": ["1", "1", "1", "1", "0", "0", "0", "0", "20", "20", "0"],
     }
     assert lines[5].split()[:11] == ["TOTAL", "5", "6", "5", "3", "1", "1", "1", "0", "1,520", "820"]
+
+
+def test_the_last_lines_say_one_prompt_and_many_prompts_as_a_sentence_does():
+    one = DatasetStats("d", done=3, failed=1, skipped=1, skip_kinds={"prompt_too_long": 1})
+    text, left = end_of_run([one], Path("outputs"), "RERUN", "EXPORT")
+    assert left and "d: 1 prompt skipped (prompt_too_long), a rerun will not change that: " in text
+    assert "WARNING: 1 prompt failed (see outputs/d/errors.jsonl); rerun to retry them: RERUN" in text
+    many = DatasetStats("d", done=3, failed=2, skipped=3, skip_kinds={"prompt_too_long": 2})
+    text, _ = end_of_run([many], Path("outputs"), "RERUN", "EXPORT")
+    assert "d: 2 prompts skipped (prompt_too_long)" in text
+    assert "WARNING: 2 prompts failed and 1 prompt was skipped (see " in text
+
+
+def test_counts_take_their_nouns_plural_but_for_one():
+    assert [plural(n, "prompt") for n in (0, 1, 2, 1024)] == ["0 prompts", "1 prompt", "2 prompts", "1,024 prompts"]
+    assert plural(1, "turn", "turns of it") == "1 turn" and plural(3, "turn", "turns of it") == "3 turns of it"

@@ -27,6 +27,15 @@ def test_real_answers_are_not_garbage():
         assert garbage_reason(ids, text) is None, text
 
 
+def test_a_short_answer_is_judged_only_when_its_worker_has_answered_garbage_before():
+    assert garbage_reason([7] * 8, "!" * 8) is None  # from a worker never seen sick: too short to judge
+    assert "repeated 8 times" in garbage_reason([7] * 8, "!" * 8, suspect=True)
+    assert "'!' repeated 6" in garbage_reason(None, "!" * 6, suspect=True)
+    answers = [("4", [19]), ("Yes.", [5, 6]), ("Paris", [40, 41]), ("1 2 3 4 5", list(range(9))), ("aaaa", [3] * 4)]
+    for text, ids in answers:
+        assert garbage_reason(ids, text, suspect=True) is None, text  # the shortest answers stay answers
+
+
 def test_a_burst_of_garbage_from_one_worker_makes_it_sick_and_others_stay_well():
     health = WorkerHealth(burst=3, window=5)
     assert not health.record("w1", None)
