@@ -227,6 +227,43 @@ def test_a_continued_answer_that_split_a_character_has_the_uninterrupted_text(ws
     assert split_inside > 0  # some partial did end inside a character: the case is exercised
 
 
+def test_a_run_killed_where_a_checkpoint_split_a_character_is_continued_with_the_uninterrupted_text(
+    ws, make_sim, tokenizers
+):
+    sim = make_sim("chatml", "--max-total-tokens", "60000", "--step-time", "0.01")
+    rows_in = [{"id": f"m{i}", "prompt": "x" * i + MULTIBYTE * 4} for i in range(8)]
+    ids = ws.dataset("short", "d", rows_in)
+    args = ("--max-tokens", "1000", "--concurrency", "8", "--checkpoint-tokens", "16")
+
+    def all_checkpointed_twice() -> bool:  # checkpoints at 1, 17, 33, ... ids: inside the CJK text
+        kept = checkpointed(ws)
+        return len(kept) == 8 and min(len(p) for p in kept.values()) >= 33
+
+    proc = ws.start("--server-url", sim.url, *args)
+    try:
+        wait_until(all_checkpointed_twice, timeout=120, what="8 requests checkpointed twice")
+        sim.pause()  # no request ends before the kill
+        proc.kill()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    sim.resume()
+    kept = checkpointed(ws)
+    decode = Tokenizer.from_file(str(tokenizers["chatml"] / "tokenizer.json")).decode
+    assert any("\ufffd" in decode(p, skip_special_tokens=False) for p in kept.values())  # the case is exercised
+    rerun = ws.run("--server-url", sim.url, *args)
+    assert rerun.returncode == 0, rerun.stderr
+    rows = {r["id"]: r for r in ws.assert_exactly_once("d", ids)}
+    for key, partial in kept.items():
+        row = rows[key]
+        assert row["segments"][0] == len(partial) and row["output_ids"][: len(partial)] == partial
+        params = {"max_new_tokens": 1000, "skip_special_tokens": False}
+        whole = sim.client.post("/generate", json={"input_ids": row["input_ids"], "sampling_params": params}).json()
+        assert (row["output_ids"], row["output_text"]) == (whole["output_ids"], whole["text"])
+        assert "\ufffd" not in row["output_text"] and MULTIBYTE * 4 in row["reasoning_content"]
+
+
 def test_a_stop_during_a_continue_cut_extension_is_continued_by_the_rerun_not_restarted(ws, make_sim):
     sim = make_sim("chatml", "--max-total-tokens", "60000", "--step-time", "0.01", "--output-len-dist", "fixed:200")
     ids = ws.dataset("short", "d", 4)
