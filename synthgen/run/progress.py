@@ -412,6 +412,18 @@ def summary_table(stats: list[DatasetStats], wall: float) -> str:
     return "\n".join(lines + notes)
 
 
+def startup_line(before: float, server: float | None) -> str:
+    """The summary's line on the time before the first request, which its figures leave out: ``server`` the
+    part a launched server's start took (None: no server was launched), the rest asking the server what it
+    serves and loading the tokenizer."""
+    asking = "asking the server and loading the tokenizer"
+    if server is None:
+        what = asking
+    else:
+        what = f"server start-up {fmt_duration(server)}, then {asking} {fmt_duration(max(before - server, 0.0))}"
+    return f"not in these figures: {fmt_duration(before)} before the first request ({what})"
+
+
 SHOWN_PATHS = 3
 
 

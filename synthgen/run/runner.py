@@ -33,7 +33,6 @@ from synthgen.data.prompts import discover as discover_datasets
 from synthgen.data.records import Turn
 from synthgen.data.store import DatasetStore, ResumeState
 from synthgen.errors import EXIT_FAILURES, EXIT_OK, SynthgenError
-from synthgen.fmt import fmt_duration
 from synthgen.report.figures import DatasetFigures
 from synthgen.report.folder import LiveReport
 from synthgen.report.timeline import sample_of
@@ -47,7 +46,14 @@ from synthgen.run.model import flag_settings, load_model, run_settings
 from synthgen.run.prepare import Preparer, Skip, first_request_report
 from synthgen.run.procedure import Procedure
 from synthgen.run.producer import Producer
-from synthgen.run.progress import SFT_EXPORT, Progress, end_of_run, export_command, summary_table
+from synthgen.run.progress import (
+    SFT_EXPORT,
+    Progress,
+    end_of_run,
+    export_command,
+    startup_line,
+    summary_table,
+)
 from synthgen.run.request import Requests
 from synthgen.run.serverset import make_client
 from synthgen.run.stopping import RunStop
@@ -131,6 +137,7 @@ class Runner:
         self.before_connect, self.restarts = before_connect, restarts
         self.rerun_command, self.hold_end = rerun_command, hold_end
         self.end_text = ""
+        self.server_start: float | None = None  # how long the launched server's start took (None: none launched)
         self.runs: list[DatasetRun] = []
         self.server = ServerContext()
         self.preparer: Preparer | None = None
@@ -220,7 +227,7 @@ class Runner:
         summary += "".join("\n" + line for line in self.pool.fleet.summary_lines())
         summary += "".join("\n" + line for line in client.summary_lines())
         if startup >= 1.0 or cfg.launch_server is not None:
-            summary += f"\nnot in these figures: {fmt_duration(startup)} before the first request (server start-up)"
+            summary += "\n" + startup_line(startup, self.server_start if cfg.launch_server is not None else None)
         self.progress.print_block(summary)
         return self.exit_code()
 
@@ -267,7 +274,9 @@ class Runner:
     async def connect(self, client: Backend, launch: bool = True) -> None:
         """Start a launched server if there is one, ask the server, load what renders and parses."""
         if self.before_connect is not None and launch:
+            began = time.monotonic()
             await self.before_connect()
+            self.server_start = time.monotonic() - began
         cfg = self.config
         self.server = await discover(client, cfg)
         self.preparer = Preparer(load_model(cfg, self.server), self.server, cfg.max_tokens)

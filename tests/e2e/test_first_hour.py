@@ -366,7 +366,8 @@ def test_the_summary_of_a_launched_server_run_shows_the_start_up_apart(ws, token
         sim_command(tokenizers["chatml"], port),
     )
     assert result.returncode == 0, result.stderr
-    assert re.search(r"\nnot in these figures: \S+ before the first request \(server start-up\)\n", result.stderr)
+    line = r"\nnot in these figures: (\S+) before the first request \(server start-up (\S+), then asking the server "
+    assert re.search(line + r"and loading the tokenizer (\S+)\)\n", result.stderr), result.stderr
 
 
 def test_a_second_signal_cancels_as_many_requests_in_flight_as_the_first_said_it_waits_for(ws, make_sim):

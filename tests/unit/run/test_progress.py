@@ -5,7 +5,7 @@ from pathlib import Path
 
 from synthgen.fmt import fmt_duration, plural
 from synthgen.run.ledger import TokenLedger
-from synthgen.run.progress import DatasetStats, Progress, end_of_run, summary_table
+from synthgen.run.progress import DatasetStats, Progress, end_of_run, startup_line, summary_table
 
 
 def test_status_lines_are_newline_terminated_and_carry_every_figure():
@@ -106,3 +106,13 @@ def test_the_last_lines_say_one_prompt_and_many_prompts_as_a_sentence_does():
 def test_counts_take_their_nouns_plural_but_for_one():
     assert [plural(n, "prompt") for n in (0, 1, 2, 1024)] == ["0 prompts", "1 prompt", "2 prompts", "1,024 prompts"]
     assert plural(1, "turn", "turns of it") == "1 turn" and plural(3, "turn", "turns of it") == "3 turns of it"
+
+
+def test_the_time_before_the_first_request_is_called_server_start_up_only_when_a_server_was_launched():
+    assert startup_line(2.4, None) == (
+        "not in these figures: 2s before the first request (asking the server and loading the tokenizer)"
+    )
+    assert startup_line(45.0, 42.0) == (
+        "not in these figures: 45s before the first request (server start-up 42s, then asking the server and "
+        "loading the tokenizer 3s)"
+    )
