@@ -5,6 +5,8 @@
     mix        pure: lengths per recipe and per sample, prompts by samples, the share whose samples differ
     timeline   the run's small time series (``<output-dir>/timeline.jsonl``): written as the run goes, read back
     svg        pure: inline SVG charts (histograms, bars, lines over time) with text alternatives
+    overtime   pure: the page's "Over time" section: the timeline's charts, outages, restarts, runs' marks
+    markup     pure: small HTML pieces the sections share (a stat, a time, a legend, a cell)
     page       pure: figures + timeline -> one HTML page (no script, no outside file, prints, narrow windows)
     folder     I/O: read an output folder incrementally, write the page atomically, and the run's live report
 

@@ -184,6 +184,17 @@ def token_budgets(
     return out
 
 
+def start_detail(start: Mapping[str, int]) -> str:
+    """A run's start event in words: ``rows_before`` (a resume), ``continuing`` (partial outputs and turns of
+    earlier runs), ``continue_cut``."""
+    parts = [
+        f"resumes over {start['rows_before']:,} rows" if start.get("rows_before") else "",
+        f"continues {start['continuing']:,} partial outputs" if start.get("continuing") else "",
+        f"--continue-cut {start['continue_cut']:,}" if start.get("continue_cut") else "",
+    ]
+    return "; ".join(p for p in parts if p)
+
+
 class LiveReport:
     """The page and timeline of a running run. ``run(sample)`` goes beside the run's requests until
     cancelled; ``finish()`` writes the last page and returns the line naming it."""
@@ -195,6 +206,7 @@ class LiveReport:
         sample_every: float,
         budgets: Mapping[str, tuple[int, str]] | None = None,
         on_message: Callable[[str], None] = lambda text: None,
+        start: Mapping[str, int] | None = None,
     ):
         self.path = Path(output_dir) / REPORT
         self.interval, self.sample_every, self.on_message = interval, sample_every, on_message
@@ -203,7 +215,7 @@ class LiveReport:
         self._told = False
         self._final = False  # once the last page is written, a periodic write still under way is dropped
         self._writing = threading.Lock()
-        self.timeline.event("start")
+        self.timeline.event("start", start_detail(start or {}), **(start or {}))
 
     @classmethod
     def for_run(
@@ -212,12 +224,13 @@ class LiveReport:
         names: list[str],
         on_message: Callable[[str], None],
         seeds: Iterable[tuple[DatasetFigures, tuple[int, int, int]]] = (),
+        start: Mapping[str, int] | None = None,
     ) -> LiveReport:
         """The live report of a run: its output folder, intervals and datasets' budgets; ``seeds``: the
         figures the resume scan made of each dataset's rows (``FolderReport.seed``), so that the first page
-        does not read them again."""
+        does not read them again; ``start``: what the run goes on from (``start_detail``), on its start event."""
         budgets = token_budgets(names, cfg.max_tokens_per_dataset, cfg.budget, cfg.expected_tokens)
-        report = cls(cfg.output_dir, cfg.report_interval, cfg.status_interval, budgets, on_message)
+        report = cls(cfg.output_dir, cfg.report_interval, cfg.status_interval, budgets, on_message, start)
         for figures, read in seeds:
             report.folder.seed(figures, read)
         return report
@@ -258,10 +271,11 @@ class LiveReport:
             wake = min(next_sample, next_write) if self.interval > 0 else next_sample
             await asyncio.sleep(max(0.01, wake - loop.time()))
 
-    def finish(self, last_sample: dict[str, Any] | None) -> str:
-        """The last sample and the end of the run on the timeline, the final page; the line to print."""
+    def finish(self, last_sample: dict[str, Any] | None, stopped: str = "") -> str:
+        """The last sample and the end of the run on the timeline (``stopped``: why it stopped early, as
+        "stopped by SIGTERM"), the final page; the line to print."""
         if last_sample is not None:
             self.timeline.sample(last_sample)
-        self.timeline.event("end")
+        self.timeline.event("end", stopped)
         self.timeline.close()
         return f"report: {self.path}" if self.write(False) else ""

@@ -14,19 +14,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from html import escape
-from typing import Any
 
 from synthgen.data.rowread import LENGTH, LOOPED
 from synthgen.fmt import fmt_duration
 from synthgen.report import svg
 from synthgen.report.examples import examples_section
 from synthgen.report.figures import STOP, DatasetFigures, bins, quantile, share
+from synthgen.report.markup import legend_of, stat, utc
 from synthgen.report.mix import mix_section
+from synthgen.report.overtime import last_run, last_run_line, outages, restarts, run_rate, timeline_section
 from synthgen.report.timeline import Timeline
 
-MAX_POINTS = 400  # per chart line: a day of 10 s samples is thinned to this
 # A folder of thousands of datasets: charts and sections for those with the most output tokens, every one in
 # the table.
 MAX_CHARTED = 24
@@ -48,149 +47,6 @@ class PageData:
     source: str = "run_inference.py"
 
 
-def stat(key: str, text: str, tag: str = "span") -> str:
-    return f'<{tag} data-stat="{escape(key)}">{escape(text)}</{tag}>'
-
-
-def utc(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-# --- the run's timeline -------------------------------------------------------------------------------
-def last_run(timeline: Timeline) -> list[dict[str, Any]]:
-    runs = timeline.runs
-    return [s for s in timeline.samples if runs and s.get("run") == timeline.samples[-1].get("run")]
-
-
-def run_rate(samples: Sequence[dict[str, Any]]) -> float | None:
-    """Output tokens per second over a run: its tokens between its first and last sample."""
-    if len(samples) < 2 or samples[-1]["t"] <= samples[0]["t"]:
-        return None
-    tokens = float(samples[-1].get("tokens") or 0) - float(samples[0].get("tokens") or 0)
-    return tokens / float(samples[-1]["t"] - samples[0]["t"])
-
-
-def outages(timeline: Timeline) -> list[tuple[float, float]]:
-    """(down, back) of every outage: an ``outage`` event to the next ``recovered`` or end of its run."""
-    bands: list[tuple[float, float]] = []
-    down: dict[str, float] = {}
-    last_t = timeline.samples[-1]["t"] if timeline.samples else 0.0
-    for event in timeline.events:
-        run = str(event.get("run"))
-        if event["event"] == "outage":
-            down.setdefault(run, event["t"])
-        elif event["event"] in ("recovered", "end") and run in down:
-            bands.append((down.pop(run), event["t"]))
-    bands += [(t, max(last_t, t)) for t in down.values()]
-    return sorted(bands)
-
-
-def restarts(timeline: Timeline) -> list[float]:
-    """When the launched server was restarted: the samples where its restart count went up."""
-    marks: list[float] = []
-    seen: dict[str, int] = {}
-    for s in timeline.samples:
-        run, count = str(s.get("run")), int(s.get("restarts") or 0)
-        if count > seen.get(run, 0):
-            marks += [s["t"]] * (count - seen.get(run, 0))
-        seen[run] = max(seen.get(run, 0), count)
-    return marks
-
-
-def thin(samples: Sequence[dict[str, Any]], limit: int = MAX_POINTS) -> list[dict[str, Any]]:
-    step = max(1, -(-len(samples) // limit))
-    picked = list(samples[::step])
-    if samples and picked[-1] is not samples[-1]:
-        picked.append(samples[-1])
-    return picked
-
-
-def _points(samples: Sequence[dict[str, Any]], key: str) -> list[tuple[float, float | None]]:
-    """(t, value) with a break (None) where the run changes."""
-    out: list[tuple[float, float | None]] = []
-    run = None
-    for s in samples:
-        if run is not None and s.get("run") != run:
-            out.append((s["t"], None))
-        run = s.get("run")
-        value = s.get(key)
-        out.append((s["t"], float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None))
-    return out
-
-
-def legend_of(*items: tuple[str, str], lead: str = "") -> str:
-    keys = "".join(
-        f'<span class="item"><span class="key {escape(css)}"></span>{escape(text)}</span>' for css, text in items
-    )
-    return f'<p class="legend">{escape(lead)}{keys}</p>'
-
-
-def timeline_section(timeline: Timeline) -> str:
-    samples = thin(timeline.samples)
-    if not samples:
-        return (
-            '<section id="timeline"><h2>Over time</h2>'
-            "<p>No timeline yet (the run records one as it goes).</p></section>"
-        )
-    span = (samples[0]["t"], samples[-1]["t"])
-    bands, marks = outages(timeline), restarts(timeline)
-    told = f"{len(bands)} outage(s) shaded, {len(marks)} server restart(s) marked"
-    rate = svg.lines(
-        "tl-rate",
-        [svg.Series("output tokens/s (last minute)", "s-rate", _points(samples, "tok_s"))],
-        span,
-        "Output tokens per second over time",
-        f"Output tokens per second over the last minute, sampled from {utc(span[0])} to {utc(span[1])}; {told}.",
-        bands,
-        [(t, "server restart") for t in marks],
-    )
-    load = svg.lines(
-        "tl-load",
-        [
-            svg.Series("requests in flight", "s-inflight", _points(samples, "in_flight")),
-            svg.Series("server running", "s-running", _points(samples, "running")),
-            svg.Series("server queued", "s-waiting", _points(samples, "waiting")),
-        ],
-        span,
-        "Requests in flight and the server's running and queued requests over time",
-        f"Requests this run had in flight, and the server's own running and queued counts, from {utc(span[0])} "
-        f"to {utc(span[1])}; {told}. A server that stays busy keeps running near its limit and a short queue.",
-        bands,
-        [(t, "server restart") for t in marks],
-    )
-    legend = legend_of(
-        ("s-rate", "output tokens/s"),
-        ("s-inflight", "in flight"),
-        ("s-running", "server running"),
-        ("s-waiting", "server queued"),
-        ("outage", "server down"),
-        ("restart", "server restart"),
-    )
-    rows = "".join(
-        f"<tr><td>{escape(utc(s['t']))}</td><td>{_cell(s.get('tok_s'))}</td><td>{_cell(s.get('in_flight'))}</td>"
-        f"<td>{_cell(s.get('running'))}</td><td>{_cell(s.get('waiting'))}</td><td>{_cell(s.get('done'))}</td>"
-        f"<td>{'down' if s.get('down') else ''}</td></tr>"
-        for s in samples
-    )
-    table = (
-        f'<details><summary>The {len(samples):,} plotted samples as a table</summary><div class="scroll">'
-        "<table><thead><tr><th>time</th><th>tok/s</th><th>in flight</th><th>running</th><th>queued</th>"
-        f"<th>done</th><th>server</th></tr></thead><tbody>{rows}</tbody></table></div></details>"
-    )
-    return (
-        f'<section id="timeline"><h2>Over time</h2>{legend}<div class="figs">'
-        f"<figure><figcaption>Output tokens per second (last minute)</figcaption>{rate}</figure>"
-        f"<figure><figcaption>Requests in flight; the server's running and queued</figcaption>{load}</figure>"
-        f"</div>{table}</section>"
-    )
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:,.1f}"
-    return "" if value is None else escape(f"{value:,}" if isinstance(value, int) else str(value))
-
-
 # --- the top of the page ------------------------------------------------------------------------------
 def card(label: str, key: str, value: str, note: str = "", warn: bool = False) -> str:
     cls = "card warn" if warn else "card"
@@ -203,21 +59,6 @@ def card(label: str, key: str, value: str, note: str = "", warn: bool = False) -
 
 def _over(names: list[str]) -> str:
     return "over budget: " + ", ".join(escape(n) for n in names) if names else ""
-
-
-def last_run_line(timeline: Timeline) -> str:
-    """When the last run started, and when it ended or was last heard of."""
-    run = last_run(timeline)
-    if not run:
-        return ""
-    ended = [e for e in timeline.events if e.get("run") == run[-1].get("run") and e["event"] == "end"]
-    start, last = run[0]["t"], (ended[-1]["t"] if ended else run[-1]["t"])
-    how = "ended" if ended else "last sample"
-    done = run[-1].get("done")
-    return (
-        f'<p class="status">Last run: started {escape(utc(start))}, {how} {escape(utc(last))} '
-        f"({fmt_duration(last - start)}); {_cell(done)} prompts done in it.</p>"
-    )
 
 
 def glance(data: PageData) -> str:
@@ -543,16 +384,21 @@ figure{margin:0}figure.wide{max-width:46rem}figcaption{font-size:.85rem;color:va
 .line{fill:none;stroke-width:1.8}.s-rate{stroke:#2b6cb0;fill:#2b6cb0}.s-inflight{stroke:#2f855a;fill:#2f855a}
 .s-running{stroke:#6b46c1;fill:#6b46c1}.s-waiting{stroke:#dd6b20;fill:#dd6b20}.line.s-rate,.line.s-inflight,
 .line.s-running,.line.s-waiting{fill:none}.outage{fill:#e53e3e;fill-opacity:.18}
-.restart{stroke:#c53030;stroke-width:2;stroke-dasharray:4 3}.mark{stroke:var(--fg);stroke-width:2}
+.restart{stroke:#c53030;stroke-width:2;stroke-dasharray:4 3}
+.m-stop{stroke:#1a202c;stroke-width:2}.m-killed{stroke:#718096;stroke-width:2;stroke-dasharray:2 2}
+.m-resume{stroke:#319795;stroke-width:2;stroke-dasharray:6 3}.m-continue{stroke:#d53f8c;
+stroke-width:2;stroke-dasharray:6 3}.mark{stroke:var(--fg);stroke-width:2}
 .legend{font-size:.85rem;color:var(--muted)}.legend .item{white-space:nowrap}
 .key{display:inline-block;width:.9em;height:.9em;margin:0 .25em 0 .8em;
 vertical-align:-.1em;border-radius:2px;background:#718096}.key.s-rate{background:#2b6cb0}.key.s-inflight{background:#2f855a}
-.key.s-running{background:#6b46c1}.key.s-waiting{background:#dd6b20}.key.outage{background:#fbd5d5}.key.restart{background:#c53030}
+.key.s-running{background:#6b46c1}.key.s-waiting{background:#dd6b20}.key.outage{background:#fbd5d5}.key.restart{background:#c53030}.key.m-stop{background:#1a202c}
+.key.m-killed{background:#718096}.key.m-resume{background:#319795}.key.m-continue{background:#d53f8c}
 .key.mark{background:var(--fg);width:.25em}.key.s-stop{background:#2b6cb0}.key.s-length{background:#dd6b20}.key.s-repetition{background:#9b2c2c}
 .scroll{overflow-x:auto}
 table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0;font-variant-numeric:tabular-nums}
 th,td{border-bottom:1px solid var(--line);padding:.2rem .5rem;text-align:right;white-space:nowrap}
-th:first-child,td:first-child{text-align:left}td.example{text-align:left;white-space:normal;min-width:16rem}
+th:first-child,td:first-child{text-align:left}.runs td,.runs th{text-align:left}.runs td{white-space:normal}
+td.example{text-align:left;white-space:normal;min-width:16rem}
 .facts{margin:.2rem 0 .6rem;padding-left:1.2rem}a{color:#2b6cb0}
 h4{font-size:.95rem;margin:1rem 0 .2rem}details.example{border:1px solid var(--line);border-radius:6px;
 margin:.4rem 0;padding:.3rem .6rem}details.example summary{cursor:pointer;overflow-wrap:anywhere}
@@ -575,7 +421,7 @@ def build_page(data: PageData) -> str:
     sections = [
         header(data),
         glance(data),
-        timeline_section(data.timeline),
+        timeline_section(data.timeline, data.live_every is not None),
         servers_section(data.datasets),
         overview(data.datasets),
         *(dataset_section(d, i) for i, d in enumerate(charted(data.datasets))),

@@ -171,9 +171,10 @@ def lines(
     title: str,
     desc: str,
     bands: Sequence[tuple[float, float]] = (),
-    marks: Sequence[tuple[float, str]] = (),
+    marks: Sequence[tuple[float, str, str]] = (),
 ) -> str:
-    """Lines over time (UTC on the axis); ``bands`` shaded (outages), ``marks`` as labelled ticks (restarts)."""
+    """Lines over time (UTC on the axis); ``bands`` shaded (outages), ``marks`` (time, css class, words) as
+    labelled vertical lines (a server restart, a run stopped or resumed)."""
     out = _open(ident, title, desc)
     t0, t1 = span
     t1 = max(t1, t0 + 1)
@@ -193,9 +194,9 @@ def lines(
             f'<rect class="outage" x="{x(a):.1f}" y="{TOP}" width="{max(x(b) - x(a), 2):.1f}" height="{plot_h}">'
             f"<title>server down {clock(a)}-{clock(b)} UTC</title></rect>"
         )
-    for t, label in marks:
+    for t, css, label in marks:
         out.append(
-            f'<line class="restart" x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{TOP}" y2="{HEIGHT - BOTTOM}">'
+            f'<line class="{escape(css)}" x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{TOP}" y2="{HEIGHT - BOTTOM}">'
             f"<title>{escape(label)} {clock(t)} UTC</title></line>"
         )
     for s in series:

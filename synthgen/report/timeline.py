@@ -4,12 +4,15 @@
      "waiting": 4, "target": 72, "done": 1200, "failed": 0, "skipped": 0, "tokens": 980000, "restarts": 0,
      "down": false}
     {"t": 1764650007.2, "run": "20261202T031500-4242", "event": "outage", "detail": "connection refused"}
+    {"t": 1764651000.0, "run": "20261202T041000-4300", "event": "start", "detail": "resumes 1,200 rows",
+     "rows_before": 1200, "continuing": 12, "continue_cut": 0}
 
 ``t`` is Unix time in seconds; ``tok_s`` the output tokens per second of the last minute (the status line's
 ``1m`` figure); ``running``/``waiting`` the server's own counts from its load report (null when it gives
-none); ``restarts`` the launched server's restarts so far. Events: ``start``, ``end``, ``outage``,
-``recovered``, ``restart``. Reruns append to the same file, each under its own ``run`` id. A line costs
-about 200 bytes: a day at the default 10 s is under 2 MB.
+none); ``restarts`` the launched server's restarts so far. Events: ``start`` (with the rows already written,
+the partial outputs it continues and ``--continue-cut``), ``end`` (its detail says a stop: ``stopped by
+SIGTERM``), ``outage``, ``recovered``, ``restart``. Reruns append to the same file, each under its own
+``run`` id. A line costs about 200 bytes: a day at the default 10 s is under 2 MB.
 
     TimelineWriter   appends lines (never through a link); a failure stops it and is said once
     read_timeline    the lines back, a torn or foreign line skipped
@@ -52,9 +55,9 @@ class TimelineWriter:
     def sample(self, fields: dict[str, Any], now: float | None = None) -> None:
         self._append({"t": round(time.time() if now is None else now, 1), "run": self.run, **fields})
 
-    def event(self, kind: str, detail: str = "", now: float | None = None) -> None:
+    def event(self, kind: str, detail: str = "", now: float | None = None, **counts: int) -> None:
         stamp = round(time.time() if now is None else now, 1)
-        self._append({"t": stamp, "run": self.run, "event": kind, "detail": detail})
+        self._append({"t": stamp, "run": self.run, "event": kind, "detail": detail, **counts})
 
     def _append(self, line: dict[str, Any]) -> None:
         if self._broken:

@@ -233,12 +233,20 @@ class Runner:
 
     def open_report(self) -> None:
         seeds = [(self.seeds[run.name], run.resume.read) for run in self.runs if run.resume.read is not None]
-        self.report = LiveReport.for_run(self.config, [run.name for run in self.runs], self.progress.message, seeds)
+        start = {  # what the run goes on from: its start's mark on the page's timeline
+            "rows_before": sum(len(run.resume.entries) for run in self.runs),
+            "continuing": sum(len(run.continuing) + len(run.partial) for run in self.runs),
+            "continue_cut": self.config.continue_cut,
+        }
+        names = [run.name for run in self.runs]
+        self.report = LiveReport.for_run(self.config, names, self.progress.message, seeds, start)
 
     def finish_report(self) -> str:
         """The last page of the output folder (after the timeline's last sample); the line naming it."""
         sample = sample_of(self.progress, self.pool.monitor, self.restarts()) if self.pool is not None else None
-        return self.report.finish(sample) if self.report is not None else ""
+        signal = self.stop.signal
+        stopped = f"stopped by {signal.name}" if signal is not None else "ended by an error" if self.stop.fatal else ""
+        return self.report.finish(sample, stopped) if self.report is not None else ""
 
     def plan(self) -> None:
         """Decide everything before anything is written: lock and read every dataset folder, compare

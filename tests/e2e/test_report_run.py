@@ -8,6 +8,7 @@ One run serves the module (a simulator start and a run cost seconds on two cores
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
 
 import orjson
@@ -161,3 +162,33 @@ def test_a_resumed_runs_page_counts_every_row_once_after_a_missing_newline_and_a
             fh.write(b'{"id": "g99", "content": "cut by a ki')  # a kill mid-write
         run_and_check()
     assert len(read_rows(results)) == 12
+
+
+def test_a_stop_and_the_rerun_continuing_its_partial_outputs_are_marked_on_the_pages_timeline(ws, make_sim):
+    # Scheduler mode: a decode step gives every running request a token; the stop comes with 4 in flight.
+    sim = make_sim("chatml", "--max-total-tokens", "60000", "--step-time", "0.002", "--output-len-dist", "fixed:120")
+    ws.dataset("short", "d", 6)
+    common = ("--server-url", sim.url, "--max-tokens", "400", "--concurrency", "4", "--status-interval", "0.5")
+    proc = ws.start(*common, "--drain-timeout", "600")
+    try:
+        wait_until(lambda: sim.stats()["running"] >= 4, timeout=120, what="4 running")
+        steps = sim.stats()["decode_steps"]
+        wait_until(lambda: sim.stats()["decode_steps"] >= steps + 5, timeout=120, what="5 more steps")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    rerun = ws.run(*common)
+    assert rerun.returncode == 0 and "continuing 4 partial outputs" in rerun.stderr, rerun.stderr
+    events = [e for e in read_rows(ws.outputs / "timeline.jsonl") if e.get("event") in ("start", "end")]
+    assert [(e["event"], e["detail"], e.get("continuing")) for e in events] == [
+        ("start", "", 0),
+        ("end", "stopped by SIGTERM", None),
+        ("start", "continues 4 partial outputs", 4),
+        ("end", "", None),
+    ]
+    page = (ws.outputs / "report.html").read_text()
+    assert page.count('<line class="m-stop"') == 2 and page.count('<line class="m-continue"') == 2
+    runs = re.search(r'<table class="runs">(.*?)</table>', page, re.S).group(1)
+    assert "stopped by SIGTERM" in runs and "continues 4 partial outputs" in runs

@@ -11,7 +11,8 @@ from report_page import expected_stats, make_rows, make_timeline, page_stats
 
 from synthgen.report import svg
 from synthgen.report.figures import DatasetFigures, bins, split_tokens
-from synthgen.report.page import PageData, build_page, outages, restarts, run_rate
+from synthgen.report.overtime import outages, restarts, run_rate
+from synthgen.report.page import PageData, build_page
 from synthgen.report.timeline import Timeline, parse_timeline
 
 START = 1_764_630_000.0
