@@ -48,8 +48,8 @@ Start: ``initial`` if given; else, on the first report, ``max_total_num_tokens /
 tokens_per_request`` when the caller knows its prompt plus expected completion length, else 16
 (low, because a server that fits few requests must not see a pile first); never above the
 server's ``max_running_requests`` plus a margin; always within ``[1, max_concurrency]``. While
-the target grows (``starved``) the monitor polls four times as often, so a low start costs about
-a second: 16 -> 28 -> 43 -> 62 -> 86 -> 116 at one step per quarter second.
+the target grows (a poll raised it) the monitor polls four times as often, so a low start costs about
+a second: 16 -> 28 -> 43 -> 62 -> 86 -> 116 at one step per quarter second; otherwise once a second.
 
 Fallback: with no load report (an older server, a router whose workers are unreachable, a failed
 poll) the target stays where it is: 64 (today's fixed default) or ``initial`` if the server never
@@ -422,14 +422,16 @@ class LoadMonitor:
         self.min_target = self.max_target = limit.target
         self._running_sum = 0
         self._in_flight_at_read = 0
+        self.grew = False  # the last poll raised the target: the next comes sooner
 
     async def run(self) -> None:
-        """Poll until cancelled; four times as often while the target is growing, so that the
-        client finds a server's capacity quickly (each step still waits for the server's answer)."""
+        """Poll until cancelled; four times as often while the target grows (the last poll raised it), so that
+        the client finds a server's capacity quickly (each step still waits for the server's answer). A server
+        merely starved while the client has nothing more to send (a CPU server that runs all it gets) is polled
+        once an interval: the target would not move."""
         while True:
             await self.poll_once()
-            growing = self.steer and self.controller.state == "starved"
-            await asyncio.sleep(self.interval / 4 if growing else self.interval)
+            await asyncio.sleep(self.interval / 4 if self.grew else self.interval)
 
     async def first_poll(self, timeout: float = FIRST_POLL_TIMEOUT) -> ServerLoad | None:
         """``poll_once`` bounded by ``timeout``: None (the target unchanged) when no answer came in time.
@@ -448,7 +450,9 @@ class LoadMonitor:
         now = self.clock()
         self.polls += 1
         held_back = self.limit.held_back()
+        before = self.controller.target
         target = self.controller.update(load, held_back, self._in_flight_at_read)
+        self.grew = self.steer and target > before
         if self.steer:
             self.limit.set_target(target)
         self.min_target = min(self.min_target, self.limit.target)

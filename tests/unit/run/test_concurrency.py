@@ -635,3 +635,41 @@ def test_a_run_sends_its_datasets_mixed_from_the_first_request_on(tmp_path, toke
 
     assert asyncio.run(main()) == 0
     assert sent == ["aa", "bb", "bb", "bb", "aa", "bb", "bb", "bb"]
+
+
+def poll_waits(monkeypatch, monitor: LoadMonitor, polls: int, between=lambda: None) -> list[float]:
+    """The waits ``monitor.run()`` takes between its first ``polls`` polls (asyncio.sleep recorded, not slept);
+    ``between`` runs at each wait (the client's side changing)."""
+    waits: list[float] = []
+
+    async def recorded(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == polls:
+            raise asyncio.CancelledError
+        between()
+
+    monkeypatch.setattr("synthgen.run.concurrency.asyncio.sleep", recorded)
+    with contextlib.suppress(asyncio.CancelledError):
+        asyncio.run(monitor.run())
+    return waits
+
+
+def test_the_load_is_polled_four_times_a_second_while_the_target_grows_else_once(monkeypatch):
+    # A starved server (nothing waits, KV free) whose client has sent all it had: the target cannot move.
+    server = ScriptedServer({"/v1/loads": body(rank(4, 0))})
+    monitor = LoadMonitor(server, InFlightLimit(16), AutoConcurrency(initial=16))
+    assert poll_waits(monkeypatch, monitor, 5) == [1.0] * 5
+    assert monitor.controller.state == "starved" and len(server.asked) == 5
+    # The same server running all the client sends while its limit is full: the target grows, polled every 0.25 s.
+    limit = InFlightLimit(16)
+    for _ in range(16):
+        assert limit.try_acquire()
+    server = ScriptedServer({"/v1/loads": lambda: body(rank(limit.in_use, 0))})
+    monitor = LoadMonitor(server, limit, AutoConcurrency(initial=16, max_concurrency=40))
+    assert poll_waits(monkeypatch, monitor, 5, between=lambda: [limit.try_acquire() for _ in range(40)]) == [
+        0.25,
+        0.25,
+        1.0,
+        1.0,
+        1.0,
+    ]  # 16 -> 28 -> 40 (the maximum): then it no longer grows
