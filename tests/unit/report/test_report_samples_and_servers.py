@@ -80,3 +80,20 @@ def test_every_colour_drawn_on_the_page_has_a_key_in_a_legend():
     keys = set(re.findall(r'<span class="key ([a-z-]+)"></span>', page))
     assert {"s-repetition", "s-abort", "mark", "outage", "restart", "s-length"} <= drawn
     assert drawn <= keys, drawn - keys
+
+
+def test_a_hostile_server_name_run_id_or_stop_detail_is_shown_as_text():
+    import orjson
+
+    bad = '"><img src="http://127.0.0.1:9/x.png"><script>alert(1)</script>'
+    rows = with_mix(make_rows("a", 6), samples=2, recipes=2, workers=(bad, "ok"))
+    lines = [
+        {"t": START, "run": bad, "event": "start", "detail": bad, "rows_before": 3},
+        {"t": START + 5, "run": bad, "tok_s": 1.0, "in_flight": 1, "done": 1, "tokens": 5},
+        {"t": START + 9, "run": bad, "event": "end", "detail": bad},
+    ]
+    timeline = parse_timeline(b"\n".join(orjson.dumps(x) for x in lines))
+    page = build_page(PageData("o", [figures("a", rows)], timeline, START + 10))
+    body = page.split("<body>", 1)[1]
+    assert "<img" not in body and "<script" not in body
+    assert body.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 5  # server table, bars, runs table, marks
