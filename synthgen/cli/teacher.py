@@ -7,6 +7,7 @@ import asyncio
 import functools
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from synthgen.cli.launchflags import launch_flags
@@ -15,13 +16,15 @@ from synthgen.data import teacherfile
 from synthgen.data.prompts import discover
 from synthgen.data.shards import ENV_HINTS, check_shards, dataset_names, merge, parse_shard, shard_folders
 from synthgen.data.store import RESULTS
+from synthgen.data.teacherfile import left_out_text
 from synthgen.data.tokenrows import FLAG, parse_existing
 from synthgen.errors import OneLineParser, UsageError, run_guarded
 from synthgen.launch.supervisor import Supervisor
+from synthgen.report.folder import REPORT, FolderReport, write_page
 from synthgen.signals import exit_code
 from synthgen.teacher import cost
 from synthgen.teacher.scorer import DatasetOutcome, ScoreConfig, Scorer, UnitsOf, has_work, run_dataset
-from synthgen.teacher.units import UnitCounts, dataset_units, existing_units, left_out_text
+from synthgen.teacher.units import UnitCounts, dataset_units, existing_units
 
 PROG = "score_teacher.py"
 EPILOG = """\
@@ -246,9 +249,23 @@ async def score_all(args: argparse.Namespace) -> int:
             print(f"{o.name}: left out: {left_out_text(o.left_out)}")
         for line in o.failures:
             print(f"  failed: {line}", file=sys.stderr)
+    write_pages(dict.fromkeys(folder for _, folder, _ in todo))
     if scorer.signal is not None:
         return exit_code(scorer.signal)
     return 1 if any(o.failed for o in outcomes) else 0
+
+
+def write_pages(where: Iterable[Path]) -> None:
+    """Each scored folder's report.html, its teacher section from the teacher.json files just written; a page
+    that cannot be written is a note (the side files are what matters)."""
+    for folder in where:
+        page = folder / REPORT
+        try:
+            write_page(page, FolderReport(folder).page(None, PROG))
+        except (OSError, UsageError) as exc:
+            print(f"note: {page}: the report page was not written ({exc})", file=sys.stderr)
+            continue
+        print(f"report: {page}")
 
 
 def run(argv: list[str]) -> int:

@@ -237,3 +237,25 @@ def read_meta(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+# teacher.json's last_pass.left_out: the stored rows and turns a pass did not score, by reason
+LEFT_OUT = {  # reason -> (one, several, why or what to do)
+    "no_ids": (
+        "row stored without token ids",
+        "rows stored without token ids",
+        "written before ids were stored: run them again to score them",
+    ),
+    "empty": ("turn with no generated token", "turns with no generated token", "nothing to score"),
+    "duplicate": ("repeated id", "repeated ids", "the first row of an id is scored"),
+}
+
+
+def left_out_text(left_out: dict[str, int]) -> str:
+    """``1 row stored without token ids (written before ...), 2 turns with no generated token (...)``."""
+    parts = []
+    for reason, (one, several, why) in LEFT_OUT.items():  # in this order, whatever the record's
+        n = left_out.get(reason)
+        if n:
+            parts.append(f"{n:,} {one if n == 1 else several} ({why})")
+    return ", ".join(parts)

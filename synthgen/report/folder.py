@@ -32,6 +32,7 @@ from synthgen.data.rowread import Outcome, read_row
 from synthgen.errors import UsageError
 from synthgen.report.figures import DatasetFigures
 from synthgen.report.page import PageData, build_page
+from synthgen.report.teacher import teacher_records
 from synthgen.report.timeline import TIMELINE, TimelineWriter, read_timeline, run_id
 
 REPORT = "report.html"
@@ -149,7 +150,10 @@ class FolderReport:
         with self.lock:
             datasets = self.refresh()
             timeline = read_timeline(self.output_dir / TIMELINE)
-            data = PageData(title or str(self.output_dir), datasets, timeline, time.time(), live_every, source)
+            teacher = teacher_records(self.output_dir, [d.name for d in datasets])
+            data = PageData(
+                title or str(self.output_dir), datasets, timeline, time.time(), live_every, source, teacher=teacher
+            )
             return build_page(data)
 
 

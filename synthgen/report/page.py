@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
+from typing import Any
 
 from synthgen.data.rowread import LENGTH, LOOPED
 from synthgen.fmt import fmt_duration
@@ -24,6 +25,7 @@ from synthgen.report.figures import STOP, DatasetFigures, bins, quantile, share
 from synthgen.report.markup import legend_of, stat, utc
 from synthgen.report.mix import mix_section
 from synthgen.report.overtime import last_run, last_run_line, outages, restarts, run_rate, timeline_section
+from synthgen.report.teacher import teacher_section
 from synthgen.report.timeline import Timeline
 
 # A folder of thousands of datasets: charts and sections for those with the most output tokens, every one in
@@ -45,6 +47,7 @@ class PageData:
     written_at: float = 0.0  # Unix time
     live_every: float | None = None  # the run is going and rewrites the page this often (seconds)
     source: str = "run_inference.py"
+    teacher: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (dataset, its teacher.json)
 
 
 # --- the top of the page ------------------------------------------------------------------------------
@@ -424,6 +427,7 @@ def build_page(data: PageData) -> str:
         timeline_section(data.timeline, data.live_every is not None),
         servers_section(data.datasets),
         overview(data.datasets),
+        teacher_section(data.teacher),
         *(dataset_section(d, i) for i, d in enumerate(charted(data.datasets))),
     ]
     return (

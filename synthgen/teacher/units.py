@@ -45,26 +45,6 @@ class UnitCounts:
         return {reason: n for reason, n in found.items() if n}
 
 
-LEFT_OUT = {  # reason -> (one, several, why or what to do)
-    "no_ids": (
-        "row stored without token ids",
-        "rows stored without token ids",
-        "written before ids were stored: run them again to score them",
-    ),
-    "empty": ("turn with no generated token", "turns with no generated token", "nothing to score"),
-    "duplicate": ("repeated id", "repeated ids", "the first row of an id is scored"),
-}
-
-
-def left_out_text(left_out: dict[str, int]) -> str:
-    """``1 row stored without token ids (written before ...), 2 turns with no generated token (...)``."""
-    parts = []
-    for reason, n in left_out.items():
-        one, several, why = LEFT_OUT[reason]
-        parts.append(f"{n:,} {one if n == 1 else several} ({why})")
-    return ", ".join(parts)
-
-
 def row_export_id(record: ResultRecord) -> str:
     sample = record.sample if isinstance(record.sample, int) and not isinstance(record.sample, bool) else None
     return samples.export_id(f"{record.dataset}/{record.id}", sample)

@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 import pyarrow.dataset as pads
 import sim_logprobs
+from report_page import page_stats
 from simharness import wait_until
 from workspace import cli_env
 
@@ -290,6 +291,11 @@ def test_the_pass_reports_what_it_left_out_and_why_and_teacher_json_records_the_
     assert last["scored"] == 2 and last["units"] == 2 and last["scored_before"] == 0 and last["failed"] == 0
     assert last["left_out"] == {"no_ids": 1, "empty": 1} and last["stopped_by"] is None
     assert last["server"] == [sim.url] and last["ended"].endswith("Z") and last["positions"] > 0
+    # The folder's report page has the teacher section, from teacher.json.
+    assert f"report: {Path('outputs') / 'report.html'}" in result.stdout
+    page = page_stats((ws.outputs / "report.html").read_text())
+    assert page["teacher/d/scored"] == "2 of 2 (100.0%)" and page["teacher/d/failed"] == "0"
+    assert page["teacher/d/left_out"].startswith("1 row stored without token ids (")
 
     # A rerun sends nothing and says so in the record: the last pass scored none.
     result = score(ws, "--dataset", "d", "--server-url", sim.url, "--top-k", str(K))
