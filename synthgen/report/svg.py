@@ -150,18 +150,19 @@ class Series:
     points: Sequence[tuple[float, float | None]]  # (unix time, value); None breaks the line
 
 
-TIME_STEPS = (60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 
 def time_ticks(t0: float, t1: float, most: int = 6) -> list[float]:
-    """Round times (whole minutes, quarter hours, hours, ...) between t0 and t1, at most ``most``."""
+    """Round times (5 s, 15 s, ... for a run of seconds; whole minutes, quarter hours, hours, ...) between t0
+    and t1, at most ``most``."""
     step = next((s for s in TIME_STEPS if (t1 - t0) / s <= most - 1), 86400 * math.ceil((t1 - t0) / 86400 / (most - 1)))
     first = math.ceil(t0 / step) * step
     return [float(t) for t in range(int(first), int(t1) + 1, int(step))]
 
 
-def clock(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%H:%M")
+def clock(t: float, seconds: bool = False) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%H:%M:%S" if seconds else "%H:%M")
 
 
 def lines(
@@ -192,12 +193,12 @@ def lines(
     for a, b in bands:
         out.append(
             f'<rect class="outage" x="{x(a):.1f}" y="{TOP}" width="{max(x(b) - x(a), 2):.1f}" height="{plot_h}">'
-            f"<title>server down {clock(a)}-{clock(b)} UTC</title></rect>"
+            f"<title>server down {clock(a, True)}-{clock(b, True)} UTC</title></rect>"
         )
     for t, css, label in marks:
         out.append(
             f'<line class="{escape(css)}" x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{TOP}" y2="{HEIGHT - BOTTOM}">'
-            f"<title>{escape(label)} {clock(t)} UTC</title></line>"
+            f"<title>{escape(label)} {clock(t, True)} UTC</title></line>"
         )
     for s in series:
         runs: list[list[str]] = [[]]
@@ -215,10 +216,13 @@ def lines(
                     f'<polyline class="{s.css} line" points="{" ".join(run)}">'
                     f"<title>{escape(s.name)}</title></polyline>"
                 )
-    for t in time_ticks(t0, t1):
+    ticks = time_ticks(t0, t1)
+    seconds = len(ticks) > 1 and ticks[1] - ticks[0] < 60
+    for t in ticks:
         out.append(
             f'<line class="grid" x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{HEIGHT - BOTTOM}" y2="{HEIGHT - BOTTOM + 4}"/>'
-            f'<text class="tick" x="{x(t):.1f}" y="{HEIGHT - BOTTOM + 15}" text-anchor="middle">{clock(t)}</text>'
+            f'<text class="tick" x="{x(t):.1f}" y="{HEIGHT - BOTTOM + 15}" text-anchor="middle">'
+            f"{clock(t, seconds)}</text>"
         )
     out.append(f'<text class="label" x="{WIDTH - RIGHT}" y="{HEIGHT - 4}" text-anchor="end">time (UTC)</text>')
     return "\n".join([*out, "</svg>"])

@@ -176,11 +176,19 @@ def test_every_chart_has_a_title_and_a_description_for_screen_readers():
 
 
 @pytest.mark.parametrize(
-    ("t0", "t1", "step"), [(0, 3600, 900), (0, 8 * 3600, 7200), (30, 200, 60), (0, 40 * 3600, 43200)]
+    ("t0", "t1", "step"),
+    [(0, 3600, 900), (0, 8 * 3600, 7200), (30, 200, 60), (0, 40 * 3600, 43200), (1_000, 1_012, 5), (7, 70, 15)],
 )
 def test_time_ticks_fall_on_round_times(t0, t1, step):
     ticks = svg.time_ticks(t0, t1)
     assert 1 <= len(ticks) <= 6 and all(t % step == 0 and t0 <= t <= t1 for t in ticks)
+
+
+def test_a_run_of_seconds_gets_time_ticks_with_seconds():
+    t0 = 1_764_858_389.0  # 14:26:29 UTC
+    chart = svg.lines("x", [svg.Series("s", "s-rate", [(t0, 1.0), (t0 + 12, 2.0)])], (t0, t0 + 12), "t", "d")
+    labels = re.findall(r'text-anchor="middle">([0-9:]+)</text>', chart)
+    assert labels == ["14:26:30", "14:26:35", "14:26:40"]
 
 
 def test_a_folder_of_many_datasets_charts_those_with_the_most_tokens_and_tables_every_one():
