@@ -14,11 +14,18 @@ the machine is shared, read the spread.
 
     python -m bench.bench_inputs                    # 1M rows: ~3-6 min, ~0.4 GB of temp
     python -m bench.bench_inputs --rows 200000 --repeat 1
+    python -m bench.bench_inputs --scan-only       # scan_dataset alone, as shipped and with the cyclic GC on
+
+``--scan-only`` times ``scan_dataset`` in this process (wall, CPU, and the seconds the cyclic garbage
+collector ran during it) as shipped (the scan holds the collector off) and with the collector left running,
+the way it ran before: the collector's full passes were what made a parquet scan slower than JSONL's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
 import os
 import shutil
@@ -32,6 +39,7 @@ import pyarrow.parquet as pq
 
 from bench.bench_scale import prompt_row, spread, startup, write_prompts
 from bench.simproc import RUN, Simulator, build_tokenizer
+from synthgen.data import prompts
 from synthgen.data.prompts import discover, scan_dataset
 
 PARTITION = "scale"  # the partition bench_scale.startup runs
@@ -93,12 +101,58 @@ def scan_alone(ws: Path) -> tuple[float, int]:
     return time.perf_counter() - t0, len(index.ids)
 
 
+class GcClock:
+    """The seconds the cyclic garbage collector runs, and its full (generation 2) passes."""
+
+    def __init__(self) -> None:
+        self.seconds, self.full, self._at = 0.0, 0, 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._at = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._at
+            self.full += info["generation"] == 2
+
+
+def scan_with_gc(ws: Path, collector_on: bool) -> tuple[float, float, GcClock]:
+    """(wall, CPU) seconds of scan_dataset, and the collector's time in it; ``collector_on``: as before the
+    scan held it off."""
+    (source,) = discover(ws / "prompts", PARTITION)
+    clock, held = GcClock(), prompts._no_cyclic_gc
+    gc.collect()
+    gc.callbacks.append(clock)
+    if collector_on:
+        prompts._no_cyclic_gc = contextlib.nullcontext  # type: ignore[assignment]
+    try:
+        t0, c0 = time.perf_counter(), time.process_time()
+        scan_dataset(source)
+        return time.perf_counter() - t0, time.process_time() - c0, clock
+    finally:
+        prompts._no_cyclic_gc = held  # type: ignore[assignment]
+        gc.callbacks.remove(clock)
+
+
+def scan_only(spaces: dict[str, Path], repeat: int) -> None:
+    for k in range(repeat):
+        for name, ws in spaces.items():
+            for on in (True, False):
+                wall, cpu, clock = scan_with_gc(ws, on)
+                print(
+                    f"  run {k + 1} {name} collector {'on ' if on else 'off'}: scan_dataset {wall:.2f} s "
+                    f"(CPU {cpu:.2f} s, of it the collector {clock.seconds:.2f} s in {clock.full} full passes) "
+                    f"(load average {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=1_000_000, help="rows of the dataset (default 1,000,000)")
     p.add_argument("--row-group", type=int, default=100_000, help="rows of a parquet row group (default 100,000)")
     p.add_argument("--repeat", type=int, default=3, help="runs of each format (default 3)")
     p.add_argument("--work-dir", type=Path, help="where to make the scratch folder (default: the system temp dir)")
+    p.add_argument("--scan-only", action="store_true", help="time scan_dataset alone, with the cyclic GC off and on")
     args = p.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="synthgen-inputs-", dir=args.work_dir))
     print(f"bench_inputs: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
@@ -107,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, ws in spaces.items():
             data = next((ws / "prompts" / PARTITION).iterdir())
             print(f"  {name}: {data.name} {size_mb(data):.0f} MB", flush=True)
+        if args.scan_only:
+            scan_only(spaces, args.repeat)
+            return 0
         tokenizer_dir = build_tokenizer(root / "tokenizer", style="chatml")
         results: dict[str, dict[str, list[float]]] = {
             n: {"first": [], "cpu": [], "peak": [], "scan": []} for n in spaces
