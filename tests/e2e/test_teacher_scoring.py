@@ -334,3 +334,24 @@ def test_a_pass_waiting_on_its_server_keeps_a_live_progress_line_and_records_its
     assert proc.returncode == 143, log.read_text()
     last = json.loads((ws.outputs / "d" / "teacher.json").read_text())["last_pass"]
     assert last["stopped_by"] == "SIGTERM" and last["scored"] == 0 and last["units"] == 3
+
+
+def test_each_turn_rows_are_scored_once_through_503s_a_gateways_sheds_and_dropped_connections(ws, make_sim, tokenizers):
+    sim = make_sim("chatml")
+    conversation = [
+        {"role": "user", "content": "first q"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "second q"},
+        {"role": "assistant", "content": "b"},
+    ]
+    ws.dataset("multi", "conv", [{"id": "c1", "messages": conversation}, {"id": "c2", "messages": conversation[:2]}])
+    assert ws.run("--partition", "multi", "--server-url", sim.url, "--regenerate", "each", *COMMON).returncode == 0
+    sim.configure(fail_first_n=2, shed_first_n=2, shed_retry_after=0.1, rate_drop=0.3)
+    result = score(ws, "--dataset", "conv", "--server-url", sim.url, "--top-k", str(K), "--concurrency", "2")
+    assert result.returncode == 0, result.stderr
+    assert "conv: 3/3 rows scored (3 now" in result.stdout
+    stored = stored_units(ws, "conv")
+    assert sorted(stored) == ["conv/c1#0", "conv/c1#1", "conv/c2#0"]  # one row a generated turn
+    check_rows(side_table(ws, "conv"), stored, vocab_of(tokenizers))
+    outcomes = sim.stats()["by_outcome"]
+    assert outcomes["http_503"] == 2 and outcomes["http_429"] == 2 and outcomes["dropped"] >= 1
