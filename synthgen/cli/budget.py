@@ -327,7 +327,7 @@ def build_plan(cfg: BudgetConfig) -> budget.Plan:
     for source in sources:
         index = scan_dataset(source, skip_bad_lines=cfg.skip_bad_lines, columns=cfg.columns)
         if index.bad_lines:
-            _warn(f"{source.path}: skipped {index.bad_lines:,} bad line(s); first: {index.first_bad[0]}")
+            _warn(f"{source.path}: skipped {index.bad_lines:,} bad {index.reader.unit}(s); first: {index.first_bad[0]}")
         if index.duplicates:
             _note(f"{source.name}: {index.duplicates:,} repeated id(s) counted once, as the runner does")
         measured = None if source.name in given else measure_outputs(cfg.output_dir, source.name)

@@ -221,7 +221,7 @@ def plan_lines(run: DatasetRun) -> list[str]:
     if ix.duplicates:
         extra.append(f"{plural(ix.duplicates, 'duplicate id')} ignored (first wins)")
     if ix.bad_lines:
-        extra.append(f"{plural(ix.bad_lines, 'bad line')} skipped")
+        extra.append(f"{plural(ix.bad_lines, f'bad {ix.reader.unit}')} skipped")
     if ix.dropped_empty_system:
         extra.append(f"{plural(ix.dropped_empty_system, 'empty system turn')} dropped")
     if resume.repaired:

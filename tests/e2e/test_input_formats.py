@@ -132,7 +132,7 @@ def test_a_bad_parquet_row_stops_the_run_before_any_request_with_its_file_and_ro
     assert sim.stats()["generate_requests"] == 0
     skipped = ws.run("--partition", "short", "--server-url", sim.url, "--skip-bad-lines", *COMMON)
     assert skipped.returncode == 0, skipped.stderr
-    assert "1 bad line skipped" in skipped.stderr and len(ws.results("d")) == 15
+    assert "1 bad row skipped" in skipped.stderr and len(ws.results("d")) == 15
 
 
 def test_columns_map_a_parquet_datasets_own_names(tmp_path, make_sim):
