@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import json  # not orjson: a tool call may hold a lone surrogate (JSON allows one), which orjson refuses
 from dataclasses import dataclass, replace
 from html import escape
 from typing import Any
@@ -62,6 +63,7 @@ class Example:
     prompt: str
     reasoning: str
     answer: str
+    calls: str  # the last turn's tool calls as JSON ("" without)
     why: tuple[str, ...] = ()
 
     @classmethod
@@ -78,6 +80,7 @@ class Example:
             prompt=clip(_last_prompt(row.fields), PROMPT_HEAD, PROMPT_TAIL),
             reasoning=clip(last.reasoning_content),
             answer=clip(last.content),
+            calls=clip(json.dumps(last.tool_calls, ensure_ascii=False, default=str)) if last.tool_calls else "",
         )
 
 
@@ -154,6 +157,7 @@ def example_html(e: Example) -> str:
         + _text("prompt", e.prompt, " (the last user message)")
         + _text("reasoning", e.reasoning, " (still open: cut before it closed)" if e.reasoning_open else "")
         + _text("answer", e.answer)
+        + (_text("tool calls", e.calls, " (the last turn's, as JSON)") if e.calls else "")
         + "</dl></details>"
     )
 

@@ -86,7 +86,7 @@ def test_every_dataset_shows_example_rows_and_hostile_text_in_them_stays_text(do
         section = html.split(f'id="ds-{name}"', 1)[1].split('<section class="dataset"', 1)[0]
         examples = re.findall(r'<details class="example">.*?</details>', section, re.S)
         assert len(examples) >= 3, name  # shortest, median, longest (and the first cut rows)
-        assert all(x.count("<pre>") + x.count('class="none"') == 3 for x in examples)  # prompt, reasoning, answer
+        assert all(all(f"<dt>{part}" in x for part in ("prompt", "reasoning", "answer")) for x in examples)
         assert "cut at the token limit" in section
     assert "<script" not in html and "owned" not in html.split("<body", 1)[0]  # the title is the page's own
     assert html.count("&lt;script&gt;document.title") == 3  # the hostile row's id, reasoning and answer, as text

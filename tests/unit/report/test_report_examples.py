@@ -4,6 +4,7 @@ every character of them escaped on the page."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from html import unescape
@@ -89,17 +90,19 @@ def test_a_long_text_keeps_its_head_and_tail_and_says_how_much_was_left_out():
 def test_hostile_text_in_an_example_is_shown_as_text_never_as_markup():
     d = DatasetFigures("t")
     chat = [{"role": "user", "content": HOSTILE}, {"role": "assistant", "content": HOSTILE}]
-    d.add_row(row(HOSTILE, 7, content=HOSTILE, reasoning_content=HOSTILE, messages=chat))
+    calls = [{"type": "function", "function": {"name": HOSTILE, "arguments": HOSTILE}}]
+    d.add_row(row(HOSTILE, 7, content=HOSTILE, reasoning_content=HOSTILE, messages=chat, tool_calls=calls))
     assert d.rows == 1
     html = build_page(PageData("out", [d]))
     html.encode("utf-8")  # encodes: the lone surrogate was replaced
     body = html.split("<body>", 1)[1]
     for tag in ("<script", "<img", "<style", "</pre></details>", "<!--"):
         assert tag not in body, tag
-    assert "onerror=" not in body.replace("onerror=&quot;", "")
+    assert not re.search(r"onerror=[\"']", body)  # no attribute: its quotes are escaped
     shown = re.findall(r"<pre>(.*?)</pre>", body, re.S)
-    assert len(shown) == 3  # prompt, reasoning, answer
-    assert all(unescape(t) == HOSTILE.replace("\ud800", "?") for t in shown)
+    assert len(shown) == 4  # prompt, reasoning, answer, tool calls
+    assert all(unescape(t) == HOSTILE.replace("\ud800", "?") for t in shown[:3])
+    assert json.loads(unescape(shown[3]))[0]["function"]["name"] == HOSTILE.replace("\ud800", "?")
     assert unescape(re.search(r"<code>(.*?)</code>", body).group(1)) == HOSTILE.replace("\ud800", "?")
 
 
@@ -111,3 +114,13 @@ def test_every_dataset_section_shows_its_examples_with_prompt_reasoning_and_answ
     assert html.count('<details class="example">') == 3
     assert "question b" in html and "thinking about b" in html and "answer b" in html
     assert '<p class="none">(none)</p>' in html  # c's empty answer said, not left blank
+
+
+def test_an_examples_tool_calls_are_shown_as_json_escaped():
+    call = {"type": "function", "function": {"name": "search", "arguments": '{"q": "<b>x</b>"}'}}
+    d = DatasetFigures("t")
+    d.add_row(row("a", 10, tool_calls=[call]))
+    html = build_page(PageData("out", [d]))
+    shown = re.findall(r"<dt>tool calls[^<]*</dt><dd><pre>(.*?)</pre>", html, re.S)
+    assert len(shown) == 1 and "<b>" not in shown[0]
+    assert json.loads(unescape(shown[0])) == [call]
