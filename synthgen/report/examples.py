@@ -148,9 +148,10 @@ def example_html(e: Example) -> str:
     sample = f", sample {e.sample}" if e.sample else ""
     turns = f", last of {e.turns} turns" if e.turns > 1 else ""
     calls = f", {e.tool_calls:,} tool call{'s' if e.tool_calls != 1 else ''}" if e.tool_calls else ""
+    tokens = f"{e.output_tokens:,} output token{'s' if e.output_tokens != 1 else ''}"
     summary = (
         f'<span class="why">{escape(" · ".join(e.why))}</span>: <code>{escape(e.id)}</code>{escape(sample)}, '
-        f"{e.output_tokens:,} output tokens, finish <b>{escape(e.finish)}</b>{escape(turns + calls)}"
+        f"{tokens}, finish <b>{escape(e.finish)}</b>{escape(turns + calls)}"
     )
     return (
         f'<details class="example"><summary>{summary}</summary><dl>'
