@@ -195,21 +195,28 @@ class DatasetRun:
             progress.message(f"{self.name}: continuing {len(self.continuing):,} partial outputs ({kept:,} tokens)")
         return lost
 
-    def close(self) -> None:
-        if self.partial_store is not None:
-            self.partial_store.close()
-            if self.begun:
-                self.partial_store.compact(self.resume.done)
-        if self.partial_outputs is not None:
-            self.partial_outputs.close()
-            if self.begun:
-                self.partial_outputs.compact(self.resume.done)
-        if self.store is not None:
-            if self.begun:
+    def close(self, tidy: bool = True) -> None:
+        """The dataset's files closed, its lock released; a run that went ahead also tidies them (each
+        file rewritten without what is done), unless ``tidy`` is False: after a write the disk refused,
+        a rewrite (a second copy) would be refused too, and the next run tidies them. A failed tidying
+        raises once every file is closed."""
+        tidy = tidy and self.begun
+        try:
+            if self.partial_store is not None:
+                self.partial_store.close()
+                if tidy:
+                    self.partial_store.compact(self.resume.done)
+            if self.partial_outputs is not None:
+                self.partial_outputs.close()
+                if tidy:
+                    self.partial_outputs.compact(self.resume.done)
+            if self.store is not None and tidy:
                 # Only a run that went ahead tidies errors.jsonl: one that refused or stopped before
                 # sending anything leaves it as it was.
                 self.store.compact_errors(self.resume.done)
-            self.store.close()
+        finally:
+            if self.store is not None:
+                self.store.close()
 
 
 def plan_lines(run: DatasetRun) -> list[str]:

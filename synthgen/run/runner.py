@@ -20,6 +20,7 @@ prompt becomes a request in ``prepare``, what the server is and whether it is up
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +33,7 @@ from synthgen.data.prompts import DatasetSource
 from synthgen.data.prompts import discover as discover_datasets
 from synthgen.data.records import Turn
 from synthgen.data.store import DatasetStore, ResumeState
-from synthgen.errors import EXIT_FAILURES, EXIT_OK, SynthgenError
+from synthgen.errors import EXIT_FAILURES, EXIT_OK, StoreWriteError, SynthgenError
 from synthgen.report.figures import DatasetFigures
 from synthgen.report.folder import LiveReport
 from synthgen.report.timeline import sample_of
@@ -170,9 +171,22 @@ class Runner:
                 await client.aclose()
             if self.preparer is not None:
                 self.preparer.close()
-            for run in self.runs:
-                run.close()
+            self._close_runs()
             self.progress.close()
+
+    def _close_runs(self) -> None:
+        """Every dataset's files closed (called on the way out). After a write the disk refused they are
+        not tidied; a tidying that fails raises only when the run ends without an error of its own: the
+        first write that failed is the one a user must hear of."""
+        refused = isinstance(self.stop.fatal, StoreWriteError)
+        failed: list[StoreWriteError] = []
+        for run in self.runs:
+            try:
+                run.close(tidy=not refused)
+            except StoreWriteError as exc:
+                failed.append(exc)
+        if failed and sys.exc_info()[1] is None:
+            raise failed[0]
 
     def _nothing_to_do(self) -> int:
         """No prompt to send: none is, and no server is started; skips earlier runs settled are listed."""

@@ -239,6 +239,31 @@ def test_a_write_error_stops_the_run_cleanly_and_damages_nothing(ws, make_sim):
     ws.assert_exactly_once("d", ids)
 
 
+def test_a_checkpoint_write_refused_is_the_error_named_not_the_tidying_after_it(ws, make_sim):
+    sim = make_sim("chatml", "--token-delay", "0.002", "--output-len-dist", "fixed:2000")
+    ids = ws.dataset("short", "d", 8)
+    # The kernel refuses a checkpoint's write past 2 KB (long answers, no row before it), as a full disk
+    # would; and a full disk refuses the end-of-run tidying's temporary file too (a folder in its place).
+    (ws.root / "outputs" / "d" / "partial_outputs.jsonl.tmp").mkdir(parents=True)
+    args = ("--server-url", sim.url, "--max-tokens", "3000", "--concurrency", "4", "--checkpoint-tokens", "16")
+    result = subprocess.run(
+        ws.command(*args),
+        cwd=ws.root,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_limit_file_size(2000),
+    )
+    assert result.returncode == 5, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("run_inference.py: error: outputs/d/partial_outputs.jsonl: write failed"), last
+    assert "Traceback" not in result.stderr
+    (ws.root / "outputs" / "d" / "partial_outputs.jsonl.tmp").rmdir()
+    assert ws.run(*args[:-2]).returncode == 0
+    ws.assert_exactly_once("d", ids)
+
+
 def test_the_log_file_has_status_lines_with_rates_in_flight_failures_and_eta(ws, make_sim):
     sim = make_sim("chatml", "--token-delay", "0.003")
     ws.dataset("short", "d", 30)
