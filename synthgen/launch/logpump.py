@@ -10,7 +10,10 @@ the server's last lines (its shutdown) still reach the log.
     python -m synthgen.launch.logpump LOG CAP     # stdin: the server's output; SYNTHGEN_PUMP_SECRETS:
                                                   # values to mask, one per line (the run's key)
 
-The log moves to <LOG>.1 whenever it reaches CAP bytes, so the two never hold more than 2 x CAP.
+The log moves to <LOG>.1 whenever it reaches CAP bytes, so the two never hold more than 2 x CAP. The
+pipe is read by a thread of its own into at most CAP bytes waiting to be masked: the server never blocks
+on its output, however slow the masking (a loaded machine); what does not fit is dropped, and a line says
+how much.
 """
 
 from __future__ import annotations
@@ -20,17 +23,21 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 import synthgen
 from synthgen.data.openfiles import open_output_file
-from synthgen.launch.serverlog import APPEND, rotated_line
+from synthgen.launch.serverlog import APPEND, dropped_line, rotated_line
 from synthgen.redact import redact, remember
 
 SECRETS_ENV = "SYNTHGEN_PUMP_SECRETS"
 CHUNK = 65536
+# At most this much output waits to be masked (the log's cap if smaller): the pump's memory.
+BACKLOG_MAX = 16 * 1024 * 1024
 # A line longer than this is written in pieces.
 MAX_LINE = 4 * CHUNK
 # redact() takes time quadratic in a line's length (0.15 s at 2,000 characters, 2 s at 8,000) and about
@@ -134,12 +141,79 @@ def remember_secret(secret: str) -> None:
         _secrets.append(secret)
 
 
+class Backlog:
+    """What the server wrote and the log has not taken yet, at most `cap` bytes: the reader thread drains
+    the pipe into it at once, whatever the masking costs (a server blocked on a full pipe never becomes
+    ready). Past the cap the oldest output is dropped, counted (an int ahead of the chunks), so the newest
+    lines, a dying server's last words, are the ones kept. ``None`` ends it (end of file)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.items: deque[bytes | int | None] = deque()
+        self.size = 0
+        self.ready = threading.Condition()
+
+    def put(self, chunk: bytes | None) -> None:
+        with self.ready:
+            if chunk is not None:
+                dropped = 0
+                while self.size + len(chunk) > self.cap and self.items:
+                    first = self.items.popleft()
+                    dropped += first if isinstance(first, int) else len(first or b"")
+                    self.size -= len(first) if isinstance(first, bytes) else 0
+                if dropped:
+                    self.items.appendleft(dropped)
+                self.size += len(chunk)
+            self.items.append(chunk)
+            self.ready.notify()
+
+    def take(self) -> bytes | int | None:
+        with self.ready:
+            while not self.items:
+                self.ready.wait()
+            item = self.items.popleft()
+            if isinstance(item, bytes):
+                self.size -= len(item)
+            return item
+
+
+def read_into(source: int, backlog: Backlog) -> None:
+    """The reader thread: `source` into `backlog` until end of file (or a read error)."""
+    try:
+        while chunk := os.read(source, CHUNK):
+            backlog.put(chunk)
+    finally:
+        backlog.put(None)
+
+
 def pump(source: int, log: BoundedLog) -> None:
     """Copy `source` (a file descriptor) to `log`, masked, until end of file: the complete lines of each
-    read at once (a line longer than MAX_LINE in pieces, cut after a space where it has one)."""
-    pending = b""
-    while chunk := os.read(source, CHUNK):
-        pending += chunk
+    read at once (a line longer than MAX_LINE in pieces, cut after a space where it has one). The pipe is
+    drained by a thread of its own into a Backlog of the log's cap (more than that could not be kept
+    anyway) or BACKLOG_MAX, so the server never waits for the masking: a chatty server on a loaded machine becomes ready
+    as fast as a quiet one, and what the log could not keep up with is dropped with a line saying so."""
+    backlog = Backlog(min(log.cap, BACKLOG_MAX))
+    reader = threading.Thread(target=read_into, args=(source, backlog), daemon=True)
+    reader.start()
+    drain(backlog, log)
+
+
+def drain(backlog: Backlog, log: BoundedLog) -> None:
+    """The writer: `backlog` into `log`, masked, until its end."""
+    pending, broken = b"", False
+    while (item := backlog.take()) is not None:
+        if isinstance(item, int):
+            # Only whole lines are written: the pieces of a line cut by the drop could hold half a key,
+            # which no mask would recognise.
+            log.write(dropped_line(item + len(pending)))
+            pending, broken = b"", True
+            continue
+        if broken:
+            cut = item.find(b"\n") + 1
+            if not cut:
+                continue
+            item, broken = item[cut:], False
+        pending += item
         end = pending.rfind(b"\n") + 1
         if not end and len(pending) > MAX_LINE:
             end = pending.rfind(b" ", 0, MAX_LINE) + 1 or MAX_LINE

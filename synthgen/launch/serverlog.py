@@ -76,6 +76,13 @@ def rotated_line(path: Path) -> bytes:
     return f"===== synthgen {stamp()}: the log before is in {path.name}.1\n".encode()
 
 
+def dropped_line(size: int) -> bytes:
+    return (
+        f"===== synthgen {stamp()}: about {size:,} bytes of the server's output dropped here: it wrote faster than "
+        "the log could be written (a loaded machine)\n"
+    ).encode()
+
+
 def note(path: Path, text: str) -> None:
     """Append one `===== synthgen <time>: text` line (best effort: a log that cannot be written is no error)."""
     with contextlib.suppress(OSError), open_output_file(path, APPEND, "ab") as log:

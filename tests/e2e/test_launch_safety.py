@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from simharness import SIM_SCRIPT, start_sim
+from simharness import SIM_SCRIPT, sim_argv, start_sim
 from workspace import cli_env
 
 from tests.e2e.test_launch_server import COMMON, DEADLINE, group_alive, launched_pgids, port
@@ -138,6 +138,43 @@ def test_server_log_stays_bounded_while_the_server_writes_and_holds_no_key(ws, p
     assert "s3cret-key-123" not in text + older.read_text()
     assert text.startswith("===== synthgen ") and "the log before is in server.log.1" in text.splitlines()[0]
     assert "again: --api-key=***" in text
+
+
+CHATTY = """\
+import os, sys
+# 256 MB of output before the server listens, each line with a key to mask: masked and written at about
+# 1 MB/s, that takes minutes; read into the pump's backlog (dropped past the log's cap), about a second.
+block = (b"loading api_key='s3cret-key-123' " + b"x" * 66 + b"\\n") * 10_000
+for _ in range(256):
+    sys.stdout.buffer.write(block)
+sys.stdout.buffer.flush()
+os.execv(sys.argv[1], sys.argv[1:])  # the simulator, as given after this script
+"""
+
+
+def test_a_server_writing_faster_than_its_log_is_written_still_becomes_ready_in_time(ws, port, tmp_path, tokenizers):
+    ws.dataset("short", "d", 2)
+    script = tmp_path / "chatty.py"
+    script.write_text(CHATTY)
+    cap = 100_000
+    launch = " ".join([sys.executable, str(script), *sim_argv(tokenizers["chatml"], port)])
+    result = ws.run(
+        "--server-url",
+        f"http://127.0.0.1:{port}",
+        "--launch-server",
+        launch,
+        "--server-start-timeout",
+        "30",
+        *COMMON,
+        env=cli_env(SYNTHGEN_SERVER_LOG_BYTES=str(cap)),
+        timeout=DEADLINE,
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(ws.results("d")) == 2
+    log, older = ws.outputs / "server.log", ws.outputs / "server.log.1"
+    assert log.stat().st_size <= cap and (not older.exists() or older.stat().st_size <= cap)
+    text = log.read_text() + (older.read_text() if older.exists() else "")
+    assert "bytes of the server's output dropped here" in text and "s3cret-key-123" not in text
 
 
 FOREIGN = """\

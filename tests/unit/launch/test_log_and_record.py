@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from synthgen.launch.logpump import BoundedLog, mask, pump, remember_secret
+from synthgen.launch.logpump import Backlog, BoundedLog, drain, mask, pump, remember_secret
 
 
 def pumped(tmp_path: Path, data: bytes, cap: int) -> tuple[str, str]:
@@ -30,6 +30,31 @@ def test_the_log_moves_aside_at_its_cap_so_two_files_never_hold_more_than_twice_
     assert len(text.encode()) <= 10_000 and len(older.encode()) <= 10_000
     assert text.splitlines()[0].endswith("the log before is in server.log.1")
     assert text.splitlines()[-1].startswith("line 01999 ")  # the newest lines are kept
+
+
+def test_output_past_the_backlog_drops_the_oldest_counted_so_the_newest_lines_are_kept():
+    backlog = Backlog(cap=10)
+    for chunk in (b"aaaa", b"bbbb", b"cccc", b"dddd"):
+        backlog.put(chunk)  # nothing takes them: the masking is behind
+    backlog.put(None)
+    assert [backlog.take() for _ in range(4)] == [8, b"cccc", b"dddd", None]
+
+
+def test_after_a_drop_only_whole_lines_are_written_so_no_half_key_escapes_the_mask(tmp_path):
+    # The cut falls inside a line with a key: its pieces either side of the drop are left out.
+    line = b"loading api_key='s3cret-value' " + b"x" * 60 + b"\n"
+    backlog = Backlog(cap=3_000)
+    data = line * 100
+    for start in range(0, len(data), 1_000):  # chunks cut inside lines; nothing takes them until the end
+        backlog.put(data[start : start + 1_000])
+    backlog.put(None)
+    log = tmp_path / "server.log"
+    drain(backlog, BoundedLog(log, 1_000_000))
+    text, older = log.read_text(), ""
+    assert "bytes of the server's output dropped here" in text
+    assert "s3cret" not in text + older and "cret-value" not in text + older
+    kept = [row for row in (text + older).splitlines() if not row.startswith("=====")]
+    assert kept and set(kept) == {"loading api_key='***' " + "x" * 60}
 
 
 def test_keys_are_masked_in_every_line_the_server_prints_also_a_last_line_without_a_newline(tmp_path):
