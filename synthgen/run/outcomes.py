@@ -23,6 +23,22 @@ from typing import Any
 from synthgen.data.partials import Extension
 from synthgen.data.records import Turn
 from synthgen.run.job import Carry, Job
+from synthgen.server.client import Generation
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """A request's prompt as the server counted it: its tokens (a continuation's carried output ids included)
+    and how many of them its prefix cache served. The run's prefix-cache share sums these, once per request."""
+
+    tokens: int
+    cached: int
+
+    @classmethod
+    def of(cls, generation: Generation, sent: int) -> Prefill:
+        """The server's figures of an answer (``sent``: the ids the request sent, where it reports none)."""
+        tokens = generation.prompt_tokens or sent
+        return cls(tokens, min(generation.cached_tokens or 0, tokens))
 
 
 @dataclass(frozen=True)
@@ -33,6 +49,7 @@ class Answered:
     carry: Carry  # what the last request continued (its tokens are in ``turn``)
     generated: int  # the last request's new tokens
     ended: str | None  # None: the conversation goes on; "": the prompt is done; else why it stopped early
+    prefill: Prefill  # the last request's prompt as the server counted it
 
     @property
     def dataset(self) -> str:
@@ -72,6 +89,7 @@ class KeptPartial:
     generated: int  # of them, new this run: kept, to be continued
     seeds: list[int | None] | None = None  # the sampling_seed of each segment (None: none was sent)
     extension: Extension | None = None  # --continue-cut: the cut answer's extension it is part of
+    prefill: Prefill | None = None  # an answer's (a cut one to extend): its prompt as the server counted it
 
     @property
     def dataset(self) -> str:

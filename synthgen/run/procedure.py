@@ -83,9 +83,8 @@ class Procedure:
                 return None
             extended = partials.extend(job, sent.carry, sent.turn)
             if extended is None:
-                return Answered(
-                    job, sent.turn, sent.sampling, sent.carry, sent.generated, job.conversation_done(sent.turn)
-                )
+                ended = job.conversation_done(sent.turn)
+                return Answered(job, sent.turn, sent.sampling, sent.carry, sent.generated, ended, sent.prefill)
             assert extended.output_ids is not None
             kept = KeptPartial(
                 job,
@@ -94,6 +93,7 @@ class Procedure:
                 sent.generated,
                 extended.recorded_seeds(),
                 extended.extension(),
+                sent.prefill,
             )
             writer.write(kept)
             carry, retry = extended, sent.retry.answered()

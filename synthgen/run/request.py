@@ -41,7 +41,7 @@ from synthgen.errors import ServerError
 from synthgen.run.continuation import Continuation, LoopFound, whole_text
 from synthgen.run.fleet import Fleet
 from synthgen.run.job import Carry, Job
-from synthgen.run.outcomes import Failed, Lost, Outcome, Stopped
+from synthgen.run.outcomes import Failed, Lost, Outcome, Prefill, Stopped
 from synthgen.run.retry import Failure, RetryPolicy, Step
 from synthgen.run.serverset import ServerOut
 from synthgen.server.backend import Backend
@@ -69,6 +69,7 @@ class Reply:
     carry: Carry  # what the request continued
     retry: RetryPolicy  # the counters so far (one more request of the turn goes on from them)
     generated: int  # the answer's new tokens
+    prefill: Prefill  # its prompt as the server counted it
 
 
 class Requests:
@@ -172,7 +173,8 @@ class Requests:
                     generation = await partials.looped(payload, loop)
                 self._judge(job, carry, generation, retry.attempt)
                 turn = self._turn(job, carry, generation, retry.attempt, time.monotonic() - started, payload["rid"])
-                return Reply(turn, payload["sampling_params"], carry, retry, generation.completion_tokens)
+                prefill = Prefill.of(generation, len(payload["input_ids"]))
+                return Reply(turn, payload["sampling_params"], carry, retry, generation.completion_tokens, prefill)
             except Transient as exc:
                 if exc.partial is not None:
                     carry, kept = partials.keep(job, carry, exc.partial)

@@ -31,6 +31,7 @@ from synthgen.run.outcomes import (
     KeptPartial,
     Lost,
     Outcome,
+    Prefill,
     Skipped,
     Stopped,
 )
@@ -66,6 +67,8 @@ class Writer:
             if run.partial_outputs is not None:
                 run.partial_outputs.append(self._partial(run, outcome))
             tokens.partials += outcome.generated
+            if outcome.prefill is not None:  # an answer, cut, to extend: its request counts as every answer's
+                self._count_prefill(run, outcome.prefill)
         elif isinstance(outcome, Checkpoint):
             if run.partial_outputs is not None:
                 run.partial_outputs.append(self._partial(run, outcome), outcome.start)
@@ -97,6 +100,7 @@ class Writer:
                 PartialTurn(job.key, job.turn_index, turn.to_dict(), job.prompt.prompt_hash, run.settings)
             )
             self._count_turn(run, turn, answer.carry)  # the token budget counts every turn
+            self._count_prefill(run, answer.prefill)
             self.progress.turn_finished(turn.completion_tokens)
             return
         prompt, sample = job.prompt, job.request
@@ -122,6 +126,7 @@ class Writer:
         run.resume.done.add(job.key)
         c = run.counts
         self._count_turn(run, turn, answer.carry)  # earlier turns were counted as they finished
+        self._count_prefill(run, answer.prefill)
         c.done += 1
         c.last_finish = time.monotonic()
         if any(rowread.cut(t) for t in turns):
@@ -134,8 +139,6 @@ class Writer:
         """A finished turn in the dataset's counts and its token ledger; its carried output is spent."""
         c = run.counts
         c.completion_tokens += turn.completion_tokens
-        c.prompt_tokens += turn.prompt_tokens
-        c.cached_tokens += turn.cached_tokens or 0
         t, before = c.tokens, carry.before
         if rowread.looped(turn):
             t.loops += turn.completion_tokens - before  # kept as a row, left out of exports
@@ -148,6 +151,13 @@ class Writer:
             t.cut += turn.completion_tokens - before
         if turn.extended_by:
             t.extended += 1
+
+    @staticmethod
+    def _count_prefill(run: DatasetRun, prefill: Prefill) -> None:
+        """An answered request's prompt tokens and those of them its prefix cache served, as the server counted
+        them: once per request, so a continuation's carried ids count where they were sent again."""
+        run.counts.prompt_tokens += prefill.tokens
+        run.counts.cached_tokens += prefill.cached
 
     def _error(
         self,

@@ -4,7 +4,9 @@ the same tokens an uninterrupted run writes. Waits are on the simulator's decode
 
 from __future__ import annotations
 
+import re
 import signal
+from pathlib import Path
 
 import orjson
 import pytest
@@ -297,3 +299,51 @@ def test_a_stop_during_a_continue_cut_extension_is_continued_by_the_rerun_not_re
         whole = sim.client.post("/generate", json={"input_ids": row["input_ids"], "sampling_params": params}).json()
         assert (row["output_ids"], row["output_text"]) == (whole["output_ids"], whole["text"])
     assert not ws.raw_lines("d", "partial_outputs.jsonl")
+
+
+def logged_answers(log: Path) -> list[dict]:
+    """The answers the simulator's --request-log holds, in order (prompt_tokens and cached_tokens as sent)."""
+    return [a for line in log.read_bytes().splitlines() for a in orjson.loads(line).get("answers") or []]
+
+
+def prefix_share(stderr: str) -> int:
+    found = re.search(r"^prompt tokens served from the server's prefix cache: (\d+)%", stderr, re.M)
+    assert found is not None, stderr
+    return int(found[1])
+
+
+def test_the_prefix_cache_share_counts_each_request_once_as_the_server_reported_it_when_answers_are_continued(
+    ws, make_sim, tmp_path
+):
+    # A continued request sends the prompt and the output so far, and the server's cache serves both: the share
+    # is of the prompt tokens the requests sent, never of the prompt alone (that made 139% here).
+    log = tmp_path / "requests.jsonl"
+    sim = make_sim("chatml", *SIM[:-1], "fixed:600", "--prefix-cache", "--request-log", str(log))
+    ws.dataset("short", "d", 4)
+    cut = ws.run("--server-url", sim.url, "--max-tokens", "6", "--continue-cut", "400", "--concurrency", "4")
+    assert cut.returncode == 0, cut.stderr
+    answers = logged_answers(log)
+    assert len(answers) == 8 and all(a["cached_tokens"] > 0 for a in answers[4:])  # the extensions found theirs
+    share = sum(a["cached_tokens"] for a in answers) / sum(a["prompt_tokens"] for a in answers)
+    assert prefix_share(cut.stderr) == round(100 * share) <= 100
+
+    # An earlier run's partial outputs, continued by the rerun (1120% was seen here).
+    ws.dataset("short", "e", 4)
+    proc = ws.start("--server-url", sim.url, *COMMON, "--checkpoint-tokens", "16", "--dataset", "e")
+    try:
+        kept = lambda: merged(PartialOutputs(ws.outputs / "e").load())  # noqa: E731
+        wait_until(lambda: len(kept()) == 4, timeout=120, what="4 requests checkpointed")
+        sim.pause()  # none ends before the kill
+        proc.kill()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    sim.resume()
+    wait_until(lambda: sim.stats()["in_flight"] == 0, timeout=120, what="the killed run's requests ended")
+    before = len(logged_answers(log))
+    rerun = ws.run("--server-url", sim.url, *COMMON, "--checkpoint-tokens", "16", "--dataset", "e")
+    assert rerun.returncode == 0 and "continuing 4 partial outputs" in rerun.stderr, rerun.stderr
+    answers = logged_answers(log)[before:]
+    share = sum(a["cached_tokens"] for a in answers) / sum(a["prompt_tokens"] for a in answers)
+    assert prefix_share(rerun.stderr) == round(100 * share) <= 100

@@ -938,8 +938,30 @@ def test_request_log_records_what_a_200_received_and_returned(tokenizer_dirs, tm
     assert line["answers"] == [{
         "rid": "logged", "input_ids": chat_ids(directory), "output_ids": body["output_ids"],
         "text": body["text"], "finish_reason": body["meta_info"]["finish_reason"],
+        "prompt_tokens": len(chat_ids(directory)), "cached_tokens": 0,
     }]  # fmt: skip
     assert line["answers"][0]["output_ids"][-1] == token_id(directory, "<|im_end|>")
+
+
+def test_with_a_prefix_cache_cached_tokens_is_the_longest_prefix_of_earlier_requests_ids_but_the_last(
+    tokenizer_dirs,
+):
+    directory = tokenizer_dirs["chatml"]
+    prompt = chat_ids(directory)
+    with start_sim(directory) as plain:
+        generate(plain, {"input_ids": prompt})
+        assert generate(plain, {"input_ids": prompt}).json()["meta_info"]["cached_tokens"] == 0  # no cache: 0
+    with start_sim(directory, "--prefix-cache") as sim:
+        first = generate(sim, {"input_ids": prompt}).json()
+        assert first["meta_info"]["cached_tokens"] == 0
+        again = generate(sim, {"input_ids": prompt}).json()["meta_info"]
+        assert (again["prompt_tokens"], again["cached_tokens"]) == (len(prompt), len(prompt) - 1)  # one computed
+        # A continuation: the prompt and part of the answer, all found, the last id computed.
+        more = [*prompt, *first["output_ids"][:5]]
+        assert generate(sim, {"input_ids": more}).json()["meta_info"]["cached_tokens"] == len(more) - 1
+        # Another ending of the prompt: only the shared start is found.
+        other = [*prompt[:4], 7, 8, 9]
+        assert generate(sim, {"input_ids": other}).json()["meta_info"]["cached_tokens"] == 4
 
 
 def test_exit_after_crashes_on_the_nth_request_and_restart_can_bring_another_model(tokenizer_dirs):

@@ -115,6 +115,10 @@ the scheduler's, or in the per-request engine the sequences in flight and 0; ``t
 KV pool share held; ``gen_throughput`` is output tokens per second over the last 5 s;
 ``utilization`` is 0.0 as on the real server. ``--no-v1-loads`` makes it 404.
 
+``meta_info.cached_tokens`` is 0 unless ``--prefix-cache``: then the ids of every finished request (prompt
+and output) are kept as SGLang's radix cache keeps them, and a request's ``cached_tokens`` is the longest
+prefix of its ids found there (all but its last id at most).
+
 ``GET /sim/stats`` keys: ``generate_requests``, ``completed``, ``in_flight`` (requests registered
 and generating), ``by_outcome``, ``prompt_counts`` (by ``prompt_sha1``); ``mode`` (per_request |
 scheduler); ``http_in_flight`` / ``peak_in_flight`` (/generate requests received and not yet
@@ -299,6 +303,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--tool-call-parser", help="reported by /model_info and /server_info")
     add("--weight-version", default="default", help="meta_info and /model_info weight_version (default %(default)s)")
     add("--no-v1-loads", action="store_true", help="answer GET /v1/loads with 404, as an older server")
+    add("--prefix-cache", action="store_true", help="report cached_tokens from a prefix cache (default: always 0)")
     add("--no-abort-request", action="store_true", help="answer POST /abort_request with 404, as smg 1.13 does")
     add("--exit-after", type=int, help="exit with code 1, unanswered, when the N-th /generate request arrives")
     add("--malformed", choices=MALFORMED_KINDS, help="break every 200 /generate answer this way")
@@ -393,6 +398,7 @@ def build_settings(args: argparse.Namespace, tokenizer: Tokenizer) -> Settings:
         stream_interval=args.stream_interval,
         incremental_streaming_output=args.incremental_streaming_output,
         disconnect_check=args.disconnect_check,
+        prefix_cache=args.prefix_cache,
     )
 
 

@@ -203,6 +203,7 @@ class Settings:
     stream_interval: int = 1
     incremental_streaming_output: bool = False
     disconnect_check: float = 4.0  # seconds between checks of a plain request's client (SGLang: 4)
+    prefix_cache: bool = False  # report cached_tokens from a prefix cache of finished requests (else 0)
 
     @property
     def max_req_input_len(self) -> int:

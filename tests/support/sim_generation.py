@@ -123,7 +123,7 @@ def response_item(
         meta["reasoning_tokens"] = model.reasoning_tokens(output) if seq.require_reasoning else 0
     meta |= {
         "completion_tokens": len(output),
-        "cached_tokens": 0,
+        "cached_tokens": seq.cached,
     }
     if settings.version == "0.5.23":
         # Seen in the real 0.5.23 server's answers (CPU run), though not in the source notes.

@@ -50,6 +50,8 @@ def logged_answers(job: Job, items: list[dict]) -> list[dict]:
             "output_ids": item["output_ids"],
             "text": item["text"],
             "finish_reason": item["meta_info"]["finish_reason"],
+            "prompt_tokens": item["meta_info"].get("prompt_tokens"),
+            "cached_tokens": item["meta_info"].get("cached_tokens"),
         }
         for seq, item in zip(job.sequences, items, strict=True)
     ]

@@ -49,6 +49,7 @@ class Sequence:
     job: Job | None = None
     stream_interval: int = 1  # the request's sampling key, else the server's --stream-interval
     logprobs: sim_logprobs.LogprobRequest | None = None  # return_logprob's options (sim_logprobs.py)
+    cached: int = 0  # prompt ids served from the prefix cache (--prefix-cache), its cached_tokens
 
     @property
     def target(self) -> int:

@@ -121,6 +121,29 @@ def validate_config_change(key: str, value) -> None:
         raise HttpError(400, {"error": f"{key} must be a probability in [0, 1]"})
 
 
+class PrefixCache:
+    """``--prefix-cache``: the ids of finished requests (prompt and output), as SGLang's radix cache keeps them,
+    in a trie. A request's ``cached_tokens`` is its longest prefix found there, all but its last id at most (the
+    last is always computed)."""
+
+    def __init__(self) -> None:
+        self.root: dict[int, dict] = {}
+
+    def match(self, ids: list[int]) -> int:
+        node, found = self.root, 0
+        for token in ids[:-1]:
+            node = node.get(token)
+            if node is None:
+                break
+            found += 1
+        return found
+
+    def insert(self, ids: list[int]) -> None:
+        node = self.root
+        for token in ids:
+            node = node.setdefault(token, {})
+
+
 class SimState:
     """Everything handler threads share, guarded by one lock (the scheduler has its own)."""
 
@@ -137,6 +160,7 @@ class SimState:
         self.scheduler: Scheduler | None = None
         self.busy_clock = BusyClock()  # per-thread engine: time with a request generating
         self.throughput = Throughput()
+        self.prefix = PrefixCache() if settings.prefix_cache else None
         self._reset_locked()
 
     def _reset_locked(self) -> None:
@@ -240,6 +264,8 @@ class SimState:
                     raise value_error(f"Duplicate request ID detected: {seq.rid}")
             for seq in job.sequences:
                 self.inflight[seq.rid] = (job, seq)
+                if self.prefix is not None:
+                    seq.cached = self.prefix.match(seq.input_ids)
             self.jobs_in_flight += 1
             self.peak_sequences = max(self.peak_sequences, len(self.inflight))
             self.busy_clock.update(True, time.monotonic())
@@ -248,6 +274,8 @@ class SimState:
         with self.lock:
             for seq in job.sequences:
                 self.inflight.pop(seq.rid, None)
+                if self.prefix is not None:
+                    self.prefix.insert([*seq.input_ids, *seq.planned])
             self.jobs_in_flight -= 1
             self.busy_clock.update(self.jobs_in_flight > 0, time.monotonic())
 
