@@ -192,13 +192,22 @@ class ServerChanged(ServerError):
     context length, parsers or a smaller input limit (Terms)."""
 
 
-async def changed_terms(client: Backend, ctx: ServerContext) -> str | None:
-    """After an outage: why the server is not the one the run started with, or None if it is."""
+SERVES_OTHERWISE = "rerun with another --output-dir (or --allow-mixed-settings) to go on with this one"
+LIMITS_OTHERWISE = "rerun the same command to go on with it as it is now (a run reads the server's limits at its start)"
+
+
+async def changed_terms(client: Backend, ctx: ServerContext) -> tuple[str, str] | None:
+    """After an outage: (why the server is not the one the run started with, how else to go on), or None
+    if it is. Another context length or input limit alone changes no setting a rerun checks."""
     try:
         now = await terms_of(client, ctx.terms.context_length is not None)
     except ServerError as exc:
-        return f"cannot ask it what it serves ({exc})"
-    return ctx.terms.broken_by(now)
+        return f"cannot ask it what it serves ({exc})", SERVES_OTHERWISE
+    broken = ctx.terms.broken_by(now)
+    if broken is None:
+        return None
+    same = (now.identity, now.parsers) == (ctx.terms.identity, ctx.terms.parsers)
+    return broken, LIMITS_OTHERWISE if same else SERVES_OTHERWISE
 
 
 class ServerHealth:
@@ -219,7 +228,7 @@ class ServerHealth:
         on_down: Callable[[str], None],
         on_up: Callable[[float], None],
         on_gone: Callable[[ServerError], None],
-        verify: Callable[[], Awaitable[str | None]] | None = None,
+        verify: Callable[[], Awaitable[tuple[str, str] | None]] | None = None,
     ):
         self.client, self.server_wait = client, server_wait
         self.on_down, self.on_up, self.on_gone, self.verify = on_down, on_up, on_gone, verify
@@ -253,11 +262,11 @@ class ServerHealth:
             if await self.client.healthy():
                 changed = await self.verify() if self.verify is not None else None
                 if changed is not None:
+                    what, otherwise = changed
                     self.gone = ServerChanged(
-                        f"the server {self.client.shown_url} came back serving something else ({changed}); stopped so "
+                        f"the server {self.client.shown_url} came back serving something else ({what}); stopped so "
                         "no row is made with another model or settings than the run's and no prompt fails on them; "
-                        "restart it as it was, or rerun with another --output-dir (or --allow-mixed-settings) to go "
-                        "on with this one"
+                        f"restart it as it was, or {otherwise}"
                     )
                     self.up.set()
                     self.on_gone(self.gone)

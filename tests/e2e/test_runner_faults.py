@@ -168,6 +168,8 @@ def test_a_server_that_comes_back_with_a_smaller_context_length_stops_the_run_in
     assert code == 3, log
     last = log.strip().splitlines()[-1]
     assert "came back serving something else (context length (max_model_len) 4096 -> 40;" in last, last
+    assert last.endswith("restart it as it was, or rerun the same command to go on with it as it is now (a run reads "
+                         "the server's limits at its start)"), last  # fmt: skip
     assert ws.errors("d") == []  # stopped: no prompt failed on the smaller server
     assert sim.stats()["generate_requests"] == 0
     assert len(ws.results("d")) == 3 and len(ids) == 40
