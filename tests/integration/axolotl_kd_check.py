@@ -1,5 +1,5 @@
 """axolotl's own KD code on an axolotl-kd export; run by the real server's venv python (torch, transformers,
-and axolotl installed there with ``pip install --no-deps axolotl``), never imported by the tests.
+and axolotl, pinned in tests/support/demo_trainers.py and on PYTHONPATH), never imported by the tests.
 
     python axolotl_kd_check.py MODEL_DIR < REQUEST   ->  one JSON line
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow.dataset as pads
 import pytest
+from demo_trainers import is_specforge_setup, setup_specforge, specforge_env
 
 from synthgen.demo.commands import DemoPaths
 from synthgen.teacher.answer import payload, read_scores
@@ -141,17 +143,25 @@ def test_behind_smg_the_fields_arrive_or_the_pass_stops_in_one_line(ws, real_ser
 
 
 def test_the_axolotl_kd_export_in_axolotls_own_transform_logprobs_and_loss(ws, real_server):
-    """axolotl (pip install --no-deps axolotl in the real server's venv; skipped without it): with the
+    """axolotl (pinned in tests/support/demo_trainers.py, installed beside the real server's venv): with the
     teacher's own logits as the student's, the KD loss on the export as written is near 0 and far larger with
     the targets one position later; transform_logprobs, fed the side file, gives the same ids and
     renormalized logprobs, one position later (it places row j at the scored token itself)."""
-    python = DemoPaths.default().python
-    if subprocess.run([str(python), "-c", "import axolotl"], capture_output=True, check=False).returncode:
-        pytest.skip(f"axolotl is not installed in {python.parent.parent}: pip install --no-deps axolotl there")
+    paths = DemoPaths.default()
+    python = paths.python
+    if not is_specforge_setup(paths):
+        setup_specforge(paths, say=lambda line: print(f"[trainers] {line}", file=sys.stderr, flush=True))
     run_rows(ws, real_server.url, n=2)
     assert ws.run("--dataset", "d", "--server-url", real_server.url, "--top-k", str(K), script=SCORE).returncode == 0
     export = ws.run(
-        "--dataset", "d", "--format", "axolotl-kd", "--out", "kd.parquet", script=REPO / "export_training.py"
+        "--dataset",
+        "d",
+        "--format",
+        "axolotl-kd",
+        "--out",
+        "kd.parquet",
+        "--keep-truncated",  # 24 tokens: all cut
+        script=REPO / "export_training.py",
     )
     assert export.returncode == 0, export.stderr
     rows = pads.dataset(ws.root / "kd.parquet", format="parquet").to_table().to_pylist()
@@ -163,6 +173,7 @@ def test_the_axolotl_kd_export_in_axolotls_own_transform_logprobs_and_loss(ws, r
         text=True,
         timeout=600,
         check=False,
+        env=specforge_env(paths),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.splitlines()[-1])

@@ -7,7 +7,8 @@ prepare_prompt_tasks) needs only torch, transformers, datasets and pydantic. So 
 dependencies, pinned, into a folder of its own next to the demo venv, which already has CPU torch and
 transformers; the venv's python runs it with that folder on PYTHONPATH. speculators' data preparation
 (speculators.data_generation.preprocessing.build_speculator_training_dataset) is installed the same way: its
-package without dependencies, plus hs-connectors, which it imports at load time. The demo venv itself is not changed
+package without dependencies, plus hs-connectors, which it imports at load time; and axolotl's KD code
+(the axolotl-kd export's check) as its package alone. The demo venv itself is not changed
 (its setup stamp stays valid), and a fresh machine builds this after the demo setup.
 
     real-sglang/specforge/        pip --target: specforge (no deps), datasets and what the venv lacks for it
@@ -40,10 +41,13 @@ SPECFORGE_PINS = (
     # speculators declares datasets<=5.1.0; its data preparation runs with 5.2.0 (pinned above for SpecForge).
     "speculators==0.9.0",
     "hs-connectors==0.9.0",
+    # axolotl's KD code (integrations/kd: transform_logprobs, the top-k forward-KL loss) for the axolotl-kd
+    # export's check; tests/integration/axolotl_kd_check.py loads those files by path, so no dependency of its own.
+    "axolotl==0.19.0",
 )
 IMPORT_CHECK = (
     "import specforge.data.preprocessing, specforge.data.prompt_builder, specforge.data.template, datasets, "
-    "speculators.data_generation.preprocessing; "
+    "speculators.data_generation.preprocessing, axolotl; "
     "print('specforge', len(specforge.data.template.TEMPLATE_REGISTRY.get_all_template_names()), 'templates')"
 )
 
