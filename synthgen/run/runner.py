@@ -33,7 +33,7 @@ from synthgen.data.prompts import DatasetSource
 from synthgen.data.prompts import discover as discover_datasets
 from synthgen.data.records import Turn
 from synthgen.data.store import DatasetStore, ResumeState
-from synthgen.errors import EXIT_FAILURES, EXIT_OK, StoreWriteError, SynthgenError
+from synthgen.errors import EXIT_FAILURES, EXIT_OK, StoreWriteError, SynthgenError, UsageError
 from synthgen.report.figures import DatasetFigures
 from synthgen.report.folder import LiveReport
 from synthgen.report.timeline import sample_of
@@ -89,6 +89,42 @@ def longest_first(runs: list[DatasetRun], planned: dict[str, float]) -> list[Dat
     return sorted(runs, key=expected, reverse=True)  # stable: equal estimates keep discovery order
 
 
+def plan_datasets(cfg: RunConfig, seeds: dict[str, DatasetFigures]) -> tuple[list[DatasetRun], str]:
+    """Decide everything before anything is written: lock and read every dataset folder (each one's report
+    figures seeded into ``seeds`` by the rows read), compare the settings the flags decide with what each
+    folder recorded (before prompts are compared: a change of --regenerate is no change of prompts), scan and
+    select. Files are written only once the run goes ahead (``DatasetRun.begin``), so a refusal here changes
+    nothing. A run refuses settings that differ; a dry run, which writes nothing, plans on and returns why a
+    run would be refused (else "")."""
+    sources = discover_datasets(cfg.prompts_dir, cfg.partition, cfg.datasets)
+    for source in sources:
+        cfg.cap_for(source.name)  # a missing budget entry fails before any file is scanned
+    claims: list[tuple[DatasetSource, DatasetStore, ResumeState]] = []
+    refused = ""
+    try:
+        for source in sources:
+            figures = seeds[source.name] = DatasetFigures(source.name)
+            claims.append((source, *claim_dataset(source, cfg, figures.add)))
+        if not cfg.allow_mixed_settings:
+            recorded = {}
+            for source, store, resume in claims:
+                settings = recorded_settings(store, resume)
+                if settings is not None:
+                    recorded[source.name] = settings
+            try:
+                provenance.check_flags(recorded, flag_settings(cfg))
+            except UsageError as exc:
+                if not cfg.dry_run:
+                    raise
+                refused = f"WARNING: a run with these flags would be refused: {exc}"
+        runs = [open_dataset(source, cfg, store, resume) for source, store, resume in claims]
+    except BaseException:
+        for _, store, _ in claims:
+            store.close()  # the locks taken so far
+        raise
+    return runs, refused
+
+
 def outage_hooks(
     progress: Progress, report: LiveReport | None, url: str, wait: float
 ) -> tuple[Callable[[str], None], Callable[[float], None]]:
@@ -138,6 +174,7 @@ class Runner:
         self.before_connect, self.restarts = before_connect, restarts
         self.rerun_command, self.hold_end = rerun_command, hold_end
         self.end_text = ""
+        self.refused = ""  # a dry run: why a run with these flags would be refused (check_flags)
         self.server_start: float | None = None  # how long the launched server's start took (None: none launched)
         self.runs: list[DatasetRun] = []
         self.server = ServerContext()
@@ -201,7 +238,8 @@ class Runner:
     async def _dry_run(self, client: Backend) -> int:
         self.plan()
         if not any(run.selection.pending for run in self.runs):  # before any server is started
-            print(f"dry run: nothing to do\n{self.plan_report()}", file=self.progress.stream, flush=True)
+            text = "\n".join(part for part in ("dry run: nothing to do", self.plan_report(), self.refused) if part)
+            print(text, file=self.progress.stream, flush=True)
             return EXIT_OK
         # With --tokenizer a dry run needs no server: none is launched for it (one that answers is asked).
         await self.connect(client, launch=self.config.tokenizer is None)
@@ -263,32 +301,10 @@ class Runner:
         return self.report.finish(sample, stopped) if self.report is not None else ""
 
     def plan(self) -> None:
-        """Decide everything before anything is written: lock and read every dataset folder, compare
-        the settings the flags decide with what each folder recorded (before prompts are compared:
-        a change of --regenerate is no change of prompts), scan and select. Files are written only
-        once the run goes ahead (``DatasetRun.begin``), so a refusal here changes nothing."""
-        cfg = self.config
-        sources = discover_datasets(cfg.prompts_dir, cfg.partition, cfg.datasets)
-        for source in sources:
-            cfg.cap_for(source.name)  # a missing budget entry fails before any file is scanned
-        claims: list[tuple[DatasetSource, DatasetStore, ResumeState]] = []
-        try:
-            for source in sources:
-                figures = self.seeds[source.name] = DatasetFigures(source.name)
-                claims.append((source, *claim_dataset(source, cfg, figures.add)))
-            if not cfg.allow_mixed_settings:
-                recorded = {}
-                for source, store, resume in claims:
-                    settings = recorded_settings(store, resume)
-                    if settings is not None:
-                        recorded[source.name] = settings
-                provenance.check_flags(recorded, flag_settings(cfg))
-            runs = [open_dataset(source, cfg, store, resume) for source, store, resume in claims]
-        except BaseException:
-            for _, store, _ in claims:
-                store.close()  # the locks taken so far
-            raise
-        self.runs = longest_first(runs, cfg.expected_tokens)
+        """Decide everything before anything is written (``plan_datasets``); a dry run keeps why a run with
+        these flags would be refused, to say it after its plan."""
+        runs, self.refused = plan_datasets(self.config, self.seeds)
+        self.runs = longest_first(runs, self.config.expected_tokens)
 
     def plan_report(self) -> str:
         return "\n".join(line for run in self.runs for line in run.plan_lines())
@@ -330,6 +346,8 @@ class Runner:
             f"max tokens: {cfg.max_tokens}; concurrency: {cfg.concurrency or 'auto'}"
         )
         out += first_request_report(self.preparer, self.runs, cfg)
+        if self.refused:
+            out.append(self.refused)
         print("\n".join(out), file=self.progress.stream, flush=True)
         return EXIT_OK
 

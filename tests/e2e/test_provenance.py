@@ -201,3 +201,33 @@ def test_rows_written_before_provenance_stay_readable_and_the_run_resumes_after_
     [recorded] = settings_sets(ws, "d")
     assert [r.get("settings") for r in rows] == [None] * 3 + [recorded["id"]] * 3
     assert sim.stats()["generate_requests"] == 6
+
+
+def test_the_helps_dry_run_example_after_a_demo_sized_run_shows_its_plan_and_says_the_run_would_be_refused(
+    ws, make_sim
+):
+    # The quickstart's demo makes rows with its own --max-tokens 256; --help's --dry-run example passes none and
+    # another --chat-template-kwargs. The dry run writes nothing: it shows what it would send, and why the run
+    # itself would be refused, instead of refusing to show it.
+    sim = make_sim("chatml")
+    ws.dataset("short", "d", 3)
+    assert (
+        ws.run("--server-url", sim.url, "--partition", "short", "--max-tokens", "256", "--max-samples", "2").returncode
+        == 0
+    )
+    before = sorted(p.name for p in (ws.outputs / "d").iterdir())
+    example = ("--partition", "short", "--chat-template-kwargs", '{"thinking": true}', "--dry-run")
+    dry = ws.run("--server-url", sim.url, *example)
+    assert dry.returncode == 0, dry.stderr
+    assert "d (short): 3 prompts, no cap, 2 already done, 1 to run" in dry.stderr
+    assert "first request (d / d-0002): POST " in dry.stderr
+    assert dry.stderr.strip().splitlines()[-1] == (
+        "WARNING: a run with these flags would be refused: settings differ from the rows already written (d: "
+        '--chat-template-kwargs {} -> {"thinking":true}; --max-tokens 256 -> 32768); rerun with the same flags, '
+        "use another --output-dir, or pass --allow-mixed-settings to record the new settings for the rows this run "
+        "writes"
+    )
+    assert sorted(p.name for p in (ws.outputs / "d").iterdir()) == before
+    # The run itself still refuses, and changes nothing.
+    refused = ws.run("--server-url", sim.url, *example[:-1])
+    assert refused.returncode == 2 and "settings differ from the rows already written" in refused.stderr
