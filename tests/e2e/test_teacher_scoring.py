@@ -355,3 +355,27 @@ def test_each_turn_rows_are_scored_once_through_503s_a_gateways_sheds_and_droppe
     check_rows(side_table(ws, "conv"), stored, vocab_of(tokenizers))
     outcomes = sim.stats()["by_outcome"]
     assert outcomes["http_503"] == 2 and outcomes["http_429"] == 2 and outcomes["dropped"] >= 1
+
+
+def test_with_concurrency_auto_the_pass_sends_more_while_the_server_has_room(ws, make_sim):
+    """The run's controller steers the pass: it starts at 16 requests and, while the server runs every one
+    and queues none (its requests here never finish), raises the in-flight target from /v1/loads."""
+    sim, stuck = make_sim("chatml"), make_sim("chatml")
+    ws.dataset("short", "d", 40)
+    assert ws.run("--server-url", sim.url, *COMMON).returncode == 0
+    stuck.configure(rate_slow=1.0, slow_seconds=600.0)
+    proc = subprocess.Popen(
+        [sys.executable, str(SCORE), "--dataset", "d", "--server-url", stuck.url, "--top-k", str(K)],
+        cwd=ws.root,
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: stuck.stats()["http_in_flight"] > 16, timeout=90, what="more than the 16 it starts with")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143
