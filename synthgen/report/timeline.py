@@ -120,12 +120,27 @@ def read_timeline(path: Path) -> Timeline:
 
 
 # --- what a sample holds ---------------------------------------------------------------------------
+class _Tally(Protocol):
+    @property
+    def done(self) -> int: ...
+
+    @property
+    def failed(self) -> int: ...
+
+    @property
+    def skipped(self) -> int: ...
+
+    @property
+    def tokens(self) -> int: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+
 class _Progress(Protocol):
-    done: int
-    failed: int
-    skipped: int
-    tokens: int
-    in_flight: int
+    @property
+    def tally(self) -> _Tally: ...
+
     outage_since: float | None
 
     def rates(self) -> tuple[float, float]: ...
@@ -157,14 +172,14 @@ def sample_of(progress: _Progress, monitor: _Monitor | None, restarts: int) -> d
     load = monitor.latest if monitor is not None else None
     return {
         "tok_s": round(progress.rates()[0], 1),
-        "in_flight": progress.in_flight,
+        "in_flight": progress.tally.in_flight,
         "running": load.running if load is not None else None,
         "waiting": load.waiting if load is not None else None,
         "target": monitor.limit.target if monitor is not None else None,
-        "done": progress.done,
-        "failed": progress.failed,
-        "skipped": progress.skipped,
-        "tokens": progress.tokens,
+        "done": progress.tally.done,
+        "failed": progress.tally.failed,
+        "skipped": progress.tally.skipped,
+        "tokens": progress.tally.tokens,
         "restarts": restarts,
         "down": progress.outage_since is not None,
     }

@@ -80,6 +80,35 @@ class DatasetStats:
         return max(self.last_finish - self.first_start, 0.0)
 
 
+@dataclass
+class Tally:
+    """The one tally of a run: each dataset's counts (``DatasetStats`` with its token ledger), changed by the
+    writer alone (run/writer.py), and their sums, which the status line, the ETA and the timeline read."""
+
+    datasets: list[DatasetStats] = field(default_factory=list)
+
+    @property
+    def done(self) -> int:
+        return sum(s.done for s in self.datasets)
+
+    @property
+    def failed(self) -> int:
+        return sum(s.failed for s in self.datasets)
+
+    @property
+    def skipped(self) -> int:
+        return sum(s.skipped for s in self.datasets)
+
+    @property
+    def tokens(self) -> int:
+        """Output tokens of the turns finished this run."""
+        return sum(s.completion_tokens for s in self.datasets)
+
+    @property
+    def in_flight(self) -> int:
+        return sum(s.in_flight for s in self.datasets)
+
+
 class Progress:
     def __init__(
         self,
@@ -93,9 +122,7 @@ class Progress:
         self.tty = self.stream.isatty() if tty is None else tty
         self.total = total
         self.interval = interval
-        self.done = self.failed = self.skipped = 0
-        self.tokens = 0
-        self.in_flight = 0
+        self.tally = Tally()  # the run's counts, which the writer changes (``watch``)
         self.outage_since: float | None = None  # set while the server is down
         self.started = time.monotonic()
         self._recent: deque[tuple[float, int, int]] = deque()  # (time, tokens, prompts)
@@ -116,6 +143,11 @@ class Progress:
     def of_run(cls, cfg: RunConfig, stream: TextIO | None = None, tty: bool | None = None) -> Progress:
         """The progress of a run of ``cfg``: its status interval and --log-file; ``tty`` None: ask ``stream``."""
         return cls(0, stream, cfg.status_interval, cfg.log_file, tty)
+
+    def watch(self, tally: Tally) -> None:
+        """The tally the figures are read from, which only the writer changes (run/writer.py); it tells
+        progress of each change through the events below."""
+        self.tally = tally
 
     def start(self, total: int) -> None:
         """Begin counting: the bar (on a TTY) and the rates start now."""
@@ -161,33 +193,23 @@ class Progress:
         except (OSError, ValueError, AttributeError):
             pass  # no descriptor (a closed or in-memory stream): not writing to it is all we can do
 
-    # --- events ----------------------------------------------------------------------------------
+    # --- events: the writer changed the tally --------------------------------------------------------
     def turn_finished(self, completion_tokens: int) -> None:
-        """A turn of a conversation that has more to generate: tokens count, the prompt is not done yet."""
-        self.tokens += completion_tokens
+        """A turn of a conversation that has more to generate: its tokens in the rate, the prompt not done yet."""
         self._recent.append((time.monotonic(), completion_tokens, 0))
 
     def finished(self, completion_tokens: int) -> None:
+        """A prompt answered: the bar advances, its tokens and the answer in the rates."""
         if self._first_answer is None:
             self._first_answer = time.monotonic()
-        self.done += 1
-        self.tokens += completion_tokens
         self._recent.append((time.monotonic(), completion_tokens, 1))
         self._advance()
 
     def failed_one(self) -> None:
-        self.failed += 1
         self._advance()
 
     def skipped_one(self) -> None:
-        self.skipped += 1
         self._advance()
-
-    def request_started(self) -> None:
-        self.in_flight += 1
-
-    def request_ended(self) -> None:
-        self.in_flight -= 1
 
     def budget_closed(self, dataset: str, cap: int, done_tokens: int, in_flight: int, withdrawn: int) -> None:
         """A dataset takes no new requests: its untried prompts leave the total (which never drops
@@ -212,7 +234,7 @@ class Progress:
         self.message(f"GIVE UP: {why}")
 
     def _set_total(self, total: int) -> None:
-        self.total = max(total, self.done + self.failed + self.skipped + self.in_flight)
+        self.total = max(total, self.tally.done + self.tally.failed + self.tally.skipped + self.tally.in_flight)
 
         def resize(bar: Any) -> None:
             bar.total = self.total
@@ -245,7 +267,7 @@ class Progress:
         elapsed = max(now - self.started, 1e-9)
         window = min(WINDOW, elapsed)
         recent = sum(t for _, t, _ in self._recent) / window
-        return recent, self.tokens / elapsed
+        return recent, self.tally.tokens / elapsed
 
     def eta(self) -> float | None:
         """Seconds left at the answers per second of the last minute, counted from the first answer; None
@@ -253,10 +275,10 @@ class Progress:
         first wave of answers as the rate: with hundreds in flight the first answer after a minute made
         "ETA 8h45m" of a run that took two."""
         now = time.monotonic()
-        remaining = self.total - self.done - self.failed - self.skipped
+        remaining = self.total - self.tally.done - self.tally.failed - self.tally.skipped
         if remaining <= 0:
             return 0.0
-        if self._first_answer is None or self.done < min(ETA_MIN_ANSWERS, self.total):
+        if self._first_answer is None or self.tally.done < min(ETA_MIN_ANSWERS, self.total):
             return None
         window = min(WINDOW, now - self._first_answer)
         recent_prompts = sum(p for at, _, p in self._recent if now - at <= window)
@@ -270,16 +292,16 @@ class Progress:
 
     def _postfix(self) -> str:
         recent, _ = self.rates()
-        return f"tok/s {recent:,.0f} | in-flight {self.in_flight} | failed {self.failed}"
+        return f"tok/s {recent:,.0f} | in-flight {self.tally.in_flight} | failed {self.tally.failed}"
 
     def status_line(self) -> str:
         recent, lifetime = self.rates()
         # The share is of done prompts, as the count before it (failed and skipped are counted apart).
-        pct = min(100.0 * self.done / self.total, 100.0) if self.total > 0 else 100.0
+        pct = min(100.0 * self.tally.done / self.total, 100.0) if self.total > 0 else 100.0
         return (
-            f"{self._stamp()} done {self.done}/{self.total} ({pct:.1f}%) | "
-            f"out tok/s 1m {recent:,.0f} avg {lifetime:,.0f} | in-flight {self.in_flight} | "
-            f"failed {self.failed} | skipped {self.skipped} | ETA {self._eta_text()}"
+            f"{self._stamp()} done {self.tally.done}/{self.total} ({pct:.1f}%) | "
+            f"out tok/s 1m {recent:,.0f} avg {lifetime:,.0f} | in-flight {self.tally.in_flight} | "
+            f"failed {self.tally.failed} | skipped {self.tally.skipped} | ETA {self._eta_text()}"
             + (
                 f" | SERVER DOWN {fmt_duration(time.monotonic() - self.outage_since)}"
                 if self.outage_since is not None

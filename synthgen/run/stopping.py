@@ -99,7 +99,7 @@ class RunStop:
             self._ending = asyncio.create_task(pool.end_in_flight(kept_only=bool(others)))
             if not others:
                 self.progress.message(
-                    f"{name}: no new requests; ending the {self.progress.in_flight} in flight through "
+                    f"{name}: no new requests; ending the {self.progress.tally.in_flight} in flight through "
                     f"/abort_request, their output so far kept for the next run to continue {again}"
                 )
                 return
@@ -112,7 +112,7 @@ class RunStop:
         keeps = pool is not None and pool.keeps_partials()
         why = ", whose output would not be kept (their recipe restarts a request ended early)" if keeps else ""
         self.progress.message(
-            f"{name}: no new requests; waiting up to {wait} for {self.progress.in_flight} in flight{why} {again}"
+            f"{name}: no new requests; waiting up to {wait} for {self.progress.tally.in_flight} in flight{why} {again}"
         )
 
     def _end_now(self, why: str) -> None:
@@ -128,7 +128,7 @@ class RunStop:
 
         async def end_then_cancel() -> None:
             alive = [t for t in pool.tasks if not t.done()]
-            sent = self.progress.in_flight
+            sent = self.progress.tally.in_flight
             if alive:
                 waiting = f" and {len(alive) - sent} waiting to be sent" if len(alive) > sent else ""
                 self.progress.message(f"stopping now ({why}): ending {sent} requests in flight{waiting}")
@@ -148,7 +148,7 @@ class RunStop:
     def _cancel(self, why: str) -> None:
         tasks = self._in_flight.tasks if self._in_flight is not None else set()
         alive = [t for t in tasks if not t.done()]
-        sent = self.progress.in_flight  # the same count as "waiting for N in flight"
+        sent = self.progress.tally.in_flight  # the same count as "waiting for N in flight"
         for task in alive:
             task.cancel()
         if alive:

@@ -1,7 +1,8 @@
 """The one writer of a run: every outcome of a request (run/outcomes.py) is filed here and counted
-here. Nothing else appends to a dataset's rows, errors or partial outputs, or changes its tally
-(``progress.DatasetStats``, with its token ledger), which progress, the summary, the ledger line and
-the report read; progress hears of each change here (its events), as the token budget's gate does.
+here. Nothing else appends to a dataset's rows, errors or partial outputs, or changes the run's one
+tally (``progress.Tally``: each dataset's ``DatasetStats`` with its token ledger), which progress (the
+status line, the bar, the ETA, the timeline), the summary, the ledger line and the report read; progress
+hears of each change here (its events move the bar and the rates), as the token budget's gate does.
 
     Writer.write(outcome)   file and count one outcome (vLLM's run_batch: every request one output
                             value, one writer)
@@ -35,7 +36,7 @@ from synthgen.run.outcomes import (
     Skipped,
     Stopped,
 )
-from synthgen.run.progress import Progress
+from synthgen.run.progress import Progress, Tally
 
 
 class Writer:
@@ -43,6 +44,9 @@ class Writer:
 
     def __init__(self, runs: list[DatasetRun], cfg: RunConfig, progress: Progress, model: str | None = None):
         self.runs = {run.name: run for run in runs}
+        # The one tally: each dataset's counts, changed here alone; progress (the status line, the timeline) reads it.
+        self.tally = Tally([run.counts for run in runs])
+        progress.watch(self.tally)
         self.cfg, self.progress, self.model = cfg, progress, model
         self._ended = {run.name: asyncio.Event() for run in runs}  # a request of the dataset ended
 
@@ -202,12 +206,10 @@ class Writer:
         c.in_flight += 1
         if c.first_start is None:
             c.first_start = time.monotonic()
-        self.progress.request_started()
 
     def ended(self, job: Job) -> None:
         self.runs[job.dataset].counts.in_flight -= 1
         self._ended[job.dataset].set()
-        self.progress.request_ended()
 
     async def admit(self, job: Job) -> bool:
         """Whether one more request of this dataset may go out, waiting while the token budget's

@@ -26,7 +26,7 @@ from synthgen.data.readers.base import READ_POOL
 from synthgen.data.records import ResultRecord
 from synthgen.data.store import WRITE_POOL, DatasetStore
 from synthgen.errors import RunLockedError, StoreWriteError, UsageError
-from synthgen.run.progress import Progress
+from synthgen.run.progress import DatasetStats, Progress, Tally
 
 FAST = ("--max-tokens", "4", "--status-interval", "5")
 
@@ -341,16 +341,31 @@ def test_a_run_whose_stderr_reader_goes_away_still_finishes_every_prompt(ws, mak
     ws.assert_exactly_once("d", ids)
 
 
+def watched(progress: Progress) -> DatasetStats:
+    """The tally ``progress`` reads (a run's writer changes it, then tells progress)."""
+    tally = DatasetStats("d")
+    progress.watch(Tally([tally]))
+    return tally
+
+
+def answered(progress: Progress, tally: DatasetStats, tokens: int) -> None:
+    """A prompt answered with ``tokens`` output tokens, counted as the writer counts it."""
+    tally.done += 1
+    tally.completion_tokens += tokens
+    progress.finished(tokens)
+
+
 def test_progress_writes_to_a_closed_pipe_never_raise_and_the_log_goes_on(tmp_path):
     read_end, write_end = os.pipe()
     os.close(read_end)
     stream = os.fdopen(write_end, "w")
     log = tmp_path / "run.log"
     progress = Progress(2, stream, 1.0, log, tty=False)
+    tally = watched(progress)
     progress.start(2)
     progress.print_block("plan")
     progress.message("first")
-    progress.finished(5)
+    answered(progress, tally, 5)
     progress.tick()
     progress.message("second")
     progress.close()
@@ -363,10 +378,11 @@ def test_a_tty_bar_on_a_closed_stream_never_raises(tmp_path):
     stream = io.StringIO()
     log = tmp_path / "run.log"
     progress = Progress(3, stream, 1.0, log, tty=True)
+    tally = watched(progress)
     progress.start(3)
     assert progress._bar is not None  # a real tqdm bar is drawn on the "terminal"
     stream.close()
-    progress.finished(1)  # the bar's update hits the closed stream: the bar is given up, nothing raises
+    answered(progress, tally, 1)  # the bar's update hits the closed stream: the bar is given up, nothing raises
     progress.message("after")
     progress.tick()
     progress.budget_closed("d", 10, 5, 0, 1)
@@ -380,23 +396,26 @@ def test_a_tty_bar_on_a_closed_stream_never_raises(tmp_path):
 
 def test_the_total_and_eta_stay_sane_after_a_token_budget_closes():
     progress = Progress(10, io.StringIO(), 1.0, None, tty=False)
+    tally = watched(progress)
     progress.start(10)
     for _ in range(3):
-        progress.finished(4)
-    progress.request_started()
+        answered(progress, tally, 4)
+    tally.in_flight += 1
     progress.budget_closed("d", 10, 12, 1, 50)  # more withdrawn than is left: the caller miscounted
     assert progress.total == 4  # 3 done + 1 in flight
     assert "done 3/4 (75.0%)" in progress.status_line()
     # 3 answers in no time: too few to give a rate, so the ETA is still being estimated, never negative
     assert progress.eta() is None and "ETA estimating" in progress.status_line()
-    progress.finished(4)
+    tally.in_flight -= 1
+    answered(progress, tally, 4)
     assert progress.eta() == 0.0
 
 
 def test_the_bar_total_follows_a_closed_budget():
     progress = Progress(10, io.StringIO(), 1.0, None, tty=True)
+    tally = watched(progress)
     progress.start(10)
-    progress.finished(1)
+    answered(progress, tally, 1)
     progress.budget_closed("d", 10, 5, 0, 4)
     assert progress._bar is not None and progress._bar.total == 6
     progress.close()

@@ -43,9 +43,8 @@ def test_a_link_in_place_of_the_timeline_is_said_once_and_never_written_through(
 
 
 def test_a_sample_holds_the_status_lines_figures():
-    progress = SimpleNamespace(
-        done=7, failed=1, skipped=2, tokens=900, in_flight=3, outage_since=None, rates=lambda: (12.34, 10.0)
-    )
+    tally = SimpleNamespace(done=7, failed=1, skipped=2, tokens=900, in_flight=3)
+    progress = SimpleNamespace(tally=tally, outage_since=None, rates=lambda: (12.34, 10.0))
     monitor = SimpleNamespace(latest=SimpleNamespace(running=5, waiting=1), limit=SimpleNamespace(target=16))
     assert sample_of(progress, monitor, 2) == {
         "tok_s": 12.3, "in_flight": 3, "running": 5, "waiting": 1, "target": 16, "done": 7, "failed": 1,

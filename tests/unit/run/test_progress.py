@@ -5,15 +5,31 @@ from pathlib import Path
 
 from synthgen.fmt import fmt_duration, plural
 from synthgen.run.ledger import TokenLedger
-from synthgen.run.progress import DatasetStats, Progress, end_of_run, startup_line, summary_table
+from synthgen.run.progress import DatasetStats, Progress, Tally, end_of_run, startup_line, summary_table
+
+
+def watched(progress: Progress) -> DatasetStats:
+    """The tally ``progress`` reads (a run's writer changes it, then tells progress)."""
+    tally = DatasetStats("d")
+    progress.watch(Tally([tally]))
+    return tally
+
+
+def answered(progress: Progress, tally: DatasetStats, tokens: int) -> None:
+    """A prompt answered with ``tokens`` output tokens, counted as the writer counts it."""
+    tally.done += 1
+    tally.completion_tokens += tokens
+    progress.finished(tokens)
 
 
 def test_status_lines_are_newline_terminated_and_carry_every_figure():
     out = io.StringIO()
     progress = Progress(0, out, tty=False)
+    tally = watched(progress)
     progress.start(10)
-    progress.in_flight = 3
-    progress.finished(120)
+    tally.in_flight = 3
+    answered(progress, tally, 120)
+    tally.failed += 1
     progress.failed_one()
     progress.tick()
     line = out.getvalue()
@@ -25,10 +41,11 @@ def test_status_lines_are_newline_terminated_and_carry_every_figure():
 def test_the_bar_does_not_move_when_a_request_is_sent_only_when_it_finishes():
     out = io.StringIO()
     progress = Progress(0, out, tty=True)
+    tally = watched(progress)
     progress.start(4)
-    progress.in_flight = 4
+    tally.in_flight = 4
     assert progress._bar.n == 0
-    progress.finished(10)
+    answered(progress, tally, 10)
     assert progress._bar.n == 1
     progress.close()
 
@@ -59,16 +76,17 @@ def test_the_eta_says_estimating_until_answers_come_then_counts_from_the_first_a
     monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
     out = io.StringIO()
     progress = Progress(0, out, tty=False)
+    tally = watched(progress)
     progress.start(630)
-    progress.in_flight = 500
+    tally.in_flight = 500
     clock[0] += 50
     assert progress.eta() is None and "ETA estimating" in progress.status_line()
-    progress.finished(40)  # the first answer after 50 s of a full server: no rate yet
+    answered(progress, tally, 40)  # the first answer after 50 s of a full server: no rate yet
     clock[0] += 5
     assert progress.eta() is None and "ETA estimating" in progress.status_line()
     for _ in range(19):
         clock[0] += 0.5
-        progress.finished(40)
+        answered(progress, tally, 40)
     # 20 answers in the 14.5 s since the first: 610 left at that rate, not at 20 answers a minute (30m30s)
     assert progress.eta() == 610 / (20 / 14.5)
     assert "ETA 7m22s" in progress.status_line()

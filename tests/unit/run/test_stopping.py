@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,7 +14,7 @@ from synthgen.run.stopping import RunStop
 
 class Said:
     def __init__(self, in_flight: int):
-        self.in_flight, self.lines = in_flight, []
+        self.tally, self.lines = SimpleNamespace(in_flight=in_flight), []
 
     def message(self, text: str) -> None:
         self.lines.append(text)
