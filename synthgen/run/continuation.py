@@ -33,6 +33,7 @@ from synthgen.run.outcomes import Checkpoint, Discarded, KeptPartial, Lost, Outc
 from synthgen.server.backend import Backend
 from synthgen.server.client import Generation
 from synthgen.server.discovery import ServerContext, fit_max_new_tokens
+from synthgen.server.streaming import StreamEnded
 
 
 def whole_text(decode: Callable[[list[int]], str], output_ids: list[int], finish_reason: dict[str, Any]) -> str:
@@ -50,7 +51,7 @@ def whole_text(decode: Callable[[list[int]], str], output_ids: list[int], finish
     return text
 
 
-class LoopFound(Exception):
+class LoopFound(StreamEnded):
     """Raised from a stream's progress hook: the answer's tail is a repetition loop."""
 
     def __init__(self, found: Repetition, ids: list[int]):
@@ -132,6 +133,7 @@ class Continuation:
             cached_tokens=None,
             server_latency=None,
             request_id=payload["rid"],
+            worker=loop.worker,  # the one that streamed it, as an answer's names its worker
         )
 
     def resume(self, job: Job, partial: Partial | None) -> tuple[Carry, Discarded | None]:

@@ -35,7 +35,7 @@ from synthgen.server.answers import (
 )
 from synthgen.server.gateway import request_headers, worker_of
 from synthgen.server.gateways import sglang_router
-from synthgen.server.streaming import DEFAULT_STREAM_INTERVAL, Closer, Progress, StreamState, sse_data
+from synthgen.server.streaming import DEFAULT_STREAM_INTERVAL, Closer, Progress, StreamEnded, StreamState, sse_data
 
 # Also imported from here by the run, the launch and the tests (they lived here before answers.py and
 # streaming.py), beside what this module defines.
@@ -253,7 +253,7 @@ class SGLangClient:
             plain = await (reading if closer is None else closer.read(reading, state))
         except httpx.HTTPError as exc:
             raise transport_failure(exc, state.ids) from exc
-        except RequestFailure as exc:
+        except (RequestFailure, StreamEnded) as exc:
             exc.worker = state.worker
             raise
         if plain is not None:

@@ -29,6 +29,15 @@ from synthgen.server.answers import (
 # attempt: the stream is closed, which SGLang answers by aborting the request at once.
 Progress = Callable[[list[int]], None | Awaitable[None]]
 DEFAULT_STREAM_INTERVAL = 256
+
+
+class StreamEnded(Exception):
+    """Raised by a progress hook to end its stream early (the loop guard's ``LoopFound``); the client names
+    the worker that was streaming it (``worker``: smg's worker header, else the server URL)."""
+
+    worker: str | None = None
+
+
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 T = TypeVar("T")
 

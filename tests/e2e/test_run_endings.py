@@ -116,6 +116,8 @@ def test_the_summary_says_per_dataset_how_answers_ended_and_tokens_generated_and
     }
     columns = ("stop", "length", "repetition", "failed", "generated", "kept")
     assert {name: tuple(row[c] for c in columns) for name, row in shown.items()} == figures
+    # One server: no answer is put down to another worker (the loop guard's answer names its server too).
+    assert "by worker:" not in result.stderr
     # The last line says that the looping answer is in no export, and what brings a whole one.
     last = result.stderr.strip().splitlines()[-1]
     assert "1 of this run's 4 answers ended in a loop by the loop guard: left out of every export; --redo " in last
