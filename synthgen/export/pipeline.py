@@ -25,6 +25,7 @@ from synthgen.export.routes import resolve
 from synthgen.export.scan import DatasetScan, scan_dataset
 from synthgen.export.select import choose_datasets, refuse_input_destination
 from synthgen.export.write import DriftError, check_kept, write_export
+from synthgen.fmt import plural
 
 
 class Voice:
@@ -96,7 +97,7 @@ def _write(
     if join is not None:
         voice.say(join.summary())
     for path, rows in written.items():
-        voice.say(f"wrote {path} ({rows:,} rows, {config.format})")
+        voice.say(f"wrote {path} ({plural(rows, 'row')}, {config.format})")
         if not rows:
             voice.note(f"{path} is empty: too few rows for --val-fraction {config.val_fraction}")
     show_render_check(scans, config, report, voice)
@@ -125,6 +126,6 @@ def export(request: ExportRequest, voice: Voice | None = None) -> int:
         if request.report:
             voice.out.write(format_report(scans, config))
         read = sum(s.rows for s in scans)
-        raise UsageError(f"nothing to export: {read:,} rows read, none kept; see why with --report")
+        raise UsageError(f"nothing to export: {plural(read, 'row')} read, none kept; see why with --report")
     _write(scans, config, request, existing, voice)
     return 0

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from synthgen.chat.templating import TOOL_TURN_SHAPES
 from synthgen.data.conversations import template_messages
+from synthgen.fmt import plural
 
 SYSTEM_ADDED = "system prompt added"
 REASONING_DROPPED = "reasoning dropped"
@@ -90,7 +91,7 @@ class Tally:
             self.examples.setdefault(kind, f"{row_id}: {detail}")
 
     def lines(self, label: int = 30) -> list[str]:
-        head = f"  {'render check':<{label}} {self.exact:>9,} of {self.checked:,} rows exact   ({self.route})"
+        head = f"  {'render check':<{label}} {self.exact:>9,} of {plural(self.checked, 'row')} exact   ({self.route})"
         out = [head]
         if self.no_ids:
             out.append(f"    {'without stored ids':<{label - 2}} {self.no_ids:>9,}   (not checked)")
@@ -102,7 +103,7 @@ class Tally:
 
     def summary(self) -> str:
         kinds = ", ".join(f"{self.kinds[k]:,} {k}" for k in KINDS if self.kinds[k])
-        text = f"render check ({self.route}): {self.exact:,} of {self.checked:,} rows exact"
+        text = f"render check ({self.route}): {self.exact:,} of {plural(self.checked, 'row')} exact"
         return text + (f"; drifting: {kinds}" if kinds else "")
 
 

@@ -13,6 +13,7 @@ from synthgen.export.config import ExportConfig
 from synthgen.export.filters import HINTS, MALFORMED, REASONS
 from synthgen.export.histogram import histogram
 from synthgen.export.scan import DatasetScan
+from synthgen.fmt import plural
 
 LABEL = 30
 
@@ -32,7 +33,9 @@ def summary_line(scan: DatasetScan) -> str:
     notes = [f"dropped: {dropped}"] if dropped else []
     if scan.unreadable:
         notes.append(f"{scan.unreadable:,} unreadable line{'s' if scan.unreadable != 1 else ''} skipped")
-    return f"{scan.ref.name}: {len(scan.kept):,} of {scan.rows:,} rows" + (f" ({'; '.join(notes)})" if notes else "")
+    return f"{scan.ref.name}: {len(scan.kept):,} of {plural(scan.rows, 'row')}" + (
+        f" ({'; '.join(notes)})" if notes else ""
+    )
 
 
 def drop_notes(scans: Sequence[DatasetScan]) -> list[str]:
@@ -41,7 +44,7 @@ def drop_notes(scans: Sequence[DatasetScan]) -> list[str]:
     for reason, hint in HINTS.items():
         n = sum(scan.dropped[reason] for scan in scans)
         if n:
-            lines.append(f"{n:,} rows dropped as {reason}: {hint}")
+            lines.append(f"{plural(n, 'row')} dropped as {reason}: {hint}")
     return lines
 
 
@@ -160,6 +163,6 @@ def format_report(scans: Sequence[DatasetScan], config: ExportConfig) -> str:
         lines.append("")
     read = sum(s.rows for s in scans)
     kept = sum(len(s.kept) for s in scans)
-    lines.append(f"total: {kept:,} of {read:,} rows would be exported as {config.format}")
+    lines.append(f"total: {kept:,} of {plural(read, 'row')} would be exported as {config.format}")
     lines.extend(render_notes(scans, config))
     return "\n".join(lines) + "\n"

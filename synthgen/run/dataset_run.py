@@ -192,7 +192,9 @@ class DatasetRun:
             )
         if self.continuing:
             kept = sum(p.tokens for p in self.continuing.values())
-            progress.message(f"{self.name}: continuing {len(self.continuing):,} partial outputs ({kept:,} tokens)")
+            progress.message(
+                f"{self.name}: continuing {plural(len(self.continuing), 'partial output')} ({plural(kept, 'token')})"
+            )
         return lost
 
     def close(self, tidy: bool = True) -> None:

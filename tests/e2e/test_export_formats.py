@@ -124,7 +124,7 @@ def test_keep_truncated_leaves_cut_rows_without_an_answer_out_of_specforge_so_sp
     assert code == 0, err
     assert err.splitlines()[0] == "chat: 2 of 3 rows (dropped: 1 cut_empty)"
     assert (
-        "note: 1 rows dropped as cut_empty: kept by --keep-truncated but SpecForge's validator refuses an empty "
+        "note: 1 row dropped as cut_empty: kept by --keep-truncated but SpecForge's validator refuses an empty "
         "answer; --format tokens keeps them"
     ) in err.splitlines()
     assert [r["id"] for r in jsonl(project / "train.jsonl")] == ["chat/a", "chat/mid"]
@@ -227,7 +227,7 @@ def test_datasets_come_from_a_partition_a_budget_file_or_every_result_folder(pro
         (
             "dropped",
             ["--dataset", "chat", "--out", "o.jsonl"],
-            "nothing to export: 1 rows read, none kept; see why with --report",
+            "nothing to export: 1 row read, none kept; see why with --report",
         ),
         ("rows", ["--dataset", "chat"], "--out FILE is required (or --report to only see what would be exported)"),
         (
@@ -369,8 +369,8 @@ def test_export_training_py_runs_as_a_script(project):
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines() == [
-        "chat: 1 of 1 rows",
-        "wrote o.jsonl (1 rows, specforge)",
+        "chat: 1 of 1 row",
+        "wrote o.jsonl (1 row, specforge)",
         "note: specforge rows end at the one turn the model generated: train with data.train_only_last_turn: true "
         "(SpecForge's config), or earlier assistant turns are trained too",
         "note: render check skipped: no tokenizer; pass --tokenizer PATH (the model's tokenizer folder)",

@@ -96,7 +96,7 @@ def test_the_render_check_is_on_by_default_and_counts_drifting_rows_by_kind_with
         "      first: d/a: token 21: '\\n\\nAns' stored, '\\n\\nA' re-tokenized",
     ]
     assert render_lines(agents) == [
-        "  render check                           0 of 1 rows exact   (the model's chat template)",
+        "  render check                           0 of 1 row exact   (the model's chat template)",
         "    extra-trained tokens                 1   (tokens after the generated turn are trained (e.g. a newline "
         "after the end-of-turn token))",
         "      first: agents/t: 1 trained after the turn: '\\n'",
@@ -151,7 +151,7 @@ def test_exported_files_follow_the_umask_and_report_with_out_writes_the_file(ws,
     qwen3_run(ws, qwen3, log, "d", [chat("a", "Name a prime.")])
     done = ws.run("--dataset", "d", "--format", "tokens", "--out", "t.jsonl", "--report", script=EXPORT)
     assert done.returncode == 0, done.stderr
-    assert "total: 1 of 1 rows" in done.stdout
+    assert "total: 1 of 1 row" in done.stdout
     mode = stat.S_IMODE(os.stat(ws.root / "t.jsonl").st_mode)
     assert mode == 0o666 & ~_umask()
     assert len(paj.read_json(ws.root / "t.jsonl").to_pylist()) == 1
@@ -176,7 +176,7 @@ def test_history_tool_call_arguments_keep_the_prompt_files_form(ws, tmp_path, qw
     assert out["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"query": "Paris weather"}
     assert out["generated_turns"] == [6]
     # The history renders back to the prompt's ids: the only drift left is the newline after <|im_end|>.
-    assert "agents: render check (the model's chat template): 0 of 1 rows exact; drifting: 1 extra-trained tokens" in (
+    assert "agents: render check (the model's chat template): 0 of 1 row exact; drifting: 1 extra-trained tokens" in (
         done.stderr.splitlines()
     )
     done = ws.run("--dataset", "agents", "--out", "sf.jsonl", script=EXPORT)
@@ -215,7 +215,7 @@ def test_a_template_that_drops_the_final_turns_reasoning_is_reported_as_reasonin
     done = run_export(tmp_path, "--dataset", "chat", "--report", "--tokenizer", str(folder))
     assert done.returncode == 0, done.stderr
     assert render_lines(done.stdout) == [
-        "  render check                           0 of 1 rows exact   (the model's chat template)",
+        "  render check                           0 of 1 row exact   (the model's chat template)",
         "    reasoning dropped                    1   (the template drops this turn's reasoning)",
         "      first: chat/k: 'Primes have two divisors.' not in the rendered text",
     ]
