@@ -10,7 +10,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from simharness import wait_until
+from simharness import sigterm_in_flight, wait_until
 from tokenizers import Tokenizer
 from workspace import assert_model_answer
 
@@ -23,16 +23,7 @@ COMMON = ("--max-tokens", "400", "--concurrency", "4", "--status-interval", "0.5
 
 def stop_with_tokens_in_flight(ws, sim, *args: str) -> str:
     """Start a run, let its first four requests make a few tokens each, SIGTERM it; its output."""
-    proc = ws.start("--server-url", sim.url, *COMMON, *args)
-    try:
-        wait_until(lambda: sim.stats()["running"] >= 4, timeout=120, what="4 running")
-        steps = sim.stats()["decode_steps"]
-        wait_until(lambda: sim.stats()["decode_steps"] >= steps + 5, timeout=120, what="5 more steps")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 143
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    sigterm_in_flight(sim, ws.start("--server-url", sim.url, *COMMON, *args))
     return (ws.root / "nohup.out").read_text()
 
 
@@ -271,17 +262,8 @@ def test_a_stop_during_a_continue_cut_extension_is_continued_by_the_rerun_not_re
     ids = ws.dataset("short", "d", 4)
     args = ("--max-tokens", "6", "--continue-cut", "400", "--concurrency", "4", "--status-interval", "0.5")
     proc = ws.start("--server-url", sim.url, *args, "--drain-timeout", "600")
-    try:
-        # Each cut answer's line is written before its extension is sent; then all four extensions run.
-        wait_until(lambda: len(checkpointed(ws)) == 4, timeout=120, what="4 cut answers extended")
-        wait_until(lambda: sim.stats()["running"] >= 4, timeout=120, what="4 extensions running")
-        steps = sim.stats()["decode_steps"]
-        wait_until(lambda: sim.stats()["decode_steps"] >= steps + 5, timeout=120, what="5 more steps")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 143
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    # Each cut answer's line is written before its extension is sent; then all four extensions run.
+    sigterm_in_flight(sim, proc, first=lambda: len(checkpointed(ws)) == 4)
     kept = checkpointed(ws)
     assert len(kept) == 4 and all(6 < len(p) < 200 for p in kept.values()), kept
     generated = sim.stats()["tokens_generated"]

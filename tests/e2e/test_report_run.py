@@ -8,13 +8,12 @@ One run serves the module (a simulator start and a run cost seconds on two cores
 from __future__ import annotations
 
 import re
-import signal
 from pathlib import Path
 
 import orjson
 import pytest
 from report_page import expected_stats, page_stats, read_rows
-from simharness import start_sim, wait_until
+from simharness import sigterm_in_flight, start_sim, wait_until
 from workspace import Workspace
 
 EXPORT = Path(__file__).resolve().parents[2] / "export_training.py"
@@ -169,16 +168,7 @@ def test_a_stop_and_the_rerun_continuing_its_partial_outputs_are_marked_on_the_p
     sim = make_sim("chatml", "--max-total-tokens", "60000", "--step-time", "0.002", "--output-len-dist", "fixed:120")
     ws.dataset("short", "d", 6)
     common = ("--server-url", sim.url, "--max-tokens", "400", "--concurrency", "4", "--status-interval", "0.5")
-    proc = ws.start(*common, "--drain-timeout", "600")
-    try:
-        wait_until(lambda: sim.stats()["running"] >= 4, timeout=120, what="4 running")
-        steps = sim.stats()["decode_steps"]
-        wait_until(lambda: sim.stats()["decode_steps"] >= steps + 5, timeout=120, what="5 more steps")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 143
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    sigterm_in_flight(sim, ws.start(*common, "--drain-timeout", "600"))
     rerun = ws.run(*common)
     assert rerun.returncode == 0 and "continuing 4 partial outputs" in rerun.stderr, rerun.stderr
     events = [e for e in read_rows(ws.outputs / "timeline.jsonl") if e.get("event") in ("start", "end")]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 
 import orjson
-from simharness import wait_until
+from simharness import sigterm_in_flight, wait_until
 from workspace import chat
 
 from synthgen.data.samples import sample_seed, split_key
@@ -21,16 +21,7 @@ COMMON = ("--max-tokens", "400", "--concurrency", "4", "--status-interval", "0.5
 
 def stop_with_tokens_in_flight(ws, sim, *args: str) -> str:
     """Start a run, let its first four requests make a few tokens each, SIGTERM it; its output."""
-    proc = ws.start("--server-url", sim.url, *COMMON, *args)
-    try:
-        wait_until(lambda: sim.stats()["running"] >= 4, timeout=120, what="4 running")
-        steps = sim.stats()["decode_steps"]
-        wait_until(lambda: sim.stats()["decode_steps"] >= steps + 5, timeout=120, what="5 more steps")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 143
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    sigterm_in_flight(sim, ws.start("--server-url", sim.url, *COMMON, *args))
     return (ws.root / "nohup.out").read_text()
 
 

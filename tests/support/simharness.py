@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -236,3 +237,20 @@ def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: floa
         if time.monotonic() > deadline:
             raise TimeoutError(f"condition not met within {timeout} s: {what or predicate}")
         time.sleep(interval)
+
+
+def sigterm_in_flight(sim: Sim, proc: subprocess.Popen, first: Callable[[], object] | None = None) -> None:
+    """SIGTERM a run (``proc``) once ``first`` holds (if given), four requests are running on ``sim`` (a
+    scheduler-mode simulator) and each has had 5 more decode steps; it must exit 143. The run is killed if
+    anything fails on the way. Waits are on the simulator's steps, not on time."""
+    try:
+        if first is not None:
+            wait_until(first, timeout=120, what="the run's first condition")
+        wait_until(lambda: sim.stats()["running"] >= 4, timeout=120, what="4 running")
+        steps = sim.stats()["decode_steps"]
+        wait_until(lambda: sim.stats()["decode_steps"] >= steps + 5, timeout=120, what="5 more steps")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -3,23 +3,11 @@
 import io
 from pathlib import Path
 
+from tallies import answered, watched
+
 from synthgen.fmt import fmt_duration, plural
 from synthgen.run.ledger import TokenLedger
-from synthgen.run.progress import DatasetStats, Progress, Tally, end_of_run, startup_line, summary_table
-
-
-def watched(progress: Progress) -> DatasetStats:
-    """The tally ``progress`` reads (a run's writer changes it, then tells progress)."""
-    tally = DatasetStats("d")
-    progress.watch(Tally([tally]))
-    return tally
-
-
-def answered(progress: Progress, tally: DatasetStats, tokens: int) -> None:
-    """A prompt answered with ``tokens`` output tokens, counted as the writer counts it."""
-    tally.done += 1
-    tally.completion_tokens += tokens
-    progress.finished(tokens)
+from synthgen.run.progress import DatasetStats, Progress, end_of_run, startup_line, summary_table
 
 
 def test_status_lines_are_newline_terminated_and_carry_every_figure():
