@@ -9,4 +9,8 @@ if __name__ == "__main__":
     except KeyboardInterrupt:
         print("compute_budget.py: interrupted", file=sys.stderr)
         sys.exit(130)
+    except ModuleNotFoundError as exc:  # run outside the environment the README sets up
+        from synthgen import missing_requirement
+
+        missing_requirement("compute_budget.py", exc)
     sys.exit(main())

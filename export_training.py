@@ -3,7 +3,11 @@
 
 import sys
 
-from synthgen.cli.export import main
-
 if __name__ == "__main__":
+    try:
+        from synthgen.cli.export import main
+    except ModuleNotFoundError as exc:  # run outside the environment the README sets up
+        from synthgen import missing_requirement
+
+        missing_requirement("export_training.py", exc)
     sys.exit(main())

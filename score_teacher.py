@@ -10,4 +10,8 @@ if __name__ == "__main__":
     except KeyboardInterrupt:
         print("score_teacher.py: interrupted", file=sys.stderr)
         sys.exit(130)
+    except ModuleNotFoundError as exc:  # run outside the environment the README sets up
+        from synthgen import missing_requirement
+
+        missing_requirement("score_teacher.py", exc)
     exit_process(main())

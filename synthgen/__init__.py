@@ -20,3 +20,18 @@ pyproject.toml and `lint-imports` checks it):
 """
 
 __version__ = "0.2.0"
+
+
+def missing_requirement(script: str, exc: ModuleNotFoundError) -> None:
+    """An entry script's imports failed: a package of requirements.txt missing (the script run by a Python
+    outside the environment the README sets up) is one line with the fix and exit 2; anything else is raised."""
+    if exc.name is None or exc.name.split(".")[0] == "synthgen":
+        raise exc
+    import sys
+
+    print(
+        f"{script}: the Python package {exc.name!r} is missing: run it in the environment the README sets up "
+        "(python3 -m venv .venv && . .venv/bin/activate && pip install -r requirements.txt)",
+        file=sys.stderr,
+    )
+    sys.exit(2)

@@ -15,6 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 from simharness import wait_until
+from tallies import answered, watched
 from workspace import REPO, RUN, Workspace, cli_env, last_line
 
 from synthgen.budget.plan import fmt_hours, fmt_number
@@ -26,7 +27,7 @@ from synthgen.data.readers.base import READ_POOL
 from synthgen.data.records import ResultRecord
 from synthgen.data.store import WRITE_POOL, DatasetStore
 from synthgen.errors import RunLockedError, StoreWriteError, UsageError
-from synthgen.run.progress import DatasetStats, Progress, Tally
+from synthgen.run.progress import Progress
 
 FAST = ("--max-tokens", "4", "--status-interval", "5")
 
@@ -341,20 +342,6 @@ def test_a_run_whose_stderr_reader_goes_away_still_finishes_every_prompt(ws, mak
     ws.assert_exactly_once("d", ids)
 
 
-def watched(progress: Progress) -> DatasetStats:
-    """The tally ``progress`` reads (a run's writer changes it, then tells progress)."""
-    tally = DatasetStats("d")
-    progress.watch(Tally([tally]))
-    return tally
-
-
-def answered(progress: Progress, tally: DatasetStats, tokens: int) -> None:
-    """A prompt answered with ``tokens`` output tokens, counted as the writer counts it."""
-    tally.done += 1
-    tally.completion_tokens += tokens
-    progress.finished(tokens)
-
-
 def test_progress_writes_to_a_closed_pipe_never_raise_and_the_log_goes_on(tmp_path):
     read_end, write_end = os.pipe()
     os.close(read_end)
@@ -528,3 +515,14 @@ def test_budget_json_gets_the_mode_of_a_normal_file(ws, umask, mode):
 def test_small_generation_times_and_rates_do_not_read_zero():
     assert [fmt_hours(h) for h in (0, 0.1 / 3600, 5 / 3600, 0.05, 2)] == ["0 s", "<1 s", "5 s", "3.0 min", "2.0 h"]
     assert [fmt_number(v) for v in (Fraction(1, 25), Fraction(3, 2), 1500)] == ["0.04", "1.5", "1,500"]
+
+
+@pytest.mark.parametrize("script", ["run_inference.py", "export_training.py", "score_teacher.py", "compute_budget.py"])
+def test_a_script_run_outside_its_environment_says_what_to_install_in_one_line(tmp_path, script):
+    # -S: no site-packages, as a Python without the requirements (the system's, no venv) has none.
+    argv = [sys.executable, "-S", str(REPO / script), "--help"]
+    result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=cli_env())
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"{script}: the Python package ")
+    assert "pip install -r requirements.txt" in result.stderr
